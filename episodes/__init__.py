@@ -1,0 +1,8 @@
+"""episodes: durable multi-turn agent episodes on Temporal.
+
+The core package is Temporal-free: specs, environments, runtimes, the harness
+wire protocol and process control. `workflows/`, `activities/` and `workers/`
+build the Temporal application on top of it.
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,102 @@
+"""Data that crosses the workflow boundary.
+
+Only pydantic and the standard library here: workflows import this module, and
+the workflow sandbox must be able to load it deterministically.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Why an episode ended. Harness failures are outcomes, not exceptions: the
+# episode is still scored and released.
+Termination = Literal[
+    "env_done",
+    "max_turns",
+    "harness_start_failed",
+    "harness_crashed",
+    "turn_timeout",
+    "protocol_error",
+    "harness_error",
+    "worker_lost",
+    "cancelled",
+]
+
+# The subset of terminations that a failing harness or runtime produces.
+ErrorType = Literal[
+    "harness_start_failed",
+    "harness_crashed",
+    "turn_timeout",
+    "protocol_error",
+    "harness_error",
+    "worker_lost",
+]
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Task(Model):
+    """One unit of work from a dataset: an id and whatever the environment reads."""
+
+    id: str
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class TurnRecord(Model):
+    """One turn as the harness saw it: what was sent, what streamed back, the answer."""
+
+    turn: int
+    message: Any = None
+    events: list[Any] = Field(default_factory=list)
+    reply: Any = None
+    error: str | None = None
+    error_type: ErrorType | None = None
+    duration_ms: float = 0.0
+
+
+class StepOutcome(Model):
+    """What the environment made of a reply."""
+
+    message: Any = None  # the next message, when not done
+    done: bool = False
+    reward: float | None = None
+
+
+class TurnResult(Model):
+    """What one turn activity returns to the workflow: the record plus the observation."""
+
+    record: TurnRecord
+    observation: StepOutcome
+    # Set when this turn ended the episode for a reason other than the env saying so.
+    termination: Termination | None = None
+
+
+class ScoreResult(Model):
+    reward: float | None = None
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class Transcript(Model):
+    task: Task
+    first_message: Any = None
+    turns: list[TurnRecord] = Field(default_factory=list)
+    termination: Termination | None = None
+    error: str | None = None
+
+
+class EpisodeResult(Model):
+    workflow_id: str
+    task_id: str
+    sample: int
+    env: str
+    spec_name: str
+    termination: Termination
+    error: str | None = None
+    turns: int
+    reward: float | None = None
+    score_details: dict[str, Any] = Field(default_factory=dict)
+    duration_s: float

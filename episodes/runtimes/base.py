@@ -1,0 +1,100 @@
+"""The runtime contract: a box that can run processes, and one running process.
+
+Every backend (subprocess, Docker, Modal, Prime) implements these two classes and
+passes the same contract suite in `tests/runtimes/`.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Protocol
+
+
+class ByteStream(Protocol):
+    """An async byte stream. `read()` returns b"" at end of stream, like asyncio.StreamReader."""
+
+    async def read(self, n: int = -1) -> bytes: ...
+
+
+class RuntimeProcess(abc.ABC):
+    """One process inside a box, with raw byte pipes."""
+
+    @property
+    @abc.abstractmethod
+    def stdout(self) -> ByteStream: ...
+
+    @property
+    @abc.abstractmethod
+    def stderr(self) -> ByteStream: ...
+
+    @property
+    @abc.abstractmethod
+    def pid(self) -> int | None:
+        """The process id inside its box, when known."""
+
+    @property
+    @abc.abstractmethod
+    def returncode(self) -> int | None:
+        """Exit code once the process has exited, else None. Negative for a signal."""
+
+    @abc.abstractmethod
+    async def write(self, data: bytes) -> None:
+        """Write to stdin and flush. Raises BrokenPipeError/ConnectionResetError if it is gone."""
+
+    @abc.abstractmethod
+    async def close_stdin(self) -> None: ...
+
+    @abc.abstractmethod
+    async def wait(self) -> int:
+        """Wait for exit and return the exit code (negative signal number if signalled)."""
+
+    @abc.abstractmethod
+    async def terminate(self) -> None:
+        """SIGTERM to the process group. No-op once exited."""
+
+    @abc.abstractmethod
+    async def kill(self) -> None:
+        """SIGKILL to the process group. No-op once exited."""
+
+
+class Runtime(abc.ABC):
+    """A box: something that lives for an episode (or longer, in a pool) and runs processes."""
+
+    #: A stable id for the box (container id, sandbox id, or a local uuid).
+    id: str = ""
+
+    @abc.abstractmethod
+    async def start(self) -> None:
+        """Create the box. Raises RuntimeUnavailable or an infrastructure error."""
+
+    @abc.abstractmethod
+    async def stop(self) -> None:
+        """Destroy the box and everything in it.
+
+        Idempotent, and shielded from cancellation: a cancelled caller must not
+        leave a container or VM behind.
+        """
+
+    @property
+    @abc.abstractmethod
+    def stopped(self) -> bool: ...
+
+    @abc.abstractmethod
+    async def alive(self) -> bool:
+        """True if the box still exists and can run processes."""
+
+    @abc.abstractmethod
+    async def open_process(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> RuntimeProcess:
+        """Start `argv` in the box with exactly `env` (no host environment leaks in)."""
+
+    async def __aenter__(self) -> Runtime:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

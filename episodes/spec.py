@@ -1,0 +1,175 @@
+"""Episode and batch specs: what to run, where, and how often.
+
+Loaded from YAML or JSON. Unknown fields are errors, and every validation error
+names the field and the file. Only pydantic/stdlib at import time: workflows
+import these models.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from episodes.errors import SpecError
+from episodes.models import Task
+from episodes.runtimes.config import RuntimeConfig, SubprocessConfig
+
+DEFAULT_MAX_PACKET = 16 * 1024 * 1024
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HarnessSpec(_Spec):
+    """The agent program and where it runs."""
+
+    # argv; a string is split like a shell would. `{python}` is the runtime's Python
+    # (the worker's interpreter for subprocess, `python3` inside a box).
+    command: list[str]
+    env: dict[str, str] = Field(default_factory=dict)
+    # Host variables passed through by name. Nothing else from the host leaks in.
+    inherit_env: list[str] = Field(default_factory=list)
+    cwd: str | None = None
+    runtime: RuntimeConfig = Field(default_factory=SubprocessConfig)
+    ready_timeout_s: float = Field(default=30.0, gt=0)
+    stop_timeout_s: float = Field(default=5.0, gt=0)
+    max_packet_bytes: int = Field(default=DEFAULT_MAX_PACKET, gt=0)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _split(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = shlex.split(v)
+        if isinstance(v, list) and not v:
+            raise ValueError("command must not be empty")
+        return v
+
+
+class PoolSpec(_Spec):
+    """Box reuse across episodes on one worker (see README: Pool)."""
+
+    ttl_s: float = Field(default=600.0, gt=0)
+    max_idle: int = Field(default=16, ge=0)
+
+
+class EpisodeSpec(_Spec):
+    """A batch of episodes: every task x `samples`."""
+
+    name: str
+    env: str
+    env_args: dict[str, Any] = Field(default_factory=dict)
+    tasks: list[Task] | None = None
+    dataset: Path | None = None
+    samples: int = Field(default=1, ge=1)
+    harness: HarnessSpec
+    max_turns: int = Field(default=20, ge=1)
+    turn_timeout_s: float = Field(default=60.0, gt=0)
+    on_worker_lost: Literal["fail", "restart"] = "fail"
+    concurrency: int = Field(default=16, ge=1)
+    # A template over task fields, e.g. "{task.id}" or "{task.data[repo]}"; episodes with
+    # the same rendered key may reuse a parked box on the same worker.
+    reuse_key: str | None = None
+    pool: PoolSpec = Field(default_factory=PoolSpec)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not v or any(c.isspace() for c in v) or "/" in v:
+            raise ValueError("name must be non-empty with no spaces or '/'")
+        return v
+
+    @model_validator(mode="after")
+    def _check(self) -> EpisodeSpec:
+        if (self.tasks is None) == (self.dataset is None):
+            raise ValueError("give exactly one of 'tasks' (inline) or 'dataset' (a JSONL path)")
+        if self.tasks is not None and not self.tasks:
+            raise ValueError("'tasks' is empty")
+        if self.tasks is not None:
+            ids = [t.id for t in self.tasks]
+            dupes = sorted({i for i in ids if ids.count(i) > 1})
+            if dupes:
+                raise ValueError(f"task ids must be unique; repeated: {', '.join(dupes)}")
+        if self.on_worker_lost == "restart":
+            raise ValueError(
+                "on_worker_lost: 'restart' is not supported yet; use 'fail' "
+                "(the episode ends with termination worker_lost)"
+            )
+        return self
+
+    def load_tasks(self) -> list[Task]:
+        """Inline tasks, or the dataset file read now (relative to the spec's folder)."""
+        if self.tasks is not None:
+            return list(self.tasks)
+        assert self.dataset is not None
+        return load_dataset(self.dataset)
+
+
+def load_dataset(path: Path) -> list[Task]:
+    if not path.exists():
+        raise SpecError(f"{path}: dataset file not found")
+    tasks: list[Task] = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            task = Task.model_validate(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise SpecError(f"{path}:{lineno}: not JSON ({e.msg})") from None
+        except ValidationError as e:
+            raise SpecError(f"{path}:{lineno}: {_describe(e)}") from None
+        if task.id in seen:
+            raise SpecError(f"{path}:{lineno}: task id {task.id!r} repeated")
+        seen.add(task.id)
+        tasks.append(task)
+    if not tasks:
+        raise SpecError(f"{path}: dataset has no tasks")
+    return tasks
+
+
+def _describe(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = None) -> EpisodeSpec:
+    """Validate a spec dict; errors name the field and `source`."""
+    if not isinstance(data, dict):
+        raise SpecError(f"{source}: a spec must be a mapping, got {type(data).__name__}")
+    try:
+        spec = EpisodeSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(f"{source}: {_describe(e)}") from None
+    if spec.dataset is not None and base_dir is not None and not spec.dataset.is_absolute():
+        spec = spec.model_copy(update={"dataset": (base_dir / spec.dataset).resolve()})
+    return spec
+
+
+def load_spec(path: str | Path) -> EpisodeSpec:
+    """Read a YAML or JSON spec file."""
+    p = Path(path)
+    if not p.exists():
+        raise SpecError(f"{p}: spec file not found")
+    text = p.read_text()
+    try:
+        if p.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as e:  # yaml.YAMLError / JSONDecodeError: one clear line
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise SpecError(f"{p}: cannot parse ({first})") from None
+    return parse_spec(data, source=str(p), base_dir=p.parent)
