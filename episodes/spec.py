@@ -70,6 +70,10 @@ class EpisodeSpec(_Spec):
     max_turns: int = Field(default=20, ge=1)
     turn_timeout_s: float = Field(default=60.0, gt=0)
     on_worker_lost: Literal["fail", "restart"] = "fail"
+    # How long a session's worker may be silent (no heartbeat, no poll) before the
+    # episode ends with `worker_lost`. Detection takes at most about twice this.
+    worker_lost_timeout_s: float = Field(default=10.0, gt=0)
+    score_timeout_s: float = Field(default=300.0, gt=0)
     concurrency: int = Field(default=16, ge=1)
     # A template over task fields, e.g. "{task.id}" or "{task.data[repo]}"; episodes with
     # the same rendered key may reuse a parked box on the same worker.

@@ -1,0 +1,119 @@
+"""The activities of one episode, thin over `episodes.session.LiveSession`.
+
+`provision` runs on the shared queue on whichever worker takes it and registers
+the session there; `turn`, `score` and `release` run on that worker's own queue.
+`score_transcript` is the fallback when that worker is gone (a local activity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from episodes.envs import load_env
+from episodes.errors import HarnessFailure, SpecError
+from episodes.messages import (
+    ProvisionInput,
+    ReleaseInput,
+    ScoreInput,
+    ScoreTranscriptInput,
+    SessionRef,
+    TurnInput,
+)
+from episodes.models import ScoreResult, TurnResult
+from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
+from workers.registry import SessionRegistry
+
+
+class SessionActivities:
+    def __init__(
+        self,
+        registry: SessionRegistry,
+        *,
+        session_queue: str,
+        worker_id: str,
+        pool: object = None,
+    ) -> None:
+        self.registry = registry
+        self.session_queue = session_queue
+        self.worker_id = worker_id
+        self.pool = pool
+
+    @activity.defn(name="provision")
+    async def provision(self, inp: ProvisionInput) -> SessionRef:
+        session_id = f"{inp.workflow_id}:{uuid.uuid4().hex[:10]}"
+        session = LiveSession(
+            inp.spec,
+            inp.task,
+            inp.sample,
+            session_id,
+            pool=self.pool,
+            labels={"worker": self.worker_id, "workflow": inp.workflow_id},
+        )
+        try:
+            first = await session.open()
+        except HarnessFailure as e:
+            raise ApplicationError(str(e), type=e.error_type, non_retryable=True) from None
+        except SpecError as e:
+            raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
+        self.registry.add(session, inp.workflow_id, inp.run_id)
+        return SessionRef(
+            session_id=session_id,
+            task_queue=self.session_queue,
+            worker_id=self.worker_id,
+            first_message=first,
+            pool_hit=session.pool_hit,
+        )
+
+    def _session(self, session_id: str) -> LiveSession:
+        session = self.registry.get(session_id)
+        if session is None:
+            raise ApplicationError(
+                f"session {session_id} is not on worker {self.worker_id} "
+                "(the worker restarted or the session was reaped)",
+                type="SessionNotFound",
+                non_retryable=True,
+            )
+        return session
+
+    @activity.defn(name="turn")
+    async def turn(self, inp: TurnInput) -> TurnResult:
+        session = self._session(inp.session_id)
+        beat = asyncio.create_task(_heartbeat_until_cancelled())
+        try:
+            return await session.turn(inp.turn)
+        except TurnOutOfOrder as e:
+            raise ApplicationError(str(e), type="TurnOutOfOrder", non_retryable=True) from None
+        finally:
+            beat.cancel()
+
+    @activity.defn(name="score")
+    async def score(self, inp: ScoreInput) -> ScoreResult:
+        return await self._session(inp.session_id).score(inp.termination)
+
+    @activity.defn(name="release")
+    async def release(self, inp: ReleaseInput) -> None:
+        session = self.registry.pop(inp.session_id)
+        if session is not None:
+            await session.close()
+
+
+@activity.defn(name="score_transcript")
+async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
+    try:
+        env = load_env(inp.env, inp.env_args)
+    except SpecError as e:
+        raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
+    return await score_transcript(env, inp.transcript)
+
+
+async def _heartbeat_until_cancelled() -> None:
+    """Tell the server this worker still holds the session while the harness works."""
+    timeout = activity.info().heartbeat_timeout
+    interval = max(0.2, timeout.total_seconds() / 3) if timeout else 5.0
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(interval)

@@ -1,0 +1,66 @@
+"""What every command shares: one-line errors, running coroutines, the results table."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+from collections import Counter
+from collections.abc import Coroutine
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from episodes.errors import EpisodesError
+from episodes.models import EpisodeResult
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a command's coroutine; our own errors become one clear line and exit 2."""
+    try:
+        return asyncio.run(coro)
+    except EpisodesError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        fail("interrupted", code=130)
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Table:
+    rewards = [r.reward for r in results if r.reward is not None]
+    durations = [r.duration_s for r in results]
+    turns = sum(r.turns for r in results)
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("episodes", str(len(results)))
+    table.add_row("turns", str(turns))
+    table.add_row(
+        "mean reward",
+        f"{statistics.fmean(rewards):.3f} (over {len(rewards)})" if rewards else "-",
+    )
+    for kind, n in sorted(Counter(r.termination for r in results).items()):
+        table.add_row(f"  {kind}", str(n))
+    if durations:
+        table.add_row(
+            "duration p50 / p95",
+            f"{percentile(durations, 0.5):.2f} s / {percentile(durations, 0.95):.2f} s",
+        )
+    return table

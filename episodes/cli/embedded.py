@@ -1,0 +1,59 @@
+"""The embedded stack: a tuned Temporal dev server plus an in-process worker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from temporalio.client import Client
+
+from episodes.connect import connect
+from episodes.devserver import DevServer
+
+STATE_DIR = Path(".episodes")
+
+
+@dataclass
+class Embedded:
+    server: DevServer
+    client: Client
+    worker: object
+
+
+@contextlib.asynccontextmanager
+async def embedded_stack(
+    *,
+    port: int = 7233,
+    ui_port: int | None = None,
+    task_queue: str = "episodes",
+    max_sessions: int = 256,
+    namespace: str = "default",
+) -> AsyncIterator[Embedded]:
+    """Start (or reuse) the dev server on `port`, run a worker here, tear both down after."""
+    from workers.worker import EpisodeWorker, WorkerOptions
+
+    STATE_DIR.mkdir(exist_ok=True)
+    server = DevServer(
+        port=port,
+        ui_port=ui_port,
+        db_file=STATE_DIR / "temporal.db",
+        log_file=STATE_DIR / "temporal.log",
+    )
+    await asyncio.to_thread(server.start)
+    try:
+        client = await connect(server.address, namespace=namespace, timeout_s=30)
+        worker = EpisodeWorker(
+            client, WorkerOptions(task_queue=task_queue, max_sessions=max_sessions)
+        )
+        running = asyncio.create_task(worker.run())
+        try:
+            yield Embedded(server, client, worker)
+        finally:
+            worker.request_stop()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
+    finally:
+        await asyncio.to_thread(server.stop)

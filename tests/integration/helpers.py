@@ -1,0 +1,65 @@
+"""Specs and polling helpers for integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import time
+from typing import Any
+
+from episodes.spec import EpisodeSpec, parse_spec
+
+
+def spec(
+    *,
+    env: str = "script",
+    command: list[str] | None = None,
+    tasks: list[dict[str, Any]] | None = None,
+    name: str = "it",
+    **over: Any,
+) -> EpisodeSpec:
+    harness = {
+        "command": command or ["{python}", "-m", "episodes.harnesses.echo"],
+        "ready_timeout_s": 5.0,
+        "stop_timeout_s": 1.0,
+    }
+    harness.update(over.pop("harness", {}))
+    data = {
+        "name": name,
+        "env": env,
+        "tasks": tasks or [{"id": "t0", "data": {"messages": ["a", "b", "c"]}}],
+        "harness": harness,
+        "max_turns": 10,
+        "turn_timeout_s": 5.0,
+        "worker_lost_timeout_s": 3.0,
+    }
+    data.update(over)
+    return parse_spec(data)
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); it is dead for our purposes.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def wait_until(pred, timeout: float = 20.0, interval: float = 0.1) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = pred()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return True
+        await asyncio.sleep(interval)
+    return False

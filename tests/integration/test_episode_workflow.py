@@ -1,0 +1,48 @@
+"""EpisodeWorkflow end to end on a real dev server, real worker, real harness processes."""
+
+from __future__ import annotations
+
+import uuid
+
+from temporalio.client import Client
+
+from episodes.client import EpisodesClient
+from episodes.models import Task
+from tests.integration.helpers import spec
+
+QUEUE = "episodes-test"
+
+
+def _client(client: Client) -> EpisodesClient:
+    return EpisodesClient(client, task_queue=QUEUE)
+
+
+async def test_script_episode_runs_to_env_done(client, worker) -> None:
+    s = spec(
+        name=f"script-{uuid.uuid4().hex[:6]}",
+        tasks=[{"id": "t0", "data": {"messages": ["a", "b", "c"], "expected": ["a", "x", "c"]}}],
+    )
+    result = await _client(client).run_episode(s, s.tasks[0])
+    assert result.termination == "env_done"
+    assert result.turns == 3
+    assert result.reward is not None and abs(result.reward - 2 / 3) < 1e-9
+    assert result.error is None
+    assert len(worker.registry) == 0  # released
+
+
+async def test_rerun_attaches_instead_of_duplicating(client, worker) -> None:
+    s = spec(name=f"rerun-{uuid.uuid4().hex[:6]}")
+    ec = _client(client)
+    first = await ec.run_episode(s, s.tasks[0])
+    second = await ec.run_episode(s, s.tasks[0])
+    assert first.workflow_id == second.workflow_id
+    assert first.duration_s == second.duration_s  # the same recorded result, not a new run
+    n = await client.count_workflows(f"WorkflowId = '{first.workflow_id}'")
+    assert n.count == 1
+
+
+async def test_max_turns(client, worker) -> None:
+    s = spec(name=f"max-{uuid.uuid4().hex[:6]}", max_turns=2)
+    result = await _client(client).run_episode(s, Task(id="t0", data={"messages": ["a", "b", "c"]}))
+    assert result.termination == "max_turns"
+    assert result.turns == 2

@@ -1,0 +1,51 @@
+"""Backpressure: a full worker stops polling for provisions.
+
+A custom slot supplier for the shared queue's activity slots (only `provision`
+uses them): a slot is handed out only while live sessions plus outstanding
+permits stay under `max_sessions`. A full worker simply stops asking the server
+for provisions, so they go to workers with room instead of failing and retrying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio.worker import (
+    CustomSlotSupplier,
+    SlotMarkUsedContext,
+    SlotPermit,
+    SlotReleaseContext,
+    SlotReserveContext,
+)
+
+from workers.registry import SessionRegistry
+
+_POLL_S = 0.05
+
+
+class SessionSlots(CustomSlotSupplier):
+    def __init__(self, registry: SessionRegistry) -> None:
+        self.registry = registry
+        self.permits = 0
+
+    def _has_room(self) -> bool:
+        return len(self.registry) + self.permits < self.registry.max_sessions
+
+    async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
+        # Polling is cheap here and keeps the supplier free of loop-bound conditions.
+        while not self._has_room():
+            await asyncio.sleep(_POLL_S)
+        self.permits += 1
+        return SlotPermit()
+
+    def try_reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit | None:
+        if not self._has_room():
+            return None
+        self.permits += 1
+        return SlotPermit()
+
+    def mark_slot_used(self, ctx: SlotMarkUsedContext) -> None:
+        pass
+
+    def release_slot(self, ctx: SlotReleaseContext) -> None:
+        self.permits -= 1
