@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -144,6 +146,9 @@ async def _until_signalled() -> None:
 
 
 def main() -> None:
+    # `env: my_envs:MyEnv` in a spec should find my_envs.py where the user runs us.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     app()
 
 

@@ -1,0 +1,129 @@
+"""`make demo`: real episodes through the embedded Temporal dev server and a worker.
+
+Runs the guess-number and python-repl examples (and a Docker-backed one when an
+engine answers and the harness image exists), prints a results table and the UI
+address, and leaves the histories in .episodes/ for `episodes dev` to show later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from episodes.cli.common import console, percentile, summary_table
+from episodes.cli.embedded import embedded_stack
+from episodes.client import EpisodesClient
+from episodes.models import EpisodeResult
+from episodes.spec import EpisodeSpec, load_spec
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def demo_specs() -> list[EpisodeSpec]:
+    specs = [
+        load_spec(EXAMPLES / "guess-number.yaml").model_copy(update={"samples": 6}),
+        load_spec(EXAMPLES / "python-repl.yaml").model_copy(update={"samples": 4}),
+    ]
+    docker = EXAMPLES / "docker-repl.yaml"
+    if docker.exists() and _docker_ready():
+        specs.append(load_spec(docker))
+    return specs
+
+
+def _docker_ready() -> bool:
+    try:
+        from episodes.runtimes.docker import image_available
+
+        return image_available("episodes-harness:latest")
+    except Exception:  # no SDK, no engine: the demo runs without Docker
+        return False
+
+
+async def run_demo(port: int, keep: bool) -> None:
+    specs = demo_specs()
+    batch = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    started = time.monotonic()
+    with console.status("starting the embedded Temporal dev server and a worker"):
+        stack_cm = embedded_stack(port=port)
+        stack = await stack_cm.__aenter__()
+    try:
+        client = EpisodesClient(stack.client)
+        console.print(
+            f"[green]✓[/] Temporal at {stack.server.address}, worker {stack.worker.worker_id}"
+        )
+        total = sum(len(s.load_tasks()) * s.samples for s in specs)
+        console.print(
+            f"running {total} episodes ({', '.join(s.name for s in specs)}) as batch {batch}"
+        )
+        results: list[EpisodeResult] = []
+
+        async def one_spec(spec: EpisodeSpec) -> None:
+            async for r in client.run_batch(spec, batch=f"{batch}-{spec.name}"):
+                results.append(r)
+                console.print(
+                    f"  {r.spec_name:<13} {r.task_id:<24} s{r.sample} {r.termination:<9} "
+                    f"turns={r.turns:<2} reward={'-' if r.reward is None else f'{r.reward:.2f}'}",
+                    highlight=False,
+                )
+
+        await asyncio.gather(*(one_spec(s) for s in specs))
+        wall = time.monotonic() - started
+        for spec in specs:
+            mine = [r for r in results if r.spec_name == spec.name]
+            console.print(summary_table(mine, title=spec.name))
+        console.print(_latency_table(results, wall))
+        ui = stack.server.ui_url
+        if ui:
+            console.print(
+                f'\nTemporal UI: [bold]{ui}[/] (search: EpisodeBatch STARTS_WITH "{batch}")'
+            )
+        if keep and stack.server.ui_url:
+            console.print("the server and worker stay up for the UI — Ctrl-C to stop")
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.Event().wait()
+        else:
+            console.print("histories are kept in .episodes/: `.venv/bin/episodes dev` shows them")
+    finally:
+        await stack_cm.__aexit__(None, None, None)
+
+
+def _latency_table(results: list[EpisodeResult], wall: float) -> Table:
+    turns = sum(r.turns for r in results)
+    per_turn = [r.duration_s / r.turns * 1000 for r in results if r.turns]
+    table = Table(title="demo", show_header=False, title_justify="left")
+    table.add_row("episodes", str(len(results)))
+    table.add_row("turns", str(turns))
+    table.add_row("wall time", f"{wall:.1f} s (incl. server start)")
+    if per_turn:
+        table.add_row(
+            "episode time per turn",
+            f"median {statistics.median(per_turn):.1f} ms, p95 {percentile(per_turn, 0.95):.1f} ms",
+        )
+    return table
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--port", type=int, default=7233)
+    parser.add_argument(
+        "--keep",
+        action=argparse.BooleanOptionalAction,
+        default=sys.stdin.isatty(),
+        help="keep the server and UI up after the run (default: when run in a terminal)",
+    )
+    args = parser.parse_args()
+    try:
+        asyncio.run(run_demo(args.port, args.keep))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The `episodes` command line as a user runs it: a real subprocess, real server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import ROOT
+
+
+async def episodes(*args: str, timeout: float = 120) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "episodes.cli.main",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return proc.returncode or 0, out.decode(), err.decode()
+
+
+def write_spec(tmp_path: Path, data: dict, name: str = "spec.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def good_spec(name: str) -> dict:
+    return {
+        "name": name,
+        "env": "script",
+        "tasks": [
+            {"id": "a", "data": {"messages": ["x", "y"], "expected": ["x", "y"]}},
+            {"id": "b", "data": {"messages": ["z"], "expected": ["nope"]}},
+        ],
+        "samples": 2,
+        "harness": {"command": "{python} -m episodes.harnesses.echo"},
+    }
+
+
+async def test_run_end_to_end_then_show(tmp_path, dev_server, worker) -> None:
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, good_spec(name))
+    out = tmp_path / "results.jsonl"
+    code, stdout, stderr = await episodes(
+        "run",
+        str(spec),
+        "--address",
+        dev_server.address,
+        "--task-queue",
+        "episodes-test",
+        "--out",
+        str(out),
+    )
+    assert code == 0, stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == 4
+    assert sorted((r["task_id"], r["sample"]) for r in rows) == [
+        ("a", 0),
+        ("a", 1),
+        ("b", 0),
+        ("b", 1),
+    ]
+    assert {r["task_id"]: r["reward"] for r in rows} == {"a": 1.0, "b": 0.0}
+    assert "mean reward" in stdout and "0.500" in stdout
+
+    code, stdout, stderr = await episodes(
+        "show", f"{name}.a.s0", "--address", dev_server.address, "--json"
+    )
+    assert code == 0, stderr
+    shown = json.loads(stdout)
+    assert [t["record"]["reply"] for t in shown["turns"]] == ["x", "y"]
+    assert shown["result"]["termination"] == "env_done"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "needle"),
+    [
+        (lambda d: d["harness"].update(comand="x"), "harness.comand: unknown field"),
+        (lambda d: d.update(max_turns=0), "max_turns"),
+        (lambda d: d.update(env="no-such-env"), "no-such-env"),
+        (lambda d: d["harness"].update(runtime={"type": "vm"}), "harness.runtime"),
+        (lambda d: d.pop("tasks"), "tasks"),
+        (lambda d: d.update(on_worker_lost="restart"), "on_worker_lost"),
+    ],
+)
+async def test_bad_specs_exit_2_naming_the_field(tmp_path, mutate, needle) -> None:
+    data = good_spec("bad")
+    mutate(data)
+    spec = write_spec(tmp_path, data)
+    # An unreachable address: a bad spec must be reported before any connection.
+    code, stdout, stderr = await episodes("run", str(spec), "--address", "127.0.0.1:1")
+    assert code == 2
+    assert needle in stderr
+    assert str(spec) in stderr or "env" in needle or needle == "no-such-env"
+    assert "Traceback" not in stderr + stdout
+
+
+async def test_missing_spec_file_and_unreachable_server(tmp_path) -> None:
+    code, _, stderr = await episodes("run", str(tmp_path / "nope.yaml"))
+    assert code == 2 and "spec file not found" in stderr
+    spec = write_spec(tmp_path, good_spec("unreach"))
+    code, stdout, stderr = await episodes("run", str(spec), "--address", "127.0.0.1:1", timeout=60)
+    assert code == 2 and "cannot reach Temporal at 127.0.0.1:1" in stderr
+    assert "Traceback" not in stderr + stdout
+
+
+async def test_bad_yaml_is_one_line(tmp_path) -> None:
+    p = tmp_path / "broken.yaml"
+    p.write_text("name: [unclosed\n")
+    code, stdout, stderr = await episodes("run", str(p), "--address", "127.0.0.1:1")
+    assert code == 2 and "cannot parse" in stderr and str(p) in stderr
+    assert "Traceback" not in stderr + stdout
