@@ -31,6 +31,7 @@ from episodes.models import (
 )
 from episodes.runtimes import Runtime, SubprocessConfig, make_runtime
 from episodes.spec import EpisodeSpec
+from episodes.truncate import cap, cap_record
 
 EventCallback = Callable[[Any], Awaitable[None] | None]
 
@@ -186,6 +187,12 @@ class LiveSession:
             record: TurnRecord = await self.harness.turn(
                 n, self._pending, timeout_s=self.spec.turn_timeout_s, on_event=on_event
             )
+            full_reply = record.reply
+            record = cap_record(
+                record,
+                max_value_bytes=self.spec.record_max_value_bytes,
+                max_turn_bytes=self.spec.record_max_turn_bytes,
+            )
             if record.error_type:
                 result = TurnResult(
                     record=record,
@@ -193,12 +200,13 @@ class LiveSession:
                     termination=record.error_type,
                 )
             else:
-                outcome = await call(self.env.step, record.reply)
+                outcome = await call(self.env.step, full_reply)
                 if not isinstance(outcome, StepOutcome):
                     outcome = StepOutcome.model_validate(outcome)
+                recorded, _ = cap(outcome.message, self.spec.record_max_value_bytes)
                 result = TurnResult(
                     record=record,
-                    observation=outcome,
+                    observation=outcome.model_copy(update={"message": recorded}),
                     termination="env_done" if outcome.done else None,
                 )
                 self._pending = outcome.message

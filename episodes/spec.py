@@ -74,6 +74,10 @@ class EpisodeSpec(_Spec):
     # episode ends with `worker_lost`. Detection takes at most about twice this.
     worker_lost_timeout_s: float = Field(default=10.0, gt=0)
     score_timeout_s: float = Field(default=300.0, gt=0)
+    # What a turn may put into workflow history (Temporal rejects payloads over 2 MB):
+    # larger messages, replies and events are recorded as a marker with their size.
+    record_max_value_bytes: int = Field(default=256 * 1024, ge=1024)
+    record_max_turn_bytes: int = Field(default=1024 * 1024, ge=4096, le=1536 * 1024)
     concurrency: int = Field(default=16, ge=1)
     # A template over task fields, e.g. "{task.id}" or "{task.data[repo]}"; episodes with
     # the same rendered key may reuse a parked box on the same worker.

@@ -46,3 +46,22 @@ async def test_max_turns(client, worker) -> None:
     result = await _client(client).run_episode(s, Task(id="t0", data={"messages": ["a", "b", "c"]}))
     assert result.termination == "max_turns"
     assert result.turns == 2
+
+
+async def test_oversized_reply_is_truncated_in_history(client, worker) -> None:
+    """A 3 MB reply would exceed Temporal's 2 MB payload limit; it is recorded as a marker."""
+    from episodes.messages import EpisodeProgress
+
+    s = spec(
+        name=f"big-{uuid.uuid4().hex[:6]}",
+        env="python-repl",
+        command=["{python}", "-m", "episodes.harnesses.repl"],
+        tasks=[{"id": "t0", "data": {"snippets": ["print('x' * 3_000_000)", "1 + 1"]}}],
+    )
+    handle = await _client(client).start_episode(s, s.tasks[0])
+    result = await handle.result()
+    assert result.termination == "env_done" and result.turns == 2
+    progress = await handle.query("progress", result_type=EpisodeProgress)
+    first = progress.turns[0].reply
+    assert first["__truncated__"] is True and first["bytes"] >= 3_000_000
+    assert progress.turns[1].reply.strip() == "2"
