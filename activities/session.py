@@ -25,6 +25,7 @@ from episodes.messages import (
 )
 from episodes.models import ScoreResult, TurnResult
 from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
+from workers.pools import WorkerPools
 from workers.registry import SessionRegistry
 
 
@@ -35,22 +36,25 @@ class SessionActivities:
         *,
         session_queue: str,
         worker_id: str,
-        pool: object = None,
+        pools: WorkerPools | None = None,
     ) -> None:
         self.registry = registry
         self.session_queue = session_queue
         self.worker_id = worker_id
-        self.pool = pool
+        self.pools = pools
 
     @activity.defn(name="provision")
     async def provision(self, inp: ProvisionInput) -> SessionRef:
         session_id = f"{inp.workflow_id}:{uuid.uuid4().hex[:10]}"
+        pool = None
+        if inp.spec.reuse_key and self.pools is not None:
+            pool = await self.pools.get(inp.spec.pool)
         session = LiveSession(
             inp.spec,
             inp.task,
             inp.sample,
             session_id,
-            pool=self.pool,
+            pool=pool,
             labels={"worker": self.worker_id, "workflow": inp.workflow_id},
         )
         try:
@@ -84,7 +88,8 @@ class SessionActivities:
         session = self._session(inp.session_id)
         beat = asyncio.create_task(_heartbeat_until_cancelled())
         try:
-            return await session.turn(inp.turn)
+            override = {"message": inp.message} if inp.has_message else {}
+            return await session.turn(inp.turn, **override)
         except TurnOutOfOrder as e:
             raise ApplicationError(str(e), type="TurnOutOfOrder", non_retryable=True) from None
         finally:

@@ -22,6 +22,10 @@ Termination = Literal[
     "harness_error",
     "worker_lost",
     "cancelled",
+    # Interactive sessions: the trainer closed the session before the env said done,
+    # or sent no step for the session's idle timeout.
+    "closed",
+    "idle_timeout",
 ]
 
 # The subset of terminations that a failing harness or runtime produces.
@@ -100,3 +104,5 @@ class EpisodeResult(Model):
     reward: float | None = None
     score_details: dict[str, Any] = Field(default_factory=dict)
     duration_s: float
+    # Whether provision reused a parked box (spec.reuse_key), None when no pool was asked for.
+    pool_hit: bool | None = None

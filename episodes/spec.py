@@ -53,6 +53,8 @@ class HarnessSpec(_Spec):
 class PoolSpec(_Spec):
     """Box reuse across episodes on one worker (see README: Pool)."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True)  # hashable: one pool per setting
+
     ttl_s: float = Field(default=600.0, gt=0)
     max_idle: int = Field(default=16, ge=0)
 

@@ -28,6 +28,7 @@ from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, Worker
 from activities.session import SessionActivities, score_transcript_activity
 from episodes.messages import DEFAULT_TASK_QUEUE
 from workers.backpressure import SessionSlots
+from workers.pools import WorkerPools
 from workers.registry import SessionRegistry
 from workflows import WORKFLOWS
 
@@ -52,7 +53,6 @@ class EpisodeWorker:
         client: Client,
         options: WorkerOptions | None = None,
         *,
-        pool=None,
         interceptors: Sequence[Interceptor] = (),
     ):
         self.client = client
@@ -62,12 +62,12 @@ class EpisodeWorker:
         )
         self.session_queue = f"{opts.task_queue}-session-{self.worker_id}"
         self.registry = SessionRegistry(opts.max_sessions)
-        self.pool = pool
+        self.pools = WorkerPools()
         self.activities = SessionActivities(
             self.registry,
             session_queue=self.session_queue,
             worker_id=self.worker_id,
-            pool=pool,
+            pools=self.pools,
         )
         self.slots = SessionSlots(self.registry)
         self.reaped = 0
@@ -123,8 +123,7 @@ class EpisodeWorker:
         for entry in entries:
             self.registry.pop(entry.session.session_id)
         await asyncio.gather(*(e.session.close() for e in entries), return_exceptions=True)
-        if self.pool is not None:
-            await self.pool.close()
+        await self.pools.close()
 
     # -- reaper --------------------------------------------------------------------
 
@@ -168,8 +167,7 @@ class EpisodeWorker:
             "max_sessions": self.registry.max_sessions,
             "reaped": self.reaped,
         }
-        if self.pool is not None:
-            stats["pool"] = self.pool.stats.model_dump()
+        stats["pool"] = self.pools.stats.model_dump()
         return stats
 
 

@@ -124,6 +124,7 @@ class EpisodeWorkflow:
             reward=score.reward,
             score_details=score.details,
             duration_s=(workflow.now() - started).total_seconds(),
+            pool_hit=self._ref.pool_hit if self._ref else None,
         )
 
     # -- the story, step by step -------------------------------------------------

@@ -58,6 +58,10 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
     )
     for kind, n in sorted(Counter(r.termination for r in results).items()):
         table.add_row(f"  {kind}", str(n))
+    pooled = [r.pool_hit for r in results if r.pool_hit is not None]
+    if pooled:
+        hits = sum(pooled)
+        table.add_row("pool hits / misses", f"{hits} / {len(pooled) - hits}")
     if durations:
         table.add_row(
             "duration p50 / p95",
