@@ -1,0 +1,78 @@
+"""Every misbehaving harness mode through Temporal: the named termination, the episode
+scored and released, no process of it left, and the worker still healthy."""
+
+from __future__ import annotations
+
+import uuid
+
+import psutil
+import pytest
+
+from episodes.client import EpisodesClient
+from tests.conftest import scripted_command
+from tests.integration.helpers import spec, wait_until
+
+QUEUE = "episodes-test"
+MESSAGES = ["a", "b", "c"]
+
+MODES = [
+    # (argv, termination, text the error must contain)
+    (("slow-start", "delay=0.5"), "env_done", None),
+    (("never-ready",), "harness_start_failed", "ready"),
+    (("exit-now",), "harness_start_failed", "exit code 3"),
+    (("crash-mid", "turn=1"), "harness_crashed", "crash-mid: fatal error at turn 1"),
+    (("hang", "turn=1"), "turn_timeout", "no reply to turn 1"),
+    (("garbage", "kind=text", "turn=1"), "protocol_error", "stdout"),
+    (("oversize", "turn=1"), "protocol_error", "exceeds the maximum"),
+    (("wrong-turn",), "protocol_error", "turn"),
+    (("stdout-flood", "mb=200", "kind=raw", "turn=1"), "protocol_error", None),
+    (("stderr-flood", "mb=20"), "env_done", None),
+    (("ignore-sigterm",), "env_done", None),
+    (("fork-grandchild", "then=echo"), "env_done", None),
+    (("fork-grandchild", "then=hang"), "turn_timeout", None),
+    (("error-reply", "turn=1"), "harness_error", None),
+]
+
+
+def _procs_with(tag: str) -> list[psutil.Process]:
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        cmd = p.info["cmdline"] or []
+        if any(tag in part for part in cmd) and p.info["status"] != psutil.STATUS_ZOMBIE:
+            found.append(p)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("argv", "termination", "needle"), MODES, ids=["-".join(m[0]) for m in MODES]
+)
+async def test_mode_ends_in_named_outcome(client, worker, argv, termination, needle) -> None:
+    tag = f"tag={uuid.uuid4().hex}"  # marks this episode's processes (grandchildren too)
+    s = spec(
+        name=f"bad-{argv[0]}-{uuid.uuid4().hex[:6]}",
+        command=scripted_command(*argv, tag),
+        tasks=[{"id": "t0", "data": {"messages": MESSAGES, "expected": MESSAGES}}],
+        turn_timeout_s=2.0,
+        harness={"ready_timeout_s": 2.0, "stop_timeout_s": 1.0},
+    )
+    result = await EpisodesClient(client, task_queue=QUEUE).run_episode(s, s.tasks[0])
+
+    assert result.termination == termination, result.error
+    if termination == "env_done":
+        assert result.error is None and result.reward == 1.0
+    else:
+        assert result.error
+        assert result.reward is not None  # still scored: the replies before the failure count
+        if needle:
+            assert needle in result.error
+    if argv[0] in {"exit-now", "crash-mid"}:
+        assert "harness stderr" in result.error  # the tail comes with the failure
+    # Released: the session is gone from the worker and nothing of it still runs.
+    assert all(e.workflow_id != result.workflow_id for e in worker.registry.entries())
+    assert await wait_until(lambda: not _procs_with(tag), timeout=10), _procs_with(tag)
+
+
+async def test_worker_still_healthy_after_the_misbehaviour(client, worker) -> None:
+    s = spec(name=f"healthy-{uuid.uuid4().hex[:6]}")
+    result = await EpisodesClient(client, task_queue=QUEUE).run_episode(s, s.tasks[0])
+    assert result.termination == "env_done"
