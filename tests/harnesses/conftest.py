@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from episodes.runtimes.subprocess import SubprocessRuntime
+
+
+@pytest.fixture
+async def runtime():
+    rt = SubprocessRuntime()
+    await rt.start()
+    yield rt
+    await rt.stop()
+    assert rt.workdir is not None and not os.path.exists(rt.workdir)
