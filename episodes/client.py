@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import (
@@ -27,9 +28,12 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from episodes import search_attributes as sa
 from episodes.connect import connect
 from episodes.errors import EpisodesError
-from episodes.messages import DEFAULT_TASK_QUEUE, EpisodeInput
+from episodes.messages import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, EpisodeInput
 from episodes.models import EpisodeResult, Task
 from episodes.spec import EpisodeSpec, load_spec
+
+if TYPE_CHECKING:
+    from episodes.interactive import InteractiveSession
 
 
 class EpisodeFailed(EpisodesError):
@@ -106,6 +110,29 @@ class EpisodesClient:
     ) -> EpisodeResult:
         handle = await self.start_episode(spec, task, sample, batch=batch)
         return await _result(handle)
+
+    async def open_session(
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int = 0,
+        *,
+        batch: str | None = None,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        workflow_id: str | None = None,
+    ) -> InteractiveSession:
+        """An interactive session: the trainer sends each turn (see `episodes.interactive`)."""
+        from episodes.interactive import open_session
+
+        return await open_session(
+            self,
+            spec,
+            task,
+            sample,
+            batch=batch,
+            idle_timeout_s=idle_timeout_s,
+            workflow_id=workflow_id,
+        )
 
     async def run_batch(
         self,

@@ -45,6 +45,10 @@ class SessionRef(Model):
 class TurnInput(Model):
     session_id: str
     turn: int
+    # Interactive sessions: the trainer's message for this turn, sent instead of the
+    # env's pending one when `has_message` (a flag, since None is a valid message).
+    message: Any = None
+    has_message: bool = False
 
 
 class ScoreInput(Model):
@@ -74,3 +78,41 @@ class EpisodeProgress(Model):
     session: SessionRef | None = None
     first_message: Any = None
     turns: list[TurnRecord] = Field(default_factory=list)
+
+
+# -- interactive sessions (the trainer writes each turn) -------------------------------
+
+DEFAULT_IDLE_TIMEOUT_S = 600.0
+
+
+class InteractiveInput(EpisodeInput):
+    """An interactive session: an episode whose turns arrive as `step` updates."""
+
+    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
+
+
+class SessionOpened(Model):
+    """What the `open` update returns once the session is provisioned (or failed to be)."""
+
+    first_observation: Any = None
+    turns_done: int = 0
+    done: bool = False
+    termination: Termination | None = None
+    error: str | None = None
+
+
+class StepInput(Model):
+    turn: int
+    message: Any = None
+
+
+class StepReply(Model):
+    """One step: the harness's reply, the env's observation of it, and whether it is over."""
+
+    turn: int
+    reply: Any = None
+    observation: Any = None  # the env's next message (usually None once done)
+    done: bool = False
+    reward: float | None = None
+    termination: Termination | None = None  # set when done
+    error: str | None = None

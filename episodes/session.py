@@ -36,6 +36,10 @@ from episodes.truncate import cap, cap_record
 EventCallback = Callable[[Any], Awaitable[None] | None]
 
 
+# "No message given": the env's pending message is sent (None is a valid message).
+_PENDING: Any = object()
+
+
 class TurnOutOfOrder(RuntimeError):
     """A turn index other than the next one (or a recorded one) was asked for."""
 
@@ -162,8 +166,14 @@ class LiveSession:
 
     # -- turns ---------------------------------------------------------------------
 
-    async def turn(self, n: int, *, on_event: EventCallback | None = None) -> TurnResult:
-        """Send the pending message as turn `n` once; repeat calls get the same result."""
+    async def turn(
+        self, n: int, *, on_event: EventCallback | None = None, message: Any = _PENDING
+    ) -> TurnResult:
+        """Send the pending message as turn `n` once; repeat calls get the same result.
+
+        `message`, when given, is sent instead of the env's pending message (an
+        interactive session, where the trainer writes each turn).
+        """
         self.last_used = time.monotonic()
         if n in self._results:
             return self._results[n]
@@ -176,6 +186,8 @@ class LiveSession:
             if n != self._next_turn:
                 raise TurnOutOfOrder(f"turn {n} asked for, next is {self._next_turn}")
             self._next_turn += 1
+            if message is not _PENDING:
+                self._pending = message
             task = asyncio.create_task(self._run_turn(n, on_event))
             self._inflight[n] = task
         # Shielded: a cancelled caller must not cancel the turn the harness is working on.

@@ -1,0 +1,211 @@
+"""Interactive sessions: the trainer writes each turn (OpenEnv-style reset/step).
+
+    async with await client.open_session(spec, task) as session:
+        obs = session.first_observation              # env.reset(task)
+        while not session.done:
+            r = await session.step(policy(obs))      # the trainer's message -> the harness
+            obs = r.observation                      # env.step(harness reply)
+    result = session.result                          # scored and released on exit
+
+Each step is one Temporal Update on an InteractiveEpisodeWorkflow whose update id,
+`<workflow id>:step:<n>`, is the idempotency key: calling `step` again after a
+network error (or `step(..., idempotency_key=k)` with the same key) returns the
+recorded reply, and the harness sees the message once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.client import (
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from episodes import search_attributes as sa
+from episodes.errors import EpisodesError
+from episodes.messages import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    EpisodeProgress,
+    InteractiveInput,
+    SessionOpened,
+    StepInput,
+    StepReply,
+)
+from episodes.models import EpisodeResult, Task, Termination
+from episodes.spec import EpisodeSpec
+
+WORKFLOW = "InteractiveEpisodeWorkflow"
+STEP_REJECTED = "StepRejected"  # the ApplicationError type the workflow's validator raises
+
+
+class StepRejected(EpisodesError):
+    """The session refused a step: out of order, one already running, or the episode is over."""
+
+
+class SessionFailed(EpisodesError):
+    """The session's workflow failed (a bug or a bad spec), so there is no reply or result."""
+
+
+def session_id(batch: str, task_id: str, sample: int) -> str:
+    return f"{batch}.{task_id}.s{sample}.session"
+
+
+class InteractiveSession:
+    """One live episode driven step by step. Use `open_session` to make one."""
+
+    def __init__(self, handle: WorkflowHandle, opened: SessionOpened) -> None:
+        self.handle = handle
+        self.workflow_id: str = handle.id
+        self.first_observation: Any = opened.first_observation
+        self.done = opened.done
+        self.termination: Termination | None = opened.termination
+        self.error = opened.error
+        self.turn = opened.turns_done  # the index the next step carries
+        self.last: StepReply | None = None
+        self.result: EpisodeResult | None = None
+
+    async def step(self, message: Any, *, idempotency_key: str | None = None) -> StepReply:
+        """Send `message` to the harness as the next turn; the reply and the env's verdict."""
+        n = self.turn
+        key = idempotency_key or f"{self.workflow_id}:step:{n}"
+        try:
+            reply = await self.handle.execute_update(
+                "step", StepInput(turn=n, message=message), id=key, result_type=StepReply
+            )
+        except WorkflowUpdateFailedError as e:
+            cause = e.cause
+            if isinstance(cause, ApplicationError) and cause.type == STEP_REJECTED:
+                raise StepRejected(cause.message) from None
+            raise SessionFailed(f"session {self.workflow_id}: step {n} failed: {cause}") from None
+        except RPCError as e:
+            if _completed(e):
+                self.done = True
+                raise StepRejected(
+                    f"step {n} rejected: session {self.workflow_id} has ended "
+                    "(close() returns its result)"
+                ) from None
+            raise
+        self.turn = n + 1
+        self.last = reply
+        if reply.done:
+            self.done, self.termination, self.error = True, reply.termination, reply.error
+        return reply
+
+    async def close(self) -> EpisodeResult:
+        """End the session (if the env has not), score it, release the box: the result.
+
+        Idempotent; also returns the result of a session that ended on its own
+        (done, idle timeout, cancel).
+        """
+        if self.result is not None:
+            return self.result
+        try:
+            result = await self.handle.execute_update(
+                "close", id=f"{self.workflow_id}:close", result_type=EpisodeResult
+            )
+        except (WorkflowUpdateFailedError, RPCError) as e:
+            if isinstance(e, RPCError) and not _completed(e):
+                raise
+            result = await _result(self.handle)  # it ended first: its result is final
+        self.result = result
+        self.done, self.termination, self.error = True, result.termination, result.error
+        return result
+
+    async def progress(self) -> EpisodeProgress:
+        """The transcript so far (the workflow's `progress` query)."""
+        return await self.handle.query("progress", result_type=EpisodeProgress)
+
+    async def __aenter__(self) -> InteractiveSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+async def open_session(
+    client: Any,
+    spec: EpisodeSpec,
+    task: Task,
+    sample: int = 0,
+    *,
+    batch: str | None = None,
+    idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+    workflow_id: str | None = None,
+) -> InteractiveSession:
+    """Start (or re-attach to) a session and wait for its first observation.
+
+    `client` is an `EpisodesClient`. The workflow id defaults to
+    `<batch>.<task>.s<sample>.session`: opening it while it runs re-attaches (the
+    session continues at the next turn); once it has ended, the same id starts a
+    fresh session. A harness that fails to start is an outcome, not an exception:
+    the session comes back `done` with its `termination`; `close()` gives the result.
+    """
+    from episodes.client import single_task_spec
+
+    batch = batch or spec.name
+    wid = workflow_id or session_id(batch, task.id, sample)
+    handle = await client.client.start_workflow(
+        WORKFLOW,
+        InteractiveInput(
+            spec=single_task_spec(spec, task),
+            task=task,
+            sample=sample,
+            batch=batch,
+            idle_timeout_s=idle_timeout_s,
+        ),
+        id=wid,
+        task_queue=client.task_queue,
+        result_type=EpisodeResult,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(sa.ENV, spec.env),
+                SearchAttributePair(sa.TASK, task.id),
+                SearchAttributePair(sa.BATCH, batch),
+                SearchAttributePair(sa.SPEC, spec.name),
+            ]
+        ),
+        static_summary=f"interactive · {spec.env} · task {task.id} · sample {sample}",
+    )
+    try:
+        opened = await handle.execute_update("open", result_type=SessionOpened)
+    except (WorkflowUpdateFailedError, RPCError) as e:
+        if isinstance(e, RPCError) and not _completed(e):
+            raise
+        # It ended before answering (its harness failed to start, or it was cancelled).
+        result = await _result(handle)
+        session = InteractiveSession(
+            handle,
+            SessionOpened(
+                turns_done=result.turns,
+                done=True,
+                termination=result.termination,
+                error=result.error,
+            ),
+        )
+        session.result = result
+        return session
+    return InteractiveSession(handle, opened)
+
+
+def _completed(e: RPCError) -> bool:
+    """The workflow has already closed, so it takes no more updates."""
+    return e.status == RPCStatusCode.NOT_FOUND or "already completed" in str(e)
+
+
+async def _result(handle: WorkflowHandle) -> EpisodeResult:
+    try:
+        return await handle.result()
+    except WorkflowFailureError as e:
+        raise SessionFailed(f"session {handle.id} failed: {e.cause}") from None

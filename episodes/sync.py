@@ -1,0 +1,201 @@
+"""A blocking facade over `EpisodesClient`, for trainers that are not async.
+
+    with SyncEpisodesClient.connect("127.0.0.1:7233") as client:
+        for result in client.run_batch("examples/guess-number.yaml"):
+            print(result.task_id, result.reward)
+
+        with client.open_session(spec, task) as session:
+            reply = session.step("hello")
+
+The async client runs on a private event loop in a daemon thread; every method
+submits a coroutine there and waits for it. Same pydantic models in and out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from episodes.client import EpisodesClient
+from episodes.interactive import InteractiveSession
+from episodes.messages import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_TASK_QUEUE,
+    EpisodeProgress,
+    StepReply,
+)
+from episodes.models import EpisodeResult, Task, Termination
+from episodes.spec import EpisodeSpec
+
+T = TypeVar("T")
+_END = object()
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="episodes-sync", daemon=True
+        )
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if not self._thread.is_alive():
+            coro.close()
+            raise RuntimeError("this SyncEpisodesClient is closed")
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            # Ctrl-C in the caller: do not leave the coroutine running on its own.
+            future.cancel()
+            raise
+
+    @property
+    def closed(self) -> bool:
+        return not self._thread.is_alive()
+
+    def stop(self) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join()
+        if not self.loop.is_closed():
+            self.loop.close()
+
+
+class SyncEpisodesClient:
+    """`EpisodesClient` with blocking methods. Close it (or use `with`) when done."""
+
+    def __init__(self, loop: _LoopThread, client: EpisodesClient) -> None:
+        self._loop = loop
+        self.async_client = client
+
+    @classmethod
+    def connect(
+        cls,
+        address: str = "127.0.0.1:7233",
+        *,
+        namespace: str = "default",
+        task_queue: str = DEFAULT_TASK_QUEUE,
+    ) -> SyncEpisodesClient:
+        loop = _LoopThread()
+        try:
+            client = loop.run(
+                EpisodesClient.connect(address, namespace=namespace, task_queue=task_queue)
+            )
+        except BaseException:
+            loop.stop()
+            raise
+        return cls(loop, client)
+
+    def run_episode(
+        self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
+    ) -> EpisodeResult:
+        return self._loop.run(self.async_client.run_episode(spec, task, sample, batch=batch))
+
+    def run_batch(
+        self,
+        spec: EpisodeSpec | str | Path,
+        *,
+        concurrency: int | None = None,
+        batch: str | None = None,
+    ) -> Iterator[EpisodeResult]:
+        """Results as each episode finishes. Closing the iterator early (`break`, an
+        exception, `.close()`) cancels the episodes it still waits for."""
+        agen = self.async_client.run_batch(spec, concurrency=concurrency, batch=batch)
+
+        async def next_result() -> Any:
+            try:
+                return await agen.__anext__()
+            except StopAsyncIteration:
+                return _END
+
+        try:
+            while (result := self._loop.run(next_result())) is not _END:
+                yield result
+        finally:
+            if not self._loop.closed:
+                self._loop.run(agen.aclose())
+
+    def open_session(
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int = 0,
+        *,
+        batch: str | None = None,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
+        workflow_id: str | None = None,
+    ) -> SyncSession:
+        session = self._loop.run(
+            self.async_client.open_session(
+                spec,
+                task,
+                sample,
+                batch=batch,
+                idle_timeout_s=idle_timeout_s,
+                workflow_id=workflow_id,
+            )
+        )
+        return SyncSession(self._loop, session)
+
+    def close(self) -> None:
+        self._loop.stop()
+
+    def __enter__(self) -> SyncEpisodesClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class SyncSession:
+    """`InteractiveSession` with blocking `step` and `close`."""
+
+    def __init__(self, loop: _LoopThread, session: InteractiveSession) -> None:
+        self._loop = loop
+        self.async_session = session
+
+    @property
+    def workflow_id(self) -> str:
+        return self.async_session.workflow_id
+
+    @property
+    def first_observation(self) -> Any:
+        return self.async_session.first_observation
+
+    @property
+    def done(self) -> bool:
+        return self.async_session.done
+
+    @property
+    def turn(self) -> int:
+        return self.async_session.turn
+
+    @property
+    def termination(self) -> Termination | None:
+        return self.async_session.termination
+
+    @property
+    def result(self) -> EpisodeResult | None:
+        return self.async_session.result
+
+    def step(self, message: Any, *, idempotency_key: str | None = None) -> StepReply:
+        return self._loop.run(self.async_session.step(message, idempotency_key=idempotency_key))
+
+    def close(self) -> EpisodeResult:
+        return self._loop.run(self.async_session.close())
+
+    def progress(self) -> EpisodeProgress:
+        return self._loop.run(self.async_session.progress())
+
+    def __enter__(self) -> SyncSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,269 @@
+"""InteractiveEpisodeWorkflow: an episode whose turns the trainer writes, one Update each.
+
+provision (as EpisodeWorkflow) -> `open` answers with the first observation ->
+each `step` update runs one `turn` activity on the session's worker with the
+trainer's message and answers with the reply and the env's observation ->
+`close`, done, an idle timeout or a cancel -> score -> release.
+
+A step's update id is its idempotency key (the client uses `<workflow id>:step:<n>`):
+Temporal keeps one outcome per update id, so a retried step gets the recorded reply
+and the harness sees the message once. The validator rejects a step that is out of
+order, sent while another is running, or sent after the episode is over; rejected
+updates leave no trace in the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
+
+with workflow.unsafe.imports_passed_through():
+    from episodes import search_attributes as sa
+    from episodes.messages import (
+        InteractiveInput,
+        SessionOpened,
+        StepInput,
+        StepReply,
+        TurnInput,
+    )
+    from episodes.models import EpisodeResult, ScoreResult, TurnResult
+    from workflows.episode import (
+        HARNESS_FAILURES,
+        SESSION_LOST,
+        EpisodeWorkflow,
+        WorkerLost,
+        _failure_message,
+        _failure_type,
+        _is_worker_lost,
+        _lost_message,
+    )
+
+STEP_REJECTED = "StepRejected"
+
+
+@workflow.defn(name="InteractiveEpisodeWorkflow")
+class InteractiveEpisodeWorkflow(EpisodeWorkflow):
+    """Reuses EpisodeWorkflow's provision, score, release and `progress` query."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._next = 0  # the index the next step must carry
+        self._stepping = 0  # steps in flight (0 or 1: the validator allows one)
+        self._wake = 0  # bumped on every step start/end and close: resets the idle clock
+        self._closing = False
+        self._error: str | None = None
+        self._fatal: BaseException | None = None
+        self._result: EpisodeResult | None = None
+        self._inp: InteractiveInput | None = None
+
+    @workflow.run
+    async def run(self, inp: InteractiveInput) -> EpisodeResult:
+        self._inp = inp
+        spec = inp.spec
+        self._max_turns = spec.max_turns
+        started = workflow.now()
+        score = ScoreResult()
+        try:
+            try:
+                self._ref = await self._provision(inp)
+            except ActivityError as e:
+                kind = _failure_type(e)
+                if kind not in HARNESS_FAILURES:
+                    raise
+                self._termination, self._error = kind, _failure_message(e)  # type: ignore[assignment]
+            if self._ref is not None:
+                self._status = "running"
+                self._set_details()
+                await self._serve(inp)
+            self._status = "scoring"
+            score = await self._score(inp, self._error)
+        except (asyncio.CancelledError, ActivityError) as e:
+            if not is_cancelled_exception(e):
+                raise
+            self._termination = "cancelled"
+            self._error = "the session was cancelled"
+        finally:
+            if self._ref is not None and self._termination != "worker_lost":
+                self._status = "releasing"
+                await self._release(self._ref)
+        self._status = "done"
+        termination = self._termination or "cancelled"
+        workflow.upsert_search_attributes(
+            [
+                sa.TERMINATION.value_set(termination),
+                sa.TURNS.value_set(len(self._turns)),
+                *([sa.REWARD.value_set(score.reward)] if score.reward is not None else []),
+            ]
+        )
+        self._set_details()
+        self._result = EpisodeResult(
+            workflow_id=workflow.info().workflow_id,
+            task_id=inp.task.id,
+            sample=inp.sample,
+            env=spec.env,
+            spec_name=spec.name,
+            termination=termination,
+            error=self._error,
+            turns=len(self._turns),
+            reward=score.reward,
+            score_details=score.details,
+            duration_s=(workflow.now() - started).total_seconds(),
+            pool_hit=self._ref.pool_hit if self._ref else None,
+        )
+        # `close` and a late `open` answer from the result: let them before completing.
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return self._result
+
+    async def _serve(self, inp: InteractiveInput) -> None:
+        """Wait for steps until the episode is over, the trainer closes it, or it idles out."""
+        idle = timedelta(seconds=inp.idle_timeout_s)
+        while True:
+            if self._stepping == 0:
+                if self._fatal is not None:
+                    raise self._fatal
+                if self._termination is not None:
+                    return
+                if self._closing:
+                    self._termination = "closed"
+                    self._error = (
+                        f"closed by the trainer after {len(self._turns)} turns, "
+                        "before the env was done"
+                    )
+                    return
+            seen = self._wake
+            try:
+                await workflow.wait_condition(
+                    lambda seen=seen: self._wake != seen,
+                    timeout=idle,
+                    timeout_summary="idle timeout",
+                )
+            except TimeoutError:  # the builtin: wait_condition's timeout
+                if self._stepping == 0:  # a long turn is not idleness
+                    self._termination = "idle_timeout"
+                    self._error = f"no step arrived for {inp.idle_timeout_s:g} s"
+                    return
+
+    # -- updates -----------------------------------------------------------------------
+
+    @workflow.update(name="open")
+    async def open(self) -> SessionOpened:
+        """The first observation once provisioned (or the failure that ended the session)."""
+        await workflow.wait_condition(lambda: self._status != "provisioning")
+        return SessionOpened(
+            first_observation=self._ref.first_message if self._ref else None,
+            turns_done=len(self._turns),
+            done=self._termination is not None or self._status != "running",
+            termination=self._termination,
+            error=self._error,
+        )
+
+    @workflow.update(name="step")
+    async def step(self, inp: StepInput) -> StepReply:
+        # The validator and this prefix run with no await between them, so two steps
+        # racing for the same index cannot both pass.
+        n = inp.turn
+        self._next = n + 1
+        self._stepping += 1
+        self._wake += 1
+        try:
+            return await self._step(n, inp)
+        finally:
+            self._stepping -= 1
+            self._wake += 1
+
+    @step.validator
+    def _validate_step(self, inp: StepInput) -> None:
+        if self._status == "provisioning":
+            raise _rejected("the session is still starting: wait for open_session to return")
+        if self._termination is not None or self._closing or self._status != "running":
+            why = self._termination or "closing"
+            raise _rejected(f"step {inp.turn} rejected: the episode is over ({why})")
+        if self._stepping:
+            raise _rejected(
+                f"step {inp.turn} rejected: step {self._next - 1} is still running "
+                "(send one step at a time)"
+            )
+        if inp.turn != self._next:
+            raise _rejected(f"step {inp.turn} is out of order: the next step is {self._next}")
+
+    @workflow.update(name="close")
+    async def close(self) -> EpisodeResult:
+        """End the session (after any step in flight), score, release: the result."""
+        self._closing = True
+        self._wake += 1
+        await workflow.wait_condition(lambda: self._result is not None)
+        assert self._result is not None
+        return self._result
+
+    # -- one step ----------------------------------------------------------------------
+
+    async def _step(self, n: int, inp: StepInput) -> StepReply:
+        try:
+            result = await self._turn_with(n, inp)
+        except (WorkerLost, ActivityError) as e:
+            if self._status != "running":
+                # Cancelled meanwhile: the release stopped the harness under this turn.
+                why = self._termination or "cancelled"
+                return StepReply(
+                    turn=n, done=True, termination=why, error=f"the session ended ({why})"
+                )
+            if isinstance(e, WorkerLost):
+                self._termination, self._error = "worker_lost", str(e)
+                return StepReply(turn=n, done=True, termination="worker_lost", error=str(e))
+            # Not an outcome but a bug (as in EpisodeWorkflow): fail the workflow too.
+            self._fatal = e
+            raise
+        self._turns.append(result.record)
+        done, termination = result.observation.done, result.termination
+        if not done and len(self._turns) >= self._max_turns:
+            done, termination = True, "max_turns"
+        if done:
+            self._termination = termination or "env_done"
+            self._error = result.record.error
+        self._set_details()
+        return StepReply(
+            turn=n,
+            reply=result.record.reply,
+            observation=result.observation.message,
+            done=done,
+            reward=result.observation.reward,
+            termination=self._termination if done else None,
+            error=result.record.error,
+        )
+
+    async def _turn_with(self, n: int, inp: StepInput) -> TurnResult:
+        assert self._ref is not None and self._inp is not None
+        spec = self._inp.spec
+        lost = timedelta(seconds=spec.worker_lost_timeout_s)
+        try:
+            return await workflow.execute_activity(
+                "turn",
+                TurnInput(
+                    session_id=self._ref.session_id, turn=n, message=inp.message, has_message=True
+                ),
+                result_type=TurnResult,
+                task_queue=self._ref.task_queue,
+                schedule_to_start_timeout=lost,
+                heartbeat_timeout=lost,
+                start_to_close_timeout=timedelta(
+                    seconds=spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
+                ),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=5,
+                    initial_interval=timedelta(milliseconds=200),
+                    non_retryable_error_types=[SESSION_LOST, "TurnOutOfOrder"],
+                ),
+                summary=f"step {n}",
+            )
+        except ActivityError as e:
+            if _is_worker_lost(e):
+                raise WorkerLost(_lost_message(e, self._ref)) from None
+            raise
+
+
+def _rejected(message: str) -> ApplicationError:
+    return ApplicationError(message, type=STEP_REJECTED, non_retryable=True)
