@@ -1,0 +1,194 @@
+"""The Docker runtime: a long-lived, locked-down container; every process is an exec in it.
+
+The container only sleeps (`sleep infinity` under docker's init, which reaps zombies);
+harness processes are `docker exec`s (see `docker_process`). Blocking SDK calls run in
+threads (see `docker_engine`), so the event loop never blocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from typing import Any
+
+from episodes.errors import RuntimeUnavailable
+from episodes.runtimes.base import Runtime
+from episodes.runtimes.config import DockerConfig
+from episodes.runtimes.docker_engine import (
+    ENGINE_HINT,
+    MANAGED_LABEL,
+    call,
+    cleanup_orphans,
+    docker,
+    owned,
+    remove,
+    shared_client,
+)
+from episodes.runtimes.docker_process import WRAPPER, DockerProcess
+
+__all__ = ["DockerProcess", "DockerRuntime", "cleanup_orphans"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_IMAGE = DockerConfig().image
+
+
+class DockerRuntime(Runtime):
+    """A container that lives as long as the box; locked down unless the config opens it."""
+
+    def __init__(self, config: DockerConfig | None = None, labels: dict[str, str] | None = None):
+        self.config = config or DockerConfig()
+        self.name = f"episodes-{uuid.uuid4().hex[:12]}"
+        self.id = ""
+        given = dict(labels or {})
+        self.labels = {
+            MANAGED_LABEL: "true",
+            "episodes.worker": given.pop("worker", ""),
+            "episodes.session": given.pop("session", ""),
+        }
+        for key, value in given.items():
+            self.labels[key if key.startswith("episodes.") else f"episodes.{key}"] = value
+        self._api: Any = None
+        self._start_task: asyncio.Future[None] | None = None
+        self._stop_task: asyncio.Future[None] | None = None
+        self._stopped = False
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped
+
+    async def start(self) -> None:
+        if self._stopped:
+            raise RuntimeError(f"docker runtime {self.name} was stopped; create a new one")
+        if self._start_task is None:
+            self._start_task = asyncio.ensure_future(call(self._create))
+        try:
+            await asyncio.shield(self._start_task)
+        except asyncio.CancelledError:
+            await self.stop()  # the container may appear after all: do not leave it
+            raise
+
+    def _create(self) -> None:
+        client = shared_client()
+        cfg = self.config
+        try:
+            client.images.get(cfg.image)
+        except docker.errors.ImageNotFound:
+            how = (
+                "build it with scripts/build-image.sh"
+                if cfg.image == DEFAULT_IMAGE
+                else f"pull or build it first (docker pull {cfg.image})"
+            )
+            raise RuntimeUnavailable(
+                f"Docker image {cfg.image!r} is not on this engine; {how}"
+            ) from None
+        except docker.errors.DockerException as e:
+            raise RuntimeUnavailable(f"no Docker engine answers ({e}); {ENGINE_HINT}") from None
+        mounts = [
+            docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only)
+            for m in cfg.mounts
+        ]
+        owned.add(self.name)  # before create: a crash right after must still clean up
+        container = client.containers.run(
+            cfg.image,
+            ["sleep", "infinity"],
+            entrypoint=[],
+            name=self.name,
+            detach=True,
+            init=True,
+            network_mode=cfg.network,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=cfg.pids_limit,
+            mem_limit=cfg.memory,
+            nano_cpus=int(cfg.cpus * 1e9),
+            environment=dict(cfg.env),
+            working_dir=cfg.workdir,
+            mounts=mounts,
+            labels=self.labels,
+        )
+        self.id = container.id
+        self._api = client.api
+
+    async def alive(self) -> bool:
+        if self._stopped or self._api is None:
+            return False
+        try:
+            info = await call(self._api.inspect_container, self.name)
+        except Exception:  # gone, or the engine does not answer: either way not usable
+            return False
+        return bool(info["State"]["Running"])
+
+    async def open_process(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> DockerProcess:
+        if self._stopped or self._api is None:
+            raise RuntimeError(f"docker runtime {self.name} is not running")
+        if not argv:
+            raise ValueError("argv must not be empty")
+        wrapped = [*WRAPPER, *argv]
+        environment = [f"{k}={v}" for k, v in (env or {}).items()]
+
+        def start() -> tuple[str, Any]:
+            exec_id = self._api.exec_create(
+                self.name,
+                wrapped,
+                stdin=True,
+                stdout=True,
+                stderr=True,
+                tty=False,
+                environment=environment,
+                workdir=cwd or self.config.workdir,
+            )["Id"]
+            return exec_id, self._api.exec_start(exec_id, socket=True, demux=False)
+
+        try:
+            exec_id, sock = await call(start)
+        except docker.errors.APIError as e:
+            raise RuntimeError(f"docker runtime {self.name} cannot run processes: {e}") from None
+        process = DockerProcess(self, exec_id, sock)
+        await process._wait_started()
+        return process
+
+    async def _exec_quiet(self, cmd: list[str]) -> None:
+        def run() -> None:
+            exec_id = self._api.exec_create(self.name, cmd, stdout=False, stderr=False)["Id"]
+            self._api.exec_start(exec_id)
+
+        await call(run)
+
+    async def stop(self) -> None:
+        self._stopped = True
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._remove())
+        # Finish the removal even if our caller is cancelled meanwhile; then re-raise.
+        cancelled = False
+        while not self._stop_task.done():
+            try:
+                await asyncio.shield(self._stop_task)
+            except asyncio.CancelledError:
+                cancelled = True
+        if cancelled:
+            raise asyncio.CancelledError
+        self._stop_task.result()
+
+    async def _remove(self) -> None:
+        if self._start_task is None:
+            return
+        with contextlib.suppress(BaseException):
+            await self._start_task
+        if self.name not in owned:
+            return  # never created (engine down, image missing)
+        try:
+            await call(remove, shared_client().api, self.name)
+        except Exception as e:
+            # The engine may be briefly unreachable; cleanup_orphans and the atexit
+            # backstop still know the label / name.
+            log.warning("could not remove container %s: %s", self.name, e)
+            return
+        owned.discard(self.name)
