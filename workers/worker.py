@@ -25,9 +25,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, WorkerTuner
 
+from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
 from episodes.messages import DEFAULT_TASK_QUEUE
 from workers.backpressure import SessionSlots
+from workers.orphans import reap_orphan_containers
 from workers.pools import WorkerPools
 from workers.registry import SessionRegistry
 from workflows import WORKFLOWS
@@ -76,7 +78,7 @@ class EpisodeWorker:
             client,
             task_queue=opts.task_queue,
             workflows=WORKFLOWS,
-            activities=[self.activities.provision, score_transcript_activity],
+            activities=[self.activities.provision, score_transcript_activity, await_episode],
             tuner=WorkerTuner.create_composite(
                 workflow_supplier=FixedSizeSlotSupplier(opts.max_concurrent_workflow_tasks),
                 activity_supplier=self.slots,
@@ -105,6 +107,7 @@ class EpisodeWorker:
             self.options.task_queue,
             self.session_queue,
         )
+        self.orphans_removed = await asyncio.to_thread(reap_orphan_containers)
         reaper = asyncio.create_task(self._reap_forever())
         try:
             async with self._shared, self._sessions:

@@ -21,6 +21,7 @@ from episodes.runtimes.docker_engine import (
     MANAGED_LABEL,
     call,
     cleanup_orphans,
+    image_available,
     docker,
     owned,
     remove,
@@ -28,7 +29,7 @@ from episodes.runtimes.docker_engine import (
 )
 from episodes.runtimes.docker_process import WRAPPER, DockerProcess
 
-__all__ = ["DockerProcess", "DockerRuntime", "cleanup_orphans"]
+__all__ = ["DockerProcess", "DockerRuntime", "cleanup_orphans", "image_available"]
 
 log = logging.getLogger(__name__)
 

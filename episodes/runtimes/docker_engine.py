@@ -116,3 +116,21 @@ def _removeowned() -> None:
         except Exception as e:  # at exit there is no one left to raise to
             log.warning("could not remove container %s at exit: %s", name, e)
         owned.discard(name)
+
+
+def image_available(image: str) -> bool:
+    """True when an engine answers and has `image` locally (no registry is ever asked)."""
+    try:
+        shared_client().api.inspect_image(image)
+    except Exception:  # no SDK, no engine, no image: all mean "not here"
+        return False
+    return True
+
+
+def worker_containers(client: Any = None) -> dict[str, list[str]]:
+    """Container ids of this package, grouped by the worker label that owns them."""
+    api = getattr(client or shared_client(), "api", client)
+    out: dict[str, list[str]] = {}
+    for c in api.containers(all=True, filters={"label": [f"{MANAGED_LABEL}=true"]}):
+        out.setdefault(c["Labels"].get("episodes.worker", ""), []).append(c["Id"])
+    return out

@@ -1,0 +1,43 @@
+"""Containers left by a worker on this host that died without cleaning up (SIGKILL, OOM).
+
+Subprocess harnesses die with their worker (PR_SET_PDEATHSIG); containers do not.
+Worker ids are `<host>-<pid>-<rand>`, so at start a worker removes the labelled
+containers of workers on its own host whose process no longer exists. Containers of
+other hosts are left to their own workers (or `episodes cleanup`).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import psutil
+
+log = logging.getLogger("episodes.worker")
+
+
+def dead_local_workers(worker_ids: list[str], host: str | None = None) -> list[str]:
+    host = host or socket.gethostname()
+    dead = []
+    for wid in worker_ids:
+        rest = wid[len(host) + 1 :] if wid.startswith(f"{host}-") else None
+        pid = rest.split("-", 1)[0] if rest else ""
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            dead.append(wid)
+    return dead
+
+
+def reap_orphan_containers() -> int:
+    """Remove this host's dead workers' containers; 0 when Docker is not in use here."""
+    try:
+        from episodes.runtimes.docker_engine import cleanup_orphans, worker_containers
+
+        owners = worker_containers()
+    except Exception:  # no SDK or no engine: nothing of ours can be there
+        return 0
+    removed = 0
+    for wid in dead_local_workers(list(owners)):
+        n = cleanup_orphans(worker=wid)
+        log.warning("removed %d container(s) left by dead worker %s", n, wid)
+        removed += n
+    return removed
