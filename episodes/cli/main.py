@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from episodes.cli import common
+from episodes.cli.schedule import app as schedule_app
 from episodes.messages import DEFAULT_TASK_QUEUE
 
 app = typer.Typer(
@@ -102,14 +103,42 @@ def run_cmd(
     namespace: Namespace = "default",
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
     out: Annotated[Path | None, typer.Option(help="Write one EpisodeResult JSON per line.")] = None,
-    batch: Annotated[
-        str | None, typer.Option(help="Batch id for workflow ids (default: spec name).")
+    batch_id: Annotated[
+        str | None,
+        typer.Option("--batch-id", help="Batch id for workflow ids (default: spec name)."),
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Episodes in flight.")] = None,
+    batch: Annotated[
+        bool,
+        typer.Option(
+            "--batch",
+            help="Run as one EvalBatchWorkflow on the server (durable, metrics, pass@k) "
+            "instead of starting each episode from here.",
+        ),
+    ] = False,
+    pass_threshold: Annotated[
+        float, typer.Option(help="With --batch: an episode passes when reward >= this.")
+    ] = 1.0,
 ) -> None:
     """Run every task x sample of SPEC, show progress, print a summary."""
     from episodes.cli.run import run_spec
 
+    if batch:
+        from episodes.cli.batch import run_spec_batch
+
+        common.run(
+            run_spec_batch(
+                spec,
+                address=address,
+                namespace=namespace,
+                task_queue=task_queue,
+                out=out,
+                batch=batch_id,
+                concurrency=concurrency,
+                pass_threshold=pass_threshold,
+            )
+        )
+        return
     common.run(
         run_spec(
             spec,
@@ -117,10 +146,13 @@ def run_cmd(
             namespace=namespace,
             task_queue=task_queue,
             out=out,
-            batch=batch,
+            batch=batch_id,
             concurrency=concurrency,
         )
     )
+
+
+app.add_typer(schedule_app, name="schedule")
 
 
 @app.command()
@@ -134,6 +166,23 @@ def show(
     from episodes.cli.show import show_episode
 
     common.run(show_episode(workflow_id, address=address, namespace=namespace, as_json=as_json))
+
+
+@app.command()
+def cleanup(
+    worker_id: Annotated[
+        str | None, typer.Option("--worker", help="Only this worker's containers.")
+    ] = None,
+) -> None:
+    """Remove Docker containers this package started (all, or one worker's)."""
+    from episodes.errors import RuntimeUnavailable
+    from episodes.runtimes.docker_engine import cleanup_orphans
+
+    try:
+        removed = cleanup_orphans(worker=worker_id)
+    except RuntimeUnavailable as e:
+        common.fail(str(e))
+    common.console.print(f"removed {removed} container(s)", highlight=False)
 
 
 async def _until_signalled() -> None:
