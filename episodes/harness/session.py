@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from episodes.aio import finish
 from episodes.errors import (
     HarnessCrashed,
     HarnessFailure,
@@ -294,16 +295,7 @@ class HarnessSession:
         """Stop the harness: shutdown -> SIGTERM -> SIGKILL, each wait bounded. Idempotent."""
         if self._stop_task is None:
             self._stop_task = asyncio.ensure_future(self._cleanup())
-        # Finish the cleanup even if our caller is cancelled meanwhile; then re-raise.
-        cancelled = False
-        while not self._stop_task.done():
-            try:
-                await asyncio.shield(self._stop_task)
-            except asyncio.CancelledError:
-                cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError
-        self._stop_task.result()
+        await finish(self._stop_task)
 
     async def _cleanup(self) -> None:
         proc = self._proc

@@ -13,6 +13,7 @@ import logging
 import uuid
 from typing import Any
 
+from episodes.aio import finish
 from episodes.errors import RuntimeUnavailable
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.config import DockerConfig
@@ -21,8 +22,8 @@ from episodes.runtimes.docker_engine import (
     MANAGED_LABEL,
     call,
     cleanup_orphans,
-    image_available,
     docker,
+    image_available,
     owned,
     remove,
     shared_client,
@@ -167,16 +168,7 @@ class DockerRuntime(Runtime):
         self._stopped = True
         if self._stop_task is None:
             self._stop_task = asyncio.ensure_future(self._remove())
-        # Finish the removal even if our caller is cancelled meanwhile; then re-raise.
-        cancelled = False
-        while not self._stop_task.done():
-            try:
-                await asyncio.shield(self._stop_task)
-            except asyncio.CancelledError:
-                cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError
-        self._stop_task.result()
+        await finish(self._stop_task)
 
     async def _remove(self) -> None:
         if self._start_task is None:

@@ -28,6 +28,7 @@ import shlex
 import uuid
 from typing import Any
 
+from episodes.aio import finish
 from episodes.errors import RuntimeUnavailable, SpecError
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.config import PrimeConfig
@@ -261,16 +262,7 @@ class PrimeRuntime(Runtime):
         self._stopped = True
         if self._stop_task is None:
             self._stop_task = asyncio.ensure_future(self._stop())
-        # Finish the teardown even if our caller is cancelled meanwhile; then re-raise.
-        cancelled = False
-        while not self._stop_task.done():
-            try:
-                await asyncio.shield(self._stop_task)
-            except asyncio.CancelledError:
-                cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError
-        self._stop_task.result()
+        await finish(self._stop_task)
 
     async def _stop(self) -> None:
         async with self._start_lock:  # a concurrent start() finishes (or cleans up) first

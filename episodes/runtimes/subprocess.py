@@ -22,6 +22,7 @@ import sys
 import tempfile
 import uuid
 
+from episodes.aio import finish
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
 from episodes.runtimes.config import SubprocessConfig
 
@@ -217,16 +218,7 @@ class SubprocessRuntime(Runtime):
         if self._stop_task is None:
             self._stopped = True
             self._stop_task = asyncio.ensure_future(self._stop())
-        # Finish the cleanup even if our caller is cancelled meanwhile; then re-raise.
-        cancelled = False
-        while not self._stop_task.done():
-            try:
-                await asyncio.shield(self._stop_task)
-            except asyncio.CancelledError:
-                cancelled = True
-        if cancelled:
-            raise asyncio.CancelledError
-        self._stop_task.result()
+        await finish(self._stop_task)
 
     async def _stop(self) -> None:
         procs, self._procs = self._procs, []
