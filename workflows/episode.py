@@ -165,14 +165,17 @@ class EpisodeWorkflow:
                 return result.termination or "env_done", result.record.error
         return "max_turns", None
 
-    async def _turn(self, inp: EpisodeInput, n: int) -> TurnResult:
+    async def _turn(
+        self, inp: EpisodeInput, n: int, turn: TurnInput | None = None, summary: str = "turn"
+    ) -> TurnResult:
+        """One turn on the session's worker; `turn` overrides what is sent (interactive)."""
         assert self._ref is not None
         spec = inp.spec
         lost = timedelta(seconds=spec.worker_lost_timeout_s)
         try:
             return await workflow.execute_activity(
                 "turn",
-                TurnInput(session_id=self._ref.session_id, turn=n),
+                turn or TurnInput(session_id=self._ref.session_id, turn=n),
                 result_type=TurnResult,
                 task_queue=self._ref.task_queue,
                 # A dead worker never picks the task up: noticed after `lost`, not never.
@@ -187,7 +190,7 @@ class EpisodeWorkflow:
                     initial_interval=timedelta(milliseconds=200),
                     non_retryable_error_types=[SESSION_LOST, "TurnOutOfOrder"],
                 ),
-                summary=f"turn {n}",
+                summary=f"{summary} {n}",
             )
         except ActivityError as e:
             if _is_worker_lost(e):
