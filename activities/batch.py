@@ -1,0 +1,43 @@
+"""`await_episode`: the result of an episode that already exists under its workflow id.
+
+A batch that is re-run (after it was terminated, or over episodes an earlier
+client-side `episodes run` started with the same batch id) must not run an episode
+twice. Starting the child then fails with "already started", and a workflow cannot
+await a workflow it did not start, so this activity does it through the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from temporalio import activity
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from episodes.models import EpisodeResult
+
+HEARTBEAT_S = 5.0
+
+
+@activity.defn(name="await_episode")
+async def await_episode(workflow_id: str) -> EpisodeResult:
+    handle = activity.client().get_workflow_handle(workflow_id, result_type=EpisodeResult)
+    waiting = asyncio.ensure_future(handle.result())
+    try:
+        # The episode may still be running: heartbeat so a lost worker is noticed.
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=HEARTBEAT_S)
+            if done:
+                break
+            activity.heartbeat()
+        return waiting.result()
+    except WorkflowFailureError as e:
+        raise ApplicationError(
+            f"episode {workflow_id} failed: {e.cause}", type="EpisodeFailed", non_retryable=True
+        ) from None
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await waiting

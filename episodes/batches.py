@@ -1,0 +1,167 @@
+"""Batches run by the server: start an EvalBatchWorkflow, watch it, read its episodes.
+
+    handle = await start_batch(client, load_spec("examples/script.yaml"), task_queue="episodes")
+    progress = await client.get_workflow_handle(handle.id).query("progress")
+    result = await handle.result()          # BatchResult with the final BatchMetrics
+
+The batch workflow id is `batch.<batch id>` (default batch id: the spec name); starting
+it again attaches to the running or finished batch instead of running it twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from episodes import search_attributes as sa
+from episodes.batch_models import (
+    BATCH_WORKFLOW,
+    MAX_INPUT_BYTES,
+    BatchInput,
+    BatchProgress,
+    BatchResult,
+    batch_workflow_id,
+)
+from episodes.errors import EpisodesError
+from episodes.models import EpisodeResult
+from episodes.spec import EpisodeSpec
+
+
+def batch_input(
+    spec: EpisodeSpec,
+    *,
+    batch: str | None = None,
+    schedule: str | None = None,
+    concurrency: int | None = None,
+    pass_threshold: float = 1.0,
+) -> BatchInput:
+    """The workflow input, with the dataset read now (a workflow cannot read files)."""
+    tasks = spec.load_tasks()
+    inp = BatchInput(
+        spec=spec.model_copy(update={"tasks": tasks, "dataset": None}),
+        batch=batch,
+        schedule=schedule,
+        concurrency=concurrency,
+        pass_threshold=pass_threshold,
+    )
+    size = len(inp.model_dump_json())
+    if size > MAX_INPUT_BYTES:
+        raise EpisodesError(
+            f"spec {spec.name!r}: its {len(tasks)} tasks make a {size / 1e6:.1f} MB batch input; "
+            f"a batch carries them in one Temporal payload (at most {MAX_INPUT_BYTES / 1e6:.1f} "
+            "MB here). Keep task data small (paths or URLs) or split the dataset."
+        )
+    return inp
+
+
+def search_attributes(inp: BatchInput, batch: str | None) -> TypedSearchAttributes:
+    pairs = [SearchAttributePair(sa.SPEC, inp.spec.name), SearchAttributePair(sa.ENV, inp.spec.env)]
+    if batch:
+        pairs.append(SearchAttributePair(sa.BATCH, batch))
+    if inp.schedule:
+        pairs.append(SearchAttributePair(sa.SCHEDULE, inp.schedule))
+    return TypedSearchAttributes(pairs)
+
+
+def total_episodes(inp: BatchInput) -> int:
+    return len(inp.spec.tasks or []) * inp.spec.samples
+
+
+async def start_batch(
+    client: Client, inp: BatchInput, *, task_queue: str
+) -> WorkflowHandle[Any, BatchResult]:
+    """Start the batch, or attach to the one already running/finished under its id."""
+    batch = inp.batch or inp.spec.name
+    inp = inp.model_copy(update={"batch": batch})
+    wid = batch_workflow_id(batch)
+    try:
+        return await client.start_workflow(
+            BATCH_WORKFLOW,
+            inp,
+            id=wid,
+            task_queue=task_queue,
+            result_type=BatchResult,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            search_attributes=search_attributes(inp, batch),
+            static_summary=f"batch {batch} · {inp.spec.name} · {total_episodes(inp)} episodes",
+        )
+    except WorkflowAlreadyStartedError:
+        return client.get_workflow_handle(wid, result_type=BatchResult)
+
+
+async def query_progress(client: Client, workflow_id: str) -> BatchProgress | None:
+    """The latest run's progress; None while no worker answers (e.g. it is starting)."""
+    # A handle without a run id follows continue-as-new to the newest run.
+    handle = client.get_workflow_handle(workflow_id)
+    try:
+        return await handle.query(
+            "progress", result_type=BatchProgress, rpc_timeout=timedelta(seconds=5)
+        )
+    except Exception:  # RPCError, WorkflowQueryFailedError: try again on the next tick
+        return None
+
+
+async def wait_batch(
+    client: Client,
+    handle: WorkflowHandle[Any, BatchResult],
+    *,
+    on_progress: Callable[[BatchProgress], None] | None = None,
+    interval_s: float = 0.5,
+) -> BatchResult:
+    """The batch's result, calling `on_progress` with each progress query on the way."""
+    from temporalio.client import WorkflowFailureError
+
+    # Follows continue-as-new from the first run to the result.
+    waiting = asyncio.ensure_future(handle.result(follow_runs=True))
+    try:
+        while not waiting.done():
+            if on_progress is not None:
+                progress = await query_progress(client, handle.id)
+                if progress is not None:
+                    on_progress(progress)
+            await asyncio.wait({waiting}, timeout=interval_s)
+        return waiting.result()
+    except WorkflowFailureError as e:
+        raise EpisodesError(f"batch {handle.id} failed: {e.cause}") from None
+    finally:
+        waiting.cancel()
+
+
+async def episode_results(
+    client: Client, batch: str, *, expected: int, concurrency: int = 32, wait_s: float = 30.0
+) -> list[EpisodeResult]:
+    """Every finished episode of a batch (found by EpisodeBatch), sorted by workflow id.
+
+    Visibility lags a little behind completion: wait up to `wait_s` for `expected`.
+    Episodes whose workflow failed have no result and are left out.
+    """
+    query = f"EpisodeBatch = '{batch}' AND WorkflowType = 'EpisodeWorkflow'"
+    deadline = asyncio.get_running_loop().time() + wait_s
+    while (await client.count_workflows(query)).count < expected:
+        if asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(0.25)
+    ids = sorted({wf.id async for wf in client.list_workflows(query)})
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(wid: str) -> EpisodeResult | None:
+        async with gate:
+            try:
+                return await client.get_workflow_handle(wid, result_type=EpisodeResult).result()
+            except Exception:  # the episode workflow failed: it has no result
+                return None
+
+    results = await asyncio.gather(*(one(w) for w in ids))
+    return [r for r in results if r is not None]

@@ -1,0 +1,119 @@
+"""`episodes run SPEC --batch`: one EvalBatchWorkflow on the server instead of client fan-out.
+
+The progress bar is fed by the batch's `progress` query, so it survives this process:
+run the same command again to re-attach to a running (or finished) batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from episodes.batch_models import BatchProgress, BatchResult
+from episodes.batches import batch_input, episode_results, start_batch, total_episodes, wait_batch
+from episodes.cli.common import console
+from episodes.connect import connect
+from episodes.metrics import BatchMetrics, report_ks
+from episodes.spec import load_spec
+
+
+async def run_spec_batch(
+    path: Path,
+    *,
+    address: str | None,
+    namespace: str,
+    task_queue: str,
+    out: Path | None,
+    batch: str | None,
+    concurrency: int | None,
+    pass_threshold: float,
+) -> BatchResult:
+    from episodes.envs import check_env_ref
+
+    spec = load_spec(path)
+    check_env_ref(spec.env)
+    inp = batch_input(spec, batch=batch, concurrency=concurrency, pass_threshold=pass_threshold)
+    total = total_episodes(inp)
+
+    async with contextlib.AsyncExitStack() as stack:
+        ui_url = None
+        if address is None:
+            from episodes.cli.embedded import embedded_stack
+
+            with console.status("starting the embedded Temporal dev server and a worker"):
+                emb = await stack.enter_async_context(
+                    embedded_stack(task_queue=task_queue, namespace=namespace)
+                )
+            client, ui_url = emb.client, emb.server.ui_url
+        else:
+            client = await connect(address, namespace=namespace)
+        handle = await start_batch(client, inp, task_queue=task_queue)
+        console.print(f"batch workflow [bold]{handle.id}[/]", highlight=False, soft_wrap=True)
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[last]}"),
+            TimeElapsedColumn(),
+            console=console,
+        ) as progress:
+            bar = progress.add_task(spec.name, total=total, last="")
+
+            def show(p: BatchProgress) -> None:
+                runs = f" · run {p.runs}" if p.runs > 1 else ""
+                progress.update(bar, completed=p.done, last=f"{p.running} running{runs} · {p.last}")
+
+            result = await wait_batch(client, handle, on_progress=show)
+            progress.update(bar, completed=result.metrics.count, last="done")
+        console.print(
+            metrics_table(
+                result.metrics,
+                title=f"{spec.name}: batch {result.batch}, {result.total} episodes",
+                runs=result.runs,
+                elapsed_s=result.elapsed_s,
+            )
+        )
+        for error in result.errors:
+            console.print(f"[red]failed[/] {error}", highlight=False, soft_wrap=True)
+        if out:
+            results = await episode_results(client, result.batch, expected=result.total)
+            with out.open("w") as sink:
+                for r in results:
+                    sink.write(r.model_dump_json() + "\n")
+            console.print(f"results: {out} ({len(results)} episodes)", soft_wrap=True)
+        if ui_url:
+            console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
+        return result
+
+
+def metrics_table(
+    m: BatchMetrics,
+    title: str = "batch",
+    *,
+    runs: int | None = None,
+    elapsed_s: float | None = None,
+) -> Table:
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("what", style="bold")
+    table.add_column("value")
+    table.add_row("episodes", str(m.count))
+    table.add_row(
+        "mean reward",
+        f"{m.mean_reward:.3f} (over {m.rewarded})" if m.mean_reward is not None else "-",
+    )
+    table.add_row("passed", f"{m.passed} (reward ≥ {m.pass_threshold:g})")
+    for k in report_ks(m.pass_at_k):
+        table.add_row(f"pass@{k}", f"{m.pass_at_k[k]:.3f} (over {m.pass_at_k_tasks[k]} tasks)")
+    for kind, n in m.terminations.items():
+        table.add_row(f"  {kind}", str(n))
+    d = m.duration_s
+    if d.p50 is not None:
+        table.add_row("duration p50 / p90 / p99", f"{d.p50:.2f} s / {d.p90:.2f} s / {d.p99:.2f} s")
+    if runs is not None:
+        table.add_row("workflow runs", f"{runs} (continue-as-new {runs - 1}x)")
+    if elapsed_s is not None:
+        table.add_row("elapsed", f"{elapsed_s:.1f} s")
+    return table

@@ -1,0 +1,217 @@
+"""`episodes schedule ...`: Temporal Schedules that run a spec as a batch."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from episodes.cli import common
+from episodes.messages import DEFAULT_TASK_QUEUE
+
+app = typer.Typer(
+    no_args_is_help=True,
+    help="Run a spec as a batch on a cron or an interval (Temporal Schedules).",
+)
+
+Name = Annotated[str, typer.Argument(help="The schedule's name (its id).")]
+Address = Annotated[str, typer.Option(help="Temporal frontend host:port.")]
+Namespace = Annotated[str, typer.Option(help="Temporal namespace.")]
+Note = Annotated[str | None, typer.Option(help="A note shown with the schedule.")]
+OVERLAP_HELP = (
+    "When a run is due while the last one still runs: skip, buffer-one, buffer-all, "
+    "cancel-other, terminate-other or allow-all."
+)
+
+
+async def _client(address: str, namespace: str):  # type: ignore[no-untyped-def]
+    from episodes.connect import connect
+
+    return await connect(address, namespace=namespace)
+
+
+@app.command()
+def create(
+    name: Name,
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    cron: Annotated[str | None, typer.Option(help="Cron expression, e.g. '0 3 * * *'.")] = None,
+    every: Annotated[str | None, typer.Option(help="Interval, e.g. 6h, 30m, 1h30m.")] = None,
+    overlap: Annotated[str, typer.Option(help=OVERLAP_HELP)] = "skip",
+    concurrency: Annotated[int | None, typer.Option(help="Episodes in flight per run.")] = None,
+    pass_threshold: Annotated[
+        float, typer.Option(help="An episode passes when its reward is at least this.")
+    ] = 1.0,
+    address: Address = "127.0.0.1:7233",
+    namespace: Namespace = "default",
+    task_queue: Annotated[str, typer.Option(help="The shared task queue workers poll.")] = (
+        DEFAULT_TASK_QUEUE
+    ),
+) -> None:
+    """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
+    from episodes.envs import check_env_ref
+    from episodes.schedules import create_schedule
+    from episodes.spec import load_spec
+
+    async def main() -> None:
+        s = load_spec(spec)
+        check_env_ref(s.env)
+        client = await _client(address, namespace)
+        await create_schedule(
+            client,
+            name,
+            s,
+            task_queue=task_queue,
+            cron=cron,
+            every=every,
+            overlap=overlap,
+            concurrency=concurrency,
+            pass_threshold=pass_threshold,
+        )
+        when = f"cron {cron!r}" if cron else f"every {every}"
+        common.console.print(
+            f"[green]✓[/] schedule [bold]{name}[/]: spec {s.name}, {when}, overlap {overlap}",
+            highlight=False,
+        )
+
+    common.run(main())
+
+
+@app.command("list")
+def list_cmd(address: Address = "127.0.0.1:7233", namespace: Namespace = "default") -> None:
+    """List the schedules that start batches."""
+    from episodes.schedules import list_schedules
+
+    async def main() -> None:
+        schedules = await list_schedules(await _client(address, namespace))
+        if not schedules:
+            common.console.print("no schedules")
+            return
+        table = Table(title="schedules", title_justify="left")
+        # Names and specs are what people copy into other commands: never cut them.
+        table.add_column("name", no_wrap=True, min_width=max(len(s.name) for s in schedules))
+        table.add_column("spec", no_wrap=True)
+        for col in ("when", "state", "last run", "next run"):
+            table.add_column(col)
+        for s in schedules:
+            table.add_row(
+                s.name,
+                s.spec_name or "-",
+                s.when or "-",
+                "paused" if s.paused else "active",
+                _time(s.recent[-1].started_at) if s.recent else "-",
+                _time(s.next_runs[0]) if s.next_runs else "-",
+            )
+        common.console.print(table)
+
+    common.run(main())
+
+
+@app.command()
+def describe(
+    name: Name, address: Address = "127.0.0.1:7233", namespace: Namespace = "default"
+) -> None:
+    """Show a schedule: its spec, timing, state, recent and next runs."""
+    from episodes.schedules import describe_schedule
+
+    async def main() -> None:
+        s = await describe_schedule(await _client(address, namespace), name)
+        table = Table(title=f"schedule {s.name}", show_header=False, title_justify="left")
+        table.add_column("what", style="bold")
+        table.add_column("value")
+        table.add_row("spec", s.spec_name or "-")
+        table.add_row("episodes per run", str(s.episodes))
+        table.add_row("when", s.when or "-")
+        table.add_row("overlap", s.overlap or "-")
+        table.add_row("task queue", s.task_queue or "-")
+        table.add_row(
+            "state", ("paused" if s.paused else "active") + (f" ({s.note})" if s.note else "")
+        )
+        table.add_row("runs started", str(s.actions))
+        table.add_row("skipped (overlap)", str(s.skipped_overlap))
+        for wid in s.running:
+            table.add_row("running", wid)
+        for r in s.recent:
+            table.add_row("recent", f"{r.workflow_id} (started {_time(r.started_at)})")
+        for t in s.next_runs[:3]:
+            table.add_row("next", _time(t))
+        table.add_row("find its episodes", f"EpisodeSchedule = '{s.name}'")
+        common.console.print(table)
+
+    common.run(main())
+
+
+@app.command()
+def pause(
+    name: Name,
+    note: Note = None,
+    address: Address = "127.0.0.1:7233",
+    namespace: Namespace = "default",
+) -> None:
+    """Pause a schedule (runs already started continue)."""
+    from episodes.schedules import pause_schedule
+
+    async def main() -> None:
+        await pause_schedule(await _client(address, namespace), name, note)
+        common.console.print(f"[green]✓[/] paused {name}", highlight=False)
+
+    common.run(main())
+
+
+@app.command()
+def unpause(
+    name: Name,
+    note: Note = None,
+    address: Address = "127.0.0.1:7233",
+    namespace: Namespace = "default",
+) -> None:
+    """Resume a paused schedule."""
+    from episodes.schedules import unpause_schedule
+
+    async def main() -> None:
+        await unpause_schedule(await _client(address, namespace), name, note)
+        common.console.print(f"[green]✓[/] unpaused {name}", highlight=False)
+
+    common.run(main())
+
+
+@app.command()
+def trigger(
+    name: Name,
+    overlap: Annotated[
+        str | None, typer.Option(help="Override the overlap policy for this run.")
+    ] = None,
+    address: Address = "127.0.0.1:7233",
+    namespace: Namespace = "default",
+) -> None:
+    """Start a run now."""
+    from episodes.schedules import trigger_schedule
+
+    async def main() -> None:
+        await trigger_schedule(await _client(address, namespace), name, overlap)
+        common.console.print(
+            f"[green]✓[/] triggered {name}; find it with EpisodeSchedule = '{name}'",
+            highlight=False,
+        )
+
+    common.run(main())
+
+
+@app.command()
+def delete(
+    name: Name, address: Address = "127.0.0.1:7233", namespace: Namespace = "default"
+) -> None:
+    """Delete a schedule (the batches it started stay, findable by EpisodeSchedule)."""
+    from episodes.schedules import delete_schedule
+
+    async def main() -> None:
+        await delete_schedule(await _client(address, namespace), name)
+        common.console.print(f"[green]✓[/] deleted {name}", highlight=False)
+
+    common.run(main())
+
+
+def _time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")

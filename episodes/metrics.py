@@ -1,0 +1,205 @@
+"""Aggregate metrics of a batch: pure, bounded, and carried across continue-as-new.
+
+`MetricsAccumulator` is a pydantic model, so the batch workflow passes it to its next
+run as it is. Its size does not grow with the number of episodes:
+
+- rewards: a count and a sum (mean over the episodes that have a reward);
+- pass@k: per task only while its samples are still arriving (`open_tasks`); once a
+  task has all `samples` results its pass@1..samples values are folded into running
+  sums and the task is forgotten. Work runs task by task, so few tasks are open;
+- durations: a log-bucketed histogram (relative error under 1%, `DurationSketch`).
+
+Pass: an episode passes when its reward is not None and `reward >= pass_threshold`
+(default 1.0: only fully correct episodes pass). pass@k is the unbiased estimator of
+Chen et al. (2021), 1 - C(n-c, k) / C(n, k) for a task with n samples of which c
+pass, averaged over the tasks with at least k finished samples.
+
+Only pydantic and the standard library: workflows import this module.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from pydantic import Field
+
+from episodes.models import Model
+
+# Histogram bucket i holds durations in (GAMMA**(i-1), GAMMA**i]. Reporting the bucket's
+# midpoint 2*GAMMA**i/(GAMMA+1) is off by at most (GAMMA-1)/(GAMMA+1) < 1% relatively.
+GAMMA = 1.02
+# Below this (1 ms) durations are counted as zero: nothing an episode does is that fast.
+MIN_DURATION_S = 1e-3
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one task: n samples, c of them passing, k <= n."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"pass@k needs 0 <= c <= n and 1 <= k <= n (n={n}, c={c}, k={k})")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def report_ks(ks: Iterable[int]) -> list[int]:
+    """The k worth showing out of many: 1, 2, 5, 10, 20, 50, ... and the largest."""
+    ks = sorted(ks)
+    if not ks:
+        return []
+    shown = [k for k in ks if _round_number(k)]
+    return shown if shown[-1:] == ks[-1:] else [*shown, ks[-1]]
+
+
+def _round_number(k: int) -> bool:
+    while k >= 10 and k % 10 == 0:
+        k //= 10
+    return k in (1, 2, 5)
+
+
+class DurationSketch(Model):
+    """A log-histogram of durations with exact count, sum, min and max."""
+
+    count: int = 0
+    zeros: int = 0
+    buckets: dict[int, int] = Field(default_factory=dict)
+    sum_s: float = 0.0
+    min_s: float | None = None
+    max_s: float | None = None
+
+    def add(self, seconds: float) -> None:
+        seconds = max(0.0, seconds)
+        self.count += 1
+        self.sum_s += seconds
+        self.min_s = seconds if self.min_s is None else min(self.min_s, seconds)
+        self.max_s = seconds if self.max_s is None else max(self.max_s, seconds)
+        if seconds <= MIN_DURATION_S:
+            self.zeros += 1
+            return
+        i = math.ceil(math.log(seconds) / math.log(GAMMA))
+        self.buckets[i] = self.buckets.get(i, 0) + 1
+
+    def quantile(self, q: float) -> float | None:
+        """Nearest-rank quantile (the value at rank ceil(q*n)), within 1% of the exact one."""
+        if not self.count:
+            return None
+        assert self.min_s is not None and self.max_s is not None
+        rank = max(1, math.ceil(q * self.count))
+        if rank <= self.zeros:
+            return self.min_s
+        seen = self.zeros
+        for i in sorted(self.buckets):
+            seen += self.buckets[i]
+            if seen >= rank:
+                estimate = 2 * GAMMA**i / (GAMMA + 1)
+                return min(max(estimate, self.min_s), self.max_s)
+        return self.max_s
+
+
+class DurationSummary(Model):
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    mean: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+
+class BatchMetrics(Model):
+    """What a batch reports: while running (the `metrics` query) and as its result."""
+
+    count: int = 0
+    rewarded: int = 0  # episodes with a reward (mean_reward is over these)
+    mean_reward: float | None = None
+    passed: int = 0
+    pass_threshold: float = 1.0
+    samples: int = 1
+    # k -> mean pass@k over the tasks with at least k finished samples (k = 1..samples).
+    pass_at_k: dict[int, float] = Field(default_factory=dict)
+    # k -> how many tasks pass_at_k[k] averages over.
+    pass_at_k_tasks: dict[int, int] = Field(default_factory=dict)
+    terminations: dict[str, int] = Field(default_factory=dict)
+    duration_s: DurationSummary = Field(default_factory=DurationSummary)
+
+
+class PassTally(Model):
+    n: int = 0
+    passed: int = 0
+
+
+class MetricsAccumulator(Model):
+    """Running totals of a batch; `add` one episode, `summary()` at any time."""
+
+    samples: int = Field(default=1, ge=1)
+    pass_threshold: float = 1.0
+    count: int = 0
+    rewarded: int = 0
+    reward_sum: float = 0.0
+    passed: int = 0
+    terminations: dict[str, int] = Field(default_factory=dict)
+    open_tasks: dict[str, PassTally] = Field(default_factory=dict)
+    closed_tasks: int = 0
+    # Index k-1: the sum of pass@k over the closed tasks.
+    closed_pass_sums: list[float] = Field(default_factory=list)
+    durations: DurationSketch = Field(default_factory=DurationSketch)
+
+    def passes(self, reward: float | None) -> bool:
+        return reward is not None and reward >= self.pass_threshold
+
+    def add(self, task_id: str, termination: str, reward: float | None, duration_s: float) -> None:
+        self.count += 1
+        self.terminations[termination] = self.terminations.get(termination, 0) + 1
+        if reward is not None:
+            self.rewarded += 1
+            self.reward_sum += reward
+        passed = self.passes(reward)
+        self.passed += passed
+        self.durations.add(duration_s)
+        tally = self.open_tasks.setdefault(task_id, PassTally())
+        tally.n += 1
+        tally.passed += passed
+        if tally.n >= self.samples:
+            self._close(task_id)
+
+    def _close(self, task_id: str) -> None:
+        tally = self.open_tasks.pop(task_id)
+        if len(self.closed_pass_sums) < self.samples:
+            self.closed_pass_sums += [0.0] * (self.samples - len(self.closed_pass_sums))
+        for k in range(1, self.samples + 1):
+            self.closed_pass_sums[k - 1] += pass_at_k(tally.n, tally.passed, k)
+        self.closed_tasks += 1
+
+    def summary(self) -> BatchMetrics:
+        pass_at: dict[int, float] = {}
+        tasks_at: dict[int, int] = {}
+        for k in range(1, self.samples + 1):
+            total = self.closed_pass_sums[k - 1] if self.closed_pass_sums else 0.0
+            tasks = self.closed_tasks
+            for tally in self.open_tasks.values():
+                if tally.n >= k:
+                    total += pass_at_k(tally.n, tally.passed, k)
+                    tasks += 1
+            if tasks:
+                pass_at[k] = total / tasks
+                tasks_at[k] = tasks
+        d = self.durations
+        return BatchMetrics(
+            count=self.count,
+            rewarded=self.rewarded,
+            mean_reward=self.reward_sum / self.rewarded if self.rewarded else None,
+            passed=self.passed,
+            pass_threshold=self.pass_threshold,
+            samples=self.samples,
+            pass_at_k=pass_at,
+            pass_at_k_tasks=tasks_at,
+            terminations=dict(sorted(self.terminations.items())),
+            duration_s=DurationSummary(
+                p50=d.quantile(0.5),
+                p90=d.quantile(0.9),
+                p99=d.quantile(0.99),
+                mean=d.sum_s / d.count if d.count else None,
+                min=d.min_s,
+                max=d.max_s,
+            ),
+        )

@@ -1,0 +1,278 @@
+"""EvalBatchWorkflow: every task x sample of a spec as child EpisodeWorkflows.
+
+A sliding window keeps at most `concurrency` children running. Metrics are folded in
+as each child finishes (`metrics` and `progress` queries). To keep the history
+bounded, a run stops starting children once the server suggests continue-as-new (or
+after `children_per_run`), waits for the ones in flight (drain), and continues as new
+with the next work index and the metrics accumulator. Draining means no child is ever
+orphaned by continue-as-new (children of a closed run would be cancelled), at the cost
+of a briefly narrower window once per run.
+
+Child ids are `<batch>.<task>.s<sample>`: a child that already exists (a re-run batch)
+is not started again; its recorded result is fetched by the `await_episode` activity.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDReusePolicy,
+)
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    FailureError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from episodes import search_attributes as sa
+    from episodes.batch_models import (
+        WORKFLOW_FAILED,
+        BatchInput,
+        BatchProgress,
+        BatchResult,
+        BatchState,
+        episode_id,
+    )
+    from episodes.messages import EpisodeInput
+    from episodes.metrics import BatchMetrics, MetricsAccumulator, report_ks
+    from episodes.models import EpisodeResult, Task
+
+KEEP_ERRORS = 5
+
+
+@dataclass
+class _Outcome:
+    index: int
+    task_id: str
+    sample: int
+    termination: str
+    reward: float | None
+    duration_s: float
+    error: str | None = None
+
+
+@workflow.defn(name="EvalBatchWorkflow")
+class EvalBatchWorkflow:
+    def __init__(self) -> None:
+        self._status = "running"
+        self._batch = ""
+        self._total = 0
+        self._running = 0
+        self._failed = 0
+        self._runs = 1
+        self._last = ""
+        self._errors: list[str] = []
+        self._acc = MetricsAccumulator()
+
+    @workflow.query(name="progress")
+    def progress(self) -> BatchProgress:
+        return BatchProgress(
+            status=self._status,  # type: ignore[arg-type]
+            batch=self._batch,
+            total=self._total,
+            done=self._acc.count,
+            running=self._running,
+            failed=self._failed,
+            runs=self._runs,
+            last=self._last,
+        )
+
+    @workflow.query(name="metrics")
+    def metrics(self) -> BatchMetrics:
+        return self._acc.summary()
+
+    @workflow.run
+    async def run(self, inp: BatchInput) -> BatchResult:
+        spec = inp.spec
+        if not spec.tasks:
+            raise ApplicationError(
+                "the batch input must carry its tasks inline (episodes.batches.batch_input)",
+                non_retryable=True,
+            )
+        tasks = spec.tasks
+        state = inp.state
+        self._batch = inp.batch or workflow.info().workflow_id
+        self._total = len(tasks) * spec.samples
+        self._runs = state.runs
+        self._errors = list(state.errors)
+        self._acc = state.metrics or MetricsAccumulator(
+            samples=spec.samples, pass_threshold=inp.pass_threshold
+        )
+        self._failed = self._acc.terminations.get(WORKFLOW_FAILED, 0)
+        started_at = state.started_at or workflow.now()
+        if state.runs == 1:
+            self._upsert_attributes(inp)
+        limit = inp.concurrency or spec.concurrency
+
+        nxt = state.next_index
+        started = 0
+        in_flight: dict[asyncio.Task[_Outcome], int] = {}
+        while True:
+            while len(in_flight) < limit and nxt < self._total:
+                if started and self._should_continue_as_new(started, inp.children_per_run):
+                    self._status = "draining"
+                    break
+                task, sample = tasks[nxt // spec.samples], nxt % spec.samples
+                in_flight[asyncio.create_task(self._child(inp, nxt, task, sample))] = nxt
+                nxt += 1
+                started += 1
+            self._running = len(in_flight)
+            if not in_flight:
+                break
+            done, _ = await workflow.wait(list(in_flight), return_when=asyncio.FIRST_COMPLETED)
+            # Sets iterate in memory order; record in work order so replays agree.
+            for t in sorted(done, key=lambda t: in_flight[t]):
+                del in_flight[t]
+                self._record(t.result())
+            self._running = len(in_flight)
+            self._set_details()
+
+        if nxt < self._total:
+            workflow.continue_as_new(
+                inp.model_copy(
+                    update={
+                        "batch": self._batch,
+                        "state": BatchState(
+                            next_index=nxt,
+                            metrics=self._acc,
+                            runs=self._runs + 1,
+                            started_at=started_at,
+                            errors=self._errors,
+                        ),
+                    }
+                )
+            )
+        self._status = "done"
+        summary = self._acc.summary()
+        if summary.mean_reward is not None:
+            workflow.upsert_search_attributes([sa.REWARD.value_set(summary.mean_reward)])
+        self._set_details()
+        return BatchResult(
+            batch=self._batch,
+            spec_name=spec.name,
+            schedule=inp.schedule,
+            total=self._total,
+            runs=self._runs,
+            elapsed_s=(workflow.now() - started_at).total_seconds(),
+            metrics=summary,
+            errors=self._errors,
+        )
+
+    # -- one child -----------------------------------------------------------------
+
+    async def _child(self, inp: BatchInput, index: int, task: Task, sample: int) -> _Outcome:
+        spec = inp.spec
+        wid = episode_id(self._batch, task.id, sample)
+        began = workflow.now()
+        pairs = [
+            SearchAttributePair(sa.ENV, spec.env),
+            SearchAttributePair(sa.TASK, task.id),
+            SearchAttributePair(sa.BATCH, self._batch),
+            SearchAttributePair(sa.SPEC, spec.name),
+        ]
+        if inp.schedule:
+            pairs.append(SearchAttributePair(sa.SCHEDULE, inp.schedule))
+        try:
+            try:
+                result = await workflow.execute_child_workflow(
+                    "EpisodeWorkflow",
+                    EpisodeInput(
+                        spec=spec.model_copy(update={"tasks": [task], "dataset": None}),
+                        task=task,
+                        sample=sample,
+                        batch=self._batch,
+                    ),
+                    id=wid,
+                    result_type=EpisodeResult,
+                    # A finished episode is never run twice; a failed one may be re-run.
+                    id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                    # Cancelling or terminating the batch cancels its episodes, which
+                    # then release their boxes.
+                    parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                    search_attributes=TypedSearchAttributes(pairs),
+                    static_summary=f"{spec.env} · task {task.id} · sample {sample}",
+                )
+            except WorkflowAlreadyStartedError:
+                result = await workflow.execute_activity(
+                    "await_episode",
+                    wid,
+                    result_type=EpisodeResult,
+                    start_to_close_timeout=timedelta(days=1),
+                    heartbeat_timeout=timedelta(seconds=30),
+                    retry_policy=RetryPolicy(
+                        maximum_attempts=10, non_retryable_error_types=["EpisodeFailed"]
+                    ),
+                    summary=f"await existing {wid}",
+                )
+        except (ChildWorkflowError, ActivityError) as e:
+            return _Outcome(
+                index,
+                task.id,
+                sample,
+                WORKFLOW_FAILED,
+                None,
+                (workflow.now() - began).total_seconds(),
+                error=f"{wid}: {_root_cause(e)}",
+            )
+        return _Outcome(
+            index, task.id, sample, result.termination, result.reward, result.duration_s
+        )
+
+    def _record(self, o: _Outcome) -> None:
+        self._acc.add(o.task_id, o.termination, o.reward, o.duration_s)
+        reward = "-" if o.reward is None else f"{o.reward:.2f}"
+        self._last = f"{o.task_id}#{o.sample} {o.termination} {reward}"
+        if o.error is not None:
+            self._failed += 1
+            self._errors = [*self._errors, o.error][-KEEP_ERRORS:]
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _should_continue_as_new(self, started: int, children_per_run: int) -> bool:
+        return started >= children_per_run or workflow.info().is_continue_as_new_suggested()
+
+    def _upsert_attributes(self, inp: BatchInput) -> None:
+        """Idempotent, and continue-as-new keeps them: set once per chain."""
+        updates = [
+            sa.BATCH.value_set(self._batch),
+            sa.SPEC.value_set(inp.spec.name),
+            sa.ENV.value_set(inp.spec.env),
+        ]
+        if inp.schedule:
+            updates.append(sa.SCHEDULE.value_set(inp.schedule))
+        workflow.upsert_search_attributes(updates)
+
+    def _set_details(self) -> None:
+        m = self._acc.summary()
+        lines = [
+            f"**{self._status}** · {m.count}/{self._total} done · {self._running} running"
+            f" · run {self._runs}"
+        ]
+        if m.mean_reward is not None:
+            lines.append(f"- mean reward {m.mean_reward:.3f} over {m.rewarded}")
+        if m.pass_at_k:
+            ks = ", ".join(f"pass@{k} {m.pass_at_k[k]:.3f}" for k in report_ks(m.pass_at_k))
+            lines.append(f"- {ks} (pass: reward ≥ {m.pass_threshold})")
+        if m.terminations:
+            lines.append("- " + ", ".join(f"`{k}` {n}" for k, n in m.terminations.items()))
+        if self._errors:
+            lines.append(f"- last failure: `{self._errors[-1][:300]}`")
+        workflow.set_current_details("\n".join(lines))
+
+
+def _root_cause(e: BaseException) -> str:
+    """The innermost failure's message: "Activity task failed" says nothing."""
+    while isinstance(e, FailureError) and e.cause is not None:
+        e = e.cause
+    return getattr(e, "message", None) or str(e)
