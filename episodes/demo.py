@@ -126,4 +126,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from episodes.exit import run_main
+
+    run_main(main)

@@ -83,4 +83,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from episodes.exit import run_main  # exits without the SDK's finalization crash
+
+    run_main(main)

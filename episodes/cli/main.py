@@ -14,6 +14,7 @@ import typer
 
 from episodes.cli import common
 from episodes.cli.schedule import app as schedule_app
+from episodes.exit import run_main
 from episodes.messages import DEFAULT_TASK_QUEUE
 
 app = typer.Typer(
@@ -198,7 +199,7 @@ def main() -> None:
     # `env: my_envs:MyEnv` in a spec should find my_envs.py where the user runs us.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    app()
+    run_main(app)
 
 
 if __name__ == "__main__":
