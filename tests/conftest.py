@@ -53,3 +53,21 @@ async def worker(client) -> AsyncIterator[object]:  # type: ignore[no-untyped-de
     w.request_stop()
     with contextlib.suppress(asyncio.CancelledError):
         await asyncio.wait_for(task, 30)
+
+
+# The Temporal SDK's native threads can abort CPython's finalization after a run that
+# used clients (sdk-python#300), turning a green run into exit code -6. Leave the
+# same way our commands do, once pytest has reported everything.
+_exit_status: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _exit_status.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _exit_status and not hasattr(config, "workerinput"):
+        from episodes.exit import exit_process
+
+        exit_process(_exit_status[-1])
