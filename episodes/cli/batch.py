@@ -9,13 +9,12 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from episodes.batch_models import BatchProgress, BatchResult
 from episodes.batches import batch_input, episode_results, start_batch, total_episodes, wait_batch
-from episodes.cli.common import console
-from episodes.connect import connect
+from episodes.cli.common import console, progress_bar
+from episodes.cli.embedded import client_for
 from episodes.metrics import BatchMetrics, report_ks
 from episodes.spec import load_spec
 
@@ -39,27 +38,12 @@ async def run_spec_batch(
     total = total_episodes(inp)
 
     async with contextlib.AsyncExitStack() as stack:
-        ui_url = None
-        if address is None:
-            from episodes.cli.embedded import embedded_stack
-
-            with console.status("starting the embedded Temporal dev server and a worker"):
-                emb = await stack.enter_async_context(
-                    embedded_stack(task_queue=task_queue, namespace=namespace)
-                )
-            client, ui_url = emb.client, emb.server.ui_url
-        else:
-            client = await connect(address, namespace=namespace)
+        client, ui_url = await client_for(
+            stack, address=address, namespace=namespace, task_queue=task_queue
+        )
         handle = await start_batch(client, inp, task_queue=task_queue)
         console.print(f"batch workflow [bold]{handle.id}[/]", highlight=False, soft_wrap=True)
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[last]}"),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
+        with progress_bar() as progress:
             bar = progress.add_task(spec.name, total=total, last="")
 
             def show(p: BatchProgress) -> None:

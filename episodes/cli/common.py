@@ -10,6 +10,7 @@ from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from episodes.errors import EpisodesError
@@ -68,3 +69,15 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
             f"{percentile(durations, 0.5):.2f} s / {percentile(durations, 0.95):.2f} s",
         )
     return table
+
+
+def progress_bar() -> Progress:
+    """The bar `episodes run` shows, with the last finished episode beside it."""
+    return Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[last]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )

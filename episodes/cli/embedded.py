@@ -57,3 +57,21 @@ async def embedded_stack(
                 await running
     finally:
         await asyncio.to_thread(server.stop)
+
+
+async def client_for(
+    stack: contextlib.AsyncExitStack, *, address: str | None, namespace: str, task_queue: str
+) -> tuple[Client, str | None]:
+    """A client for `address`, or (no address) the embedded stack entered on `stack`.
+
+    Returns the client and the UI address when we started the server.
+    """
+    if address is not None:
+        return await connect(address, namespace=namespace), None
+    from episodes.cli.common import console
+
+    with console.status("starting the embedded Temporal dev server and a worker"):
+        emb = await stack.enter_async_context(
+            embedded_stack(task_queue=task_queue, namespace=namespace)
+        )
+    return emb.client, emb.server.ui_url

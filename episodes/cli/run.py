@@ -5,11 +5,9 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-from episodes.cli.common import console, summary_table
+from episodes.cli.common import console, progress_bar, summary_table
+from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
-from episodes.connect import connect
 from episodes.models import EpisodeResult
 from episodes.spec import load_spec
 
@@ -33,28 +31,13 @@ async def run_spec(
     total = len(tasks) * spec.samples
 
     async with contextlib.AsyncExitStack() as stack:
-        ui_url = None
-        if address is None:
-            from episodes.cli.embedded import embedded_stack
-
-            with console.status("starting the embedded Temporal dev server and a worker"):
-                emb = await stack.enter_async_context(
-                    embedded_stack(task_queue=task_queue, namespace=namespace)
-                )
-            client, ui_url = emb.client, emb.server.ui_url
-        else:
-            client = await connect(address, namespace=namespace)
+        client, ui_url = await client_for(
+            stack, address=address, namespace=namespace, task_queue=task_queue
+        )
         sink = stack.enter_context(out.open("w")) if out else None
         results: list[EpisodeResult] = []
         episodes = EpisodesClient(client, task_queue=task_queue)
-        with Progress(
-            TextColumn("[bold]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[last]}"),
-            TimeElapsedColumn(),
-            console=console,
-        ) as progress:
+        with progress_bar() as progress:
             bar = progress.add_task(spec.name, total=total, last="")
             async for result in episodes.run_batch(spec, concurrency=concurrency, batch=batch):
                 results.append(result)
