@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from episodes.cli.common import console, percentile, summary_table
+from episodes.cli.common import console, summary_table
 from episodes.cli.embedded import embedded_stack
 from episodes.client import EpisodesClient
 from episodes.models import EpisodeResult
@@ -96,15 +96,17 @@ async def run_demo(port: int, keep: bool) -> None:
 
 def _latency_table(results: list[EpisodeResult], wall: float) -> Table:
     turns = sum(r.turns for r in results)
-    per_turn = [r.duration_s / r.turns * 1000 for r in results if r.turns]
     table = Table(title="demo", show_header=False, title_justify="left")
     table.add_row("episodes", str(len(results)))
     table.add_row("turns", str(turns))
     table.add_row("wall time", f"{wall:.1f} s (incl. server start)")
+    table.add_row("throughput", f"{turns / wall:.0f} turns/s, {len(results) / wall:.1f} episodes/s")
+    per_turn = [r.duration_s / r.turns for r in results if r.turns]
     if per_turn:
         table.add_row(
-            "episode time per turn",
-            f"median {statistics.median(per_turn):.1f} ms, p95 {percentile(per_turn, 0.95):.1f} ms",
+            "episode duration / turns",
+            f"median {statistics.median(per_turn) * 1000:.0f} ms "
+            "(provision and queueing included; see bench/ for per-turn overhead)",
         )
     return table
 
