@@ -1,0 +1,157 @@
+"""`python -m bench [NAMES...] [--quick] [--repeats N]` (= `make bench BENCH_ARGS=...`).
+
+Runs the benchmarks (all, or the ones named), prints each one's figures and its
+ratios against the baseline measured in the same run, checks the targets of issue 5,
+and writes everything to bench/results/latest.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import importlib
+import json
+import math
+import os
+import platform
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+BENCHMARKS = {
+    "overhead": "bench.turn_overhead",
+    "designs": "bench.designs.study",
+    "respawn": "bench.respawn",
+    "throughput": "bench.throughput",
+    "density": "bench.density",
+    "pool": "bench.pool",
+}
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+
+
+def _get(d: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Issue 5's targets, judged from this run's figures (None: not measured this run)."""
+    out: dict[str, dict[str, Any]] = {}
+    designs = _get(results, "designs", "figures") or {}
+    names = _get(results, "designs", "designs") or {}
+    for key, fig in designs.items():
+        if key.startswith("floor") or key == "direct":
+            continue
+        median = fig["median"]["median"]
+        worst = fig["worst_bucket_p95"]
+        out[f"overhead[{names.get(key, key)}]"] = {
+            "target": "per-turn <= 5 ms median and p95 <= 10 ms in every turn-index bucket",
+            "value": f"median {median:.2f} ms, worst bucket p95 {worst:.2f} ms",
+            "met": median <= 5 and worst <= 10,
+        }
+    for key, fig in (_get(results, "throughput", "figures") or {}).items():
+        tps = fig["turns_per_s"]["median"]
+        out[f"throughput[{key}]"] = {
+            "target": ">= 250 turns/s, 100 concurrent episodes on one worker",
+            "value": f"{tps:.0f} turns/s",
+            "met": tps >= 250,
+        }
+    r = _get(results, "respawn", "ratios", "realistic")
+    if r is not None:
+        out["persistent_vs_respawn"] = {
+            "target": "persistent >= 100x faster per turn than respawning a realistic harness",
+            "value": f"{r:.0f}x",
+            "met": r >= 100,
+        }
+    dens = _get(results, "density", "figures")
+    if dens:
+        per = dens["worker_rss_per_session_mib"]
+        out["density"] = {
+            "target": "1,000 live sessions at < 2 MiB worker RSS each",
+            "value": f"{dens['sessions']} sessions, {per:.2f} MiB each",
+            "met": dens["sessions"] >= 1000 and per < 2,
+        }
+    r = _get(results, "pool", "ratios", "docker_box_cold_vs_warm")
+    if r is not None:
+        out["pool_docker"] = {
+            "target": "warm lease >= 100x faster than a cold Docker provision",
+            "value": f"{r:.0f}x",
+            "met": r >= 100,
+        }
+    return out
+
+
+def _clean(value: Any) -> Any:
+    """JSON without NaN/inf (they become null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    return value
+
+
+async def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("names", nargs="*", help=f"any of {', '.join(BENCHMARKS)} (default: all)")
+    parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
+    parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--designs", default=None, help="designs benchmark only: keys to run, e.g. a,c32l,b"
+    )
+    args = parser.parse_args(argv)
+    names = args.names or list(BENCHMARKS)
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown:
+        parser.error(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(BENCHMARKS)}")
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    started = time.time()
+    for name in names:
+        print(f"\n== {name} ==", flush=True)
+        t0 = time.perf_counter()
+        try:
+            module = importlib.import_module(BENCHMARKS[name])
+            extra = {"only": args.designs.split(",")} if name == "designs" and args.designs else {}
+            results[name] = await module.run(quick=args.quick, repeats=args.repeats, **extra)
+            results[name]["seconds"] = time.perf_counter() - t0
+        except Exception as e:
+            traceback.print_exc()
+            errors[name] = f"{type(e).__name__}: {e}"
+        sys.stdout.flush()
+    judged = targets(results)
+    if judged:
+        note = " (quick run: smaller sizes than the targets name; indicative only)"
+        print("\n== targets (issue 5) ==" + (note if args.quick else ""))
+        for name, t in judged.items():
+            print(f"  [{'met' if t['met'] else 'NOT met'}] {name}: {t['value']} ({t['target']})")
+    report = {
+        "started": datetime.datetime.fromtimestamp(started, datetime.UTC).isoformat(),
+        "quick": args.quick,
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "results": results,
+        "targets": judged,
+        "errors": errors,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(_clean(report), indent=2) + "\n")
+    print(f"\nresults: {args.out}")
+    for name, err in errors.items():
+        print(f"  {name} FAILED: {err}")
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,162 @@
+"""Throughput: 100 concurrent 10-turn episodes of a real harness on one worker.
+
+Every episode runs the echo reference harness as a real subprocess. Measured per
+design: episodes/s and turns/s from the first start to the last result, and the CPU
+seconds spent by the worker process (this process: worker + the client starting
+episodes), by the harness processes, and by the Temporal server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import time
+import uuid
+
+import psutil
+
+from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, spread, table
+from bench.designs.worker import DesignWorker
+from episodes.connect import connect
+from episodes.messages import EpisodeInput
+from episodes.models import EpisodeResult
+from episodes.spec import parse_spec
+from workers.worker import EpisodeWorker, WorkerOptions
+
+# name -> (workflow type, runs on the design worker?)
+VARIANTS = {
+    "current": ("EpisodeWorkflow", False),
+    "c1s": ("UpdateLagEpisode", True),
+    "b": ("ChildLocalEpisode", True),
+}
+LABELS = {
+    "current": "(a) current design (EpisodeWorker)",
+    "c1s": "(c'1s) drive + batched Updates",
+    "b": "(b) child, local-activity turns",
+}
+
+
+def _cpu(proc: psutil.Process) -> float:
+    t = proc.cpu_times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
+def _harness_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def _self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+async def _batch(client, workflow: str, queue: str, episodes: int, turns: int) -> dict:
+    spec = parse_spec(
+        {
+            "name": f"tp-{uuid.uuid4().hex[:6]}",
+            "env": "script",
+            "tasks": [
+                {"id": f"t{i}", "data": {"messages": [f"m{j}" for j in range(turns)]}}
+                for i in range(episodes)
+            ],
+            "harness": {"command": ECHO, "ready_timeout_s": 120},
+            "max_turns": turns,
+            "turn_timeout_s": 120,
+            "worker_lost_timeout_s": 60,
+        }
+    )
+    started = time.perf_counter()
+    handles = await asyncio.gather(
+        *(
+            client.start_workflow(
+                workflow,
+                EpisodeInput(spec=spec.model_copy(update={"tasks": [t]}), task=t),
+                id=f"{spec.name}.{t.id}",
+                task_queue=queue,
+                result_type=EpisodeResult,
+            )
+            for t in spec.tasks
+        )
+    )
+    results = await asyncio.gather(*(h.result() for h in handles))
+    wall = time.perf_counter() - started
+    done = sum(r.turns for r in results)
+    bad = [r for r in results if r.termination != "env_done" or r.turns != turns]
+    if bad:
+        raise RuntimeError(f"{workflow}: {len(bad)} episodes ended badly, e.g. {bad[0]}")
+    return {"wall_s": wall, "episodes_per_s": episodes / wall, "turns_per_s": done / wall}
+
+
+async def run(quick: bool = False, repeats: int | None = None) -> dict:
+    episodes, turns = (10, 3) if quick else (100, 10)
+    repeats = repeats or (1 if quick else 3)
+    samples: dict[str, dict[str, list[float]]] = {v: {} for v in VARIANTS}
+    load_start = load()
+    with dev_server() as server:
+        assert server.process is not None
+        server_proc = psutil.Process(server.process.pid)
+        client = await connect(server.address, timeout_s=30)
+        q_current, q_design = f"tp-{uuid.uuid4().hex[:6]}", f"tpd-{uuid.uuid4().hex[:6]}"
+        current = EpisodeWorker(client, WorkerOptions(task_queue=q_current))
+        design = DesignWorker(client, q_design)
+        async with running(current), running(design):
+            for wf, on_design in VARIANTS.values():  # warm-up
+                await _batch(client, wf, q_design if on_design else q_current, 2, 2)
+            for r in range(repeats):
+                order = list(VARIANTS.items())
+                order = order[r % len(order) :] + order[: r % len(order)]
+                for name, (wf, on_design) in order:
+                    cpu0 = (_self_cpu(), _harness_cpu(), _cpu(server_proc))
+                    row = await _batch(
+                        client, wf, q_design if on_design else q_current, episodes, turns
+                    )
+                    cpu1 = (_self_cpu(), _harness_cpu(), _cpu(server_proc))
+                    row["worker_cpu_s"] = cpu1[0] - cpu0[0]
+                    row["harness_cpu_s"] = cpu1[1] - cpu0[1]
+                    row["server_cpu_s"] = cpu1[2] - cpu0[2]
+                    for k, v in row.items():
+                        samples[name].setdefault(k, []).append(v)
+    figures = {n: {k: spread(v) for k, v in row.items()} for n, row in samples.items()}
+    base = figures["current"]["turns_per_s"]["median"]
+    ratios = {
+        f"{n}_vs_current": ratio(f["turns_per_s"]["median"], base) for n, f in figures.items()
+    }
+    print(
+        f"throughput: {episodes} concurrent {turns}-turn echo episodes on one worker, "
+        f"{repeats} repeat(s), median [min..max]"
+    )
+    rows = [
+        [
+            LABELS[n],
+            fmt_spread(f["episodes_per_s"], "", 1),
+            fmt_spread(f["turns_per_s"], "", 0),
+            fmt_spread(f["worker_cpu_s"], " s", 1),
+            fmt_spread(f["harness_cpu_s"], " s", 1),
+            fmt_spread(f["server_cpu_s"], " s", 1),
+            f"{ratios[f'{n}_vs_current']:.2f}x",
+        ]
+        for n, f in figures.items()
+    ]
+    print(
+        table(
+            rows,
+            [
+                "design",
+                "episodes/s",
+                "turns/s",
+                "worker CPU",
+                "harness CPU",
+                "server CPU",
+                "turns/s vs current",
+            ],
+        )
+    )
+    return {
+        "episodes": episodes,
+        "turns": turns,
+        "repeats": repeats,
+        "load": [load_start, load()],
+        "figures": figures,
+        "ratios": ratios,
+    }
