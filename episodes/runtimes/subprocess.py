@@ -6,6 +6,14 @@ die with the worker (`PR_SET_PDEATHSIG=SIGKILL`): Linux fires it when the *threa
 that forked the child exits. asyncio forks from the event-loop thread, which lives
 as long as the worker does; do not open processes from a short-lived thread's loop.
 
+The death signal is set by exec'ing through util-linux's `setpriv --pdeathsig KILL`,
+not by Python code between fork and exec: a worker has threads (the Temporal core,
+asyncio's child watchers), and running Python in a forked child of a threaded
+process can deadlock on a lock another thread held at fork time — and asyncio's
+fork blocks the event loop until the child execs, so that froze a whole worker in
+a 1,000-session benchmark. Without `setpriv` (not Linux, a minimal image) the old
+`preexec_fn` route is the fallback.
+
 The environment is an allowlist: a process sees exactly the `env` it is given (API
 keys and tokens of the worker do not leak in). Only if that env has no PATH, a
 minimal one is added so that `python3` and friends resolve.
@@ -15,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import shutil
 import signal
@@ -45,6 +54,7 @@ def _load_prctl():
 
 
 _prctl = _load_prctl()
+_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
 
 
 def _child_setup(parent_pid: int) -> None:
@@ -54,6 +64,16 @@ def _child_setup(parent_pid: int) -> None:
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
+
+
+def _check_executable(program: str, path: str, cwd: str) -> None:
+    if os.sep in program:
+        candidate = os.path.join(cwd, program)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return
+    elif shutil.which(program, path=path):
+        return
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
 class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
@@ -196,6 +216,10 @@ class SubprocessRuntime(Runtime):
         parent_pid = os.getpid()
         loop = asyncio.get_running_loop()
         # What asyncio.create_subprocess_exec does, with a protocol that reports exit.
+        if _SETPRIV:
+            # Fail like a direct exec would, rather than as setpriv's exit code 127.
+            _check_executable(argv[0], child_env["PATH"], cwd or self.workdir)
+            argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
         transport, protocol = await loop.subprocess_exec(
             lambda: _Protocol(_STREAM_LIMIT, loop),
             *argv,
@@ -205,7 +229,7 @@ class SubprocessRuntime(Runtime):
             env=child_env,
             cwd=cwd or self.workdir,
             start_new_session=True,
-            preexec_fn=lambda: _child_setup(parent_pid),
+            preexec_fn=None if _SETPRIV else (lambda: _child_setup(parent_pid)),
         )
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         process = SubprocessProcess(proc, transport, protocol)
