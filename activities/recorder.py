@@ -1,9 +1,11 @@
 """Records a drive's finished turns in its workflow: `record_turns` Updates, in order.
 
 The drive keeps turning while Updates are in flight; `wait_until_within(k)` holds
-it back once more than k finished turns are unrecorded, so history trails the
-harness by a bounded amount. One Update at a time carries every finished turn that
-fits in `max_update_bytes` (always at least one), far from the server's 2 MB limit.
+it back once more than k finished turns (or more than 4 Updates' worth of bytes) are
+unrecorded, so history trails the harness by a bounded amount, and a run asked to
+continue-as-new grows by a bounded amount before the drive pauses. One Update at a
+time carries every finished turn that fits in `max_update_bytes` (always at least
+one), far from the server's 2 MB limit.
 
 Update ids name the turns they carry (`<session>:turns-<first>-<last>`): the server
 answers a repeated id with the first outcome, and the workflow rejects a batch it
@@ -30,6 +32,8 @@ class TurnRecorder:
         self.max_update_bytes = max_update_bytes
         # Finished turns not yet acknowledged by the workflow, oldest first, with sizes.
         self._pending: list[tuple[TurnResult, int]] = []
+        self._pending_bytes = 0
+        self.max_pending_bytes = 4 * max_update_bytes
         self.stop = False  # the workflow asked the drive to pause
         self.updates = 0
         self._sender: asyncio.Task[None] | None = None
@@ -40,12 +44,19 @@ class TurnRecorder:
         return len(self._pending)
 
     def add(self, result: TurnResult) -> None:
-        self._pending.append((result, len(pydantic_core.to_json(result))))
+        size = len(pydantic_core.to_json(result))
+        self._pending.append((result, size))
+        self._pending_bytes += size
         self._ensure_sender()
 
+    def _behind(self, limit: int) -> bool:
+        return len(self._pending) > limit or (
+            len(self._pending) > 1 and self._pending_bytes > self.max_pending_bytes
+        )
+
     async def wait_until_within(self, limit: int) -> None:
-        """Return once at most `limit` finished turns are unrecorded."""
-        while len(self._pending) > limit:
+        """Return once at most `limit` finished turns (and not too many bytes) are unrecorded."""
+        while self._behind(limit):
             self._ensure_sender()
             assert self._sender is not None
             self._acked.clear()
@@ -97,6 +108,7 @@ class TurnRecorder:
                     raise
                 go_on = True  # a replayed batch: later ones carry the workflow's answer
             self.updates += 1
+            self._pending_bytes -= sum(n for _, n in self._pending[: len(batch)])
             del self._pending[: len(batch)]
             self.stop = self.stop or not go_on
             self._acked.set()
