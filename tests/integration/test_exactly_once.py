@@ -27,7 +27,12 @@ from temporalio.client import (
 from temporalio.client import Interceptor as ClientInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
-from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+from temporalio.worker import (
+    ActivityInboundInterceptor,
+    ExecuteActivityInput,
+    Interceptor,
+    Replayer,
+)
 
 from episodes.client import EpisodesClient
 from episodes.messages import EpisodeProgress
@@ -35,6 +40,7 @@ from episodes.models import EpisodeResult, TurnResult
 from tests.conftest import ROOT
 from tests.integration.helpers import spec
 from workers.worker import EpisodeWorker, WorkerOptions
+from workflows.episode import EpisodeWorkflow
 
 COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
 
@@ -126,6 +132,9 @@ async def _assert_each_turn_sent_once(handle: WorkflowHandle) -> None:
     assert [t.reply["received"] for t in progress.turns] == [1, 2, 3]
     assert [t.reply["message"] for t in progress.turns] == ["m0", "m1", "m2"]
     assert len({t.reply["pid"] for t in progress.turns}) == 1  # one live harness
+    # The history with its retried drive (and repeated Updates) replays deterministically.
+    replayer = Replayer(workflows=[EpisodeWorkflow], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(await handle.fetch_history())
 
 
 @contextlib.asynccontextmanager

@@ -3,7 +3,9 @@
 A dev server of its own suggests continue-as-new after a few dozen history events,
 so a 2,000-turn episode runs as a chain of many runs: one provision at the start,
 one release at the end, one live harness throughout (the counting harness answers
-1..2000 with one pid), and the whole transcript readable across the chain.
+1..2000 with one pid), and the whole transcript readable across the chain. Also:
+`turns_per_run` bounds a run by itself, and a cancel in a continued run releases
+the session that run inherited.
 """
 
 from __future__ import annotations
@@ -13,50 +15,30 @@ import contextlib
 import sys
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from episodes.cli.show import load_transcript
 from episodes.client import EpisodesClient
 from episodes.connect import connect
 from episodes.devserver import DevServer, free_port
-from episodes.envs.base import Environment
 from episodes.messages import EpisodeInput, EpisodeProgress
-from episodes.models import EpisodeResult, ScoreResult, StepOutcome, Task, Transcript
+from episodes.models import EpisodeResult
 from tests.conftest import ROOT
+from tests.integration.envs import ENDLESS
 from tests.integration.helpers import pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
+from workflows.episode import EpisodeWorkflow
 
 COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
 QUEUE = "long-episodes"
 # Far below the turns of one run at the default `turns_per_run` (1,000): every
 # continue-as-new past the first one is the server's suggestion.
 SUGGEST_CAN_AT = 60
-
-
-class Endless(Environment):
-    """Never done: the episode ends at max_turns. Scores how many turns it was shown.
-
-    env_args: delay_s, a pause in each step (turns slower than an Update's round trip).
-    """
-
-    def reset(self, task: Task) -> Any:
-        self.n = 0
-        return "m0"
-
-    async def step(self, reply: Any) -> StepOutcome:
-        await asyncio.sleep(self.env_args.get("delay_s", 0))
-        self.n += 1
-        return StepOutcome(message=f"m{self.n}")
-
-    def score(self, transcript: Transcript) -> ScoreResult:
-        return ScoreResult(reward=1.0, details={"turns": len(transcript.turns)})
-
-
-ENDLESS = f"{__name__}:Endless"
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +49,12 @@ def can_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
         headless=True,
         db_file=tmp / "temporal.db",
         log_file=tmp / "server.log",
-        extra_dynamic_config={"limit.historyCount.suggestContinueAsNew": str(SUGGEST_CAN_AT)},
+        extra_dynamic_config={
+            "limit.historyCount.suggestContinueAsNew": str(SUGGEST_CAN_AT),
+            # The server delays a run that continues-as-new within this long of its
+            # start (1 s by default, against tight loops); these runs are that short.
+            "history.workflowIdReuseMinimalInterval": '"0s"',
+        },
     )
     server.start()
     yield server
@@ -155,6 +142,11 @@ async def test_a_2000_turn_episode_continues_as_new_on_one_live_session(
     assert result.duration_s >= chain - 1.0, (result.duration_s, chain)
 
     assert can_worker.registry.entries() == [] and can_worker.reaped == 0
+    # Every run (its Updates, its pause, its continue-as-new) replays deterministically.
+    replayer = Replayer(workflows=[EpisodeWorkflow], data_converter=pydantic_data_converter)
+    for run_id in run_ids:
+        history = await can_client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
+        await replayer.replay_workflow(history)
     assert await wait_until(lambda: not pid_alive(pid), timeout=10)
 
 
@@ -182,3 +174,41 @@ async def test_turns_per_run_bounds_each_run(can_client, can_worker) -> None:
     assert 2 <= len(runs) <= 6, runs
     shown = await load_transcript(can_client, handle.id)
     assert [t["record"]["reply"]["received"] for t in shown["turns"]] == list(range(1, 31))
+
+
+async def test_cancelling_a_continued_run_releases_the_carried_session(
+    can_client, can_worker
+) -> None:
+    s = spec(
+        name=f"cancel-long-{uuid.uuid4().hex[:6]}",
+        env=ENDLESS,
+        env_args={"delay_s": 0.05},
+        command=COUNTING,
+        max_turns=1000,
+        tasks=[{"id": "t0"}],
+    )
+    handle = await can_client.start_workflow(
+        "EpisodeWorkflow",
+        EpisodeInput(spec=s, task=s.tasks[0], turns_per_run=3),
+        id=f"{s.name}.t0",
+        task_queue=QUEUE,
+        result_type=EpisodeResult,
+    )
+
+    async def continued() -> bool:
+        with contextlib.suppress(Exception):
+            p = await handle.query("progress", result_type=EpisodeProgress)
+            return p.runs >= 2 and p.turns_done > p.first_turn
+        return False
+
+    assert await wait_until(continued, timeout=60)
+    [entry] = [e for e in can_worker.registry.entries() if e.workflow_id == handle.id]
+    pid = entry.session.harness.pid
+    await handle.cancel()
+    result = await asyncio.wait_for(handle.result(), 60)
+    assert result.termination == "cancelled" and 3 <= result.turns < 1000
+    _, runs = await _chain(can_client, handle.id)
+    assert len(runs) >= 2 and runs[-1][-1] == "release"
+    assert [n for r in runs for n in r if n != "drive"] == ["provision", "release"]
+    assert handle.id not in {e.workflow_id for e in can_worker.registry.entries()}
+    assert await wait_until(lambda: not pid_alive(pid), timeout=10)
