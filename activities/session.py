@@ -1,7 +1,8 @@
 """The activities of one episode, thin over `episodes.session.LiveSession`.
 
 `provision` runs on the shared queue on whichever worker takes it and registers
-the session there; `turn`, `score` and `release` run on that worker's own queue.
+the session there; `drive` (the turn loop and the score), `turn` and `score` (an
+interactive session's steps) and `release` run on that worker's own queue.
 `score_transcript` is the fallback when that worker is gone (a local activity).
 """
 
@@ -9,13 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.recorder import TurnRecorder
 from episodes.envs import load_env
 from episodes.errors import HarnessFailure, SpecError
 from episodes.messages import (
+    DriveInput,
+    DriveResult,
     ProvisionInput,
     ReleaseInput,
     ScoreInput,
@@ -23,7 +29,7 @@ from episodes.messages import (
     SessionRef,
     TurnInput,
 )
-from episodes.models import ScoreResult, TurnResult
+from episodes.models import ScoreResult, Termination, TurnResult
 from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
 from workers.pools import WorkerPools
 from workers.registry import SessionRegistry
@@ -95,6 +101,54 @@ class SessionActivities:
         finally:
             beat.cancel()
 
+    @activity.defn(name="drive")
+    async def drive(self, inp: DriveInput) -> DriveResult:
+        """Turn from `first_turn` until the env is done, `max_turns`, or the workflow asks
+        to pause (it continues-as-new); record the turns in it; score unless paused.
+
+        A retried drive starts again at `first_turn`: the session answers the turns it
+        already ran from its record, unsent, and the workflow ignores what it holds.
+        """
+        session = self._session(inp.session_id)
+        # The reaper checks the run that drives the session (a long episode's latest).
+        self.registry.follow(inp.session_id, inp.run_id)
+        handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
+        recorder = TurnRecorder(handle, inp.session_id, max_update_bytes=inp.max_update_bytes)
+        next_turn = inp.first_turn
+        # Heartbeats go on through long turns and the score: their silence is the loss
+        # signal. Their details (the turn in progress) show in the UI's pending activity.
+        beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": next_turn}))
+        try:
+            termination: Termination | None = None
+            error: str | None = None
+            while next_turn < inp.max_turns:
+                try:
+                    result = await session.turn(next_turn)
+                except TurnOutOfOrder as e:
+                    raise ApplicationError(
+                        str(e), type="TurnOutOfOrder", non_retryable=True
+                    ) from None
+                next_turn += 1
+                recorder.add(result)
+                await recorder.wait_until_within(inp.pipeline)
+                if result.observation.done:
+                    termination, error = result.termination or "env_done", result.record.error
+                    break
+                if recorder.stop and next_turn < inp.max_turns:
+                    break  # paused: the next run drives on from `next_turn`
+            else:
+                termination = "max_turns"
+            await recorder.flush()
+            if termination is None:
+                return DriveResult(next_turn=next_turn)
+            score = await session.score(termination)
+            return DriveResult(
+                termination=termination, error=error, next_turn=next_turn, score=score
+            )
+        finally:
+            beat.cancel()
+            recorder.close()
+
     @activity.defn(name="score")
     async def score(self, inp: ScoreInput) -> ScoreResult:
         return await self._session(inp.session_id).score(inp.termination)
@@ -115,10 +169,13 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
     return await score_transcript(env, inp.transcript)
 
 
-async def _heartbeat_until_cancelled() -> None:
+async def _heartbeat_until_cancelled(details: Callable[[], Any] | None = None) -> None:
     """Tell the server this worker still holds the session while the harness works."""
     timeout = activity.info().heartbeat_timeout
     interval = max(0.2, timeout.total_seconds() / 3) if timeout else 5.0
     while True:
-        activity.heartbeat()
+        if details is None:
+            activity.heartbeat()
+        else:
+            activity.heartbeat(details())
         await asyncio.sleep(interval)

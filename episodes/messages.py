@@ -5,31 +5,22 @@ Pydantic and the standard library only: workflows import this module.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import Field
 
-from episodes.models import Model, Task, Termination, Transcript, TurnRecord
+from episodes.models import Model, ScoreResult, Task, Termination, Transcript, TurnRecord
 from episodes.spec import EpisodeSpec
 
 DEFAULT_TASK_QUEUE = "episodes"
-
-
-class EpisodeInput(Model):
-    """One episode: the spec (with just this task), the task, which sample."""
-
-    spec: EpisodeSpec
-    task: Task
-    sample: int = 0
-    batch: str | None = None
-
-
-class ProvisionInput(Model):
-    spec: EpisodeSpec
-    task: Task
-    sample: int
-    workflow_id: str
-    run_id: str
+# A long episode continues-as-new after this many turns in one run (or earlier, when
+# the server suggests it), so its history stays bounded however many turns it takes.
+DEFAULT_TURNS_PER_RUN = 1000
+# Finished turns the drive may run ahead of history, and the most one Update carries:
+# far below Temporal's 2 MB payload limit whatever the turns hold.
+DEFAULT_PIPELINE = 32
+DEFAULT_UPDATE_BYTES = 512 * 1024
 
 
 class SessionRef(Model):
@@ -42,6 +33,36 @@ class SessionRef(Model):
     pool_hit: bool | None = None
 
 
+class EpisodeCarry(Model):
+    """What a continued run of a long episode inherits: the live session and counters,
+    not the transcript (the earlier runs' histories hold it)."""
+
+    session: SessionRef
+    turns_done: int
+    started_at: datetime
+    runs: int = 1
+
+
+class EpisodeInput(Model):
+    """One episode: the spec (with just this task), the task, which sample."""
+
+    spec: EpisodeSpec
+    task: Task
+    sample: int = 0
+    batch: str | None = None
+    turns_per_run: int = Field(default=DEFAULT_TURNS_PER_RUN, ge=1)
+    # Set by continue-as-new only: the run picks up the session where the last one paused.
+    carry: EpisodeCarry | None = None
+
+
+class ProvisionInput(Model):
+    spec: EpisodeSpec
+    task: Task
+    sample: int
+    workflow_id: str
+    run_id: str
+
+
 class TurnInput(Model):
     session_id: str
     turn: int
@@ -49,6 +70,29 @@ class TurnInput(Model):
     # env's pending one when `has_message` (a flag, since None is a valid message).
     message: Any = None
     has_message: bool = False
+
+
+class DriveInput(Model):
+    """The turn loop one `drive` activity runs on the session's worker."""
+
+    session_id: str
+    workflow_id: str
+    run_id: str
+    first_turn: int = 0
+    max_turns: int
+    # A turn starts only while at most this many finished turns are unrecorded.
+    pipeline: int = Field(default=DEFAULT_PIPELINE, ge=0)
+    max_update_bytes: int = Field(default=DEFAULT_UPDATE_BYTES, ge=1024)
+
+
+class DriveResult(Model):
+    """How the drive ended. `termination` None: the workflow paused it to continue-as-new
+    (not scored); otherwise the episode is over and `score` is the env's rubric."""
+
+    termination: Termination | None = None
+    error: str | None = None
+    next_turn: int
+    score: ScoreResult | None = None
 
 
 class ScoreInput(Model):
@@ -77,7 +121,11 @@ class EpisodeProgress(Model):
     termination: Termination | None = None
     session: SessionRef | None = None
     first_message: Any = None
+    # This run's turns: a long episode continues-as-new, and `first_turn` (the turns of
+    # the runs before) is the index of turns[0]; `turns_done` counts them all.
     turns: list[TurnRecord] = Field(default_factory=list)
+    first_turn: int = 0
+    runs: int = 1
 
 
 # -- interactive sessions (the trainer writes each turn) -------------------------------

@@ -24,6 +24,12 @@ class SessionRegistry:
     def add(self, session: LiveSession, workflow_id: str, run_id: str) -> None:
         self._entries[session.session_id] = Entry(session, workflow_id, run_id)
 
+    def follow(self, session_id: str, run_id: str) -> None:
+        """The session's workflow continued-as-new: its run now is `run_id`."""
+        entry = self._entries.get(session_id)
+        if entry is not None:
+            entry.run_id = run_id
+
     def get(self, session_id: str) -> LiveSession | None:
         entry = self._entries.get(session_id)
         return entry.session if entry else None

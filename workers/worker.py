@@ -2,8 +2,8 @@
 
 One `EpisodeWorker` runs two Temporal workers in one process:
 - on the shared queue: EpisodeWorkflow and `provision` (gated by `max_sessions`);
-- on a queue unique to this process: `turn`, `score`, `release` for the sessions
-  it holds in memory.
+- on a queue unique to this process: `drive` (an episode's turn loop), `turn` and
+  `score` (interactive steps), `release` for the sessions it holds in memory.
 A reaper stops sessions whose workflow has closed or that sat idle past a TTL;
 shutdown stops every live harness.
 """
@@ -91,8 +91,13 @@ class EpisodeWorker:
         self._sessions = Worker(
             client,
             task_queue=self.session_queue,
-            activities=[self.activities.turn, self.activities.score, self.activities.release],
-            # Each live session has at most one turn (or score/release) in flight.
+            activities=[
+                self.activities.drive,
+                self.activities.turn,
+                self.activities.score,
+                self.activities.release,
+            ],
+            # Each live session has at most one drive, turn, score or release in flight.
             max_concurrent_activities=max(8, opts.max_sessions * 2),
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@session",
@@ -154,13 +159,16 @@ class EpisodeWorker:
                 self.reaped += 1
         return len(doomed)
 
-    async def _workflow_running(self, workflow_id: str, run_id: str) -> bool:
+    async def _workflow_running(self, workflow_id: str, run_id: str | None) -> bool:
         try:
             desc = await self.client.get_workflow_handle(workflow_id, run_id=run_id).describe()
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
                 return False  # the namespace forgot it: nothing will ever release it
             raise
+        if desc.status == WorkflowExecutionStatus.CONTINUED_AS_NEW and run_id is not None:
+            # A long episode between runs: its latest run drives the same session.
+            return await self._workflow_running(workflow_id, None)
         return desc.status == WorkflowExecutionStatus.RUNNING
 
     def stats(self) -> dict[str, object]:

@@ -16,9 +16,15 @@ def snippet(value: Any, limit: int = _SNIPPET) -> str:
 
 
 def episode_details(
-    status: str, max_turns: int, turns: list[TurnRecord], termination: str | None
+    status: str,
+    max_turns: int,
+    turns: list[TurnRecord],
+    termination: str | None,
+    turns_done: int | None = None,
 ) -> str:
-    lines = [f"**{status}** · turn {len(turns)}/{max_turns}"]
+    """`turns` may be the last few only (a long episode's run): `turns_done` counts all."""
+    done = len(turns) if turns_done is None else turns_done
+    lines = [f"**{status}** · turn {done}/{max_turns}"]
     if termination:
         lines[0] += f" · `{termination}`"
     if turns:

@@ -2,7 +2,8 @@
 
 Headless Chromium (Debian's `chromium` + `chromium-driver`) driven by Selenium opens
 the dev server's UI, filters the workflow list with a search-attribute query, opens
-the episode and reads its summary, current details and activity summaries.
+the episode and reads its summary, current details, the drive's activity summary
+and its `record_turns` Updates on the timeline.
 Screenshots go to the test's tmp dir, or to $EPISODES_UI_SCREENSHOTS when set
 (`EPISODES_UI_SCREENSHOTS=docs` refreshes the ones in docs/).
 """
@@ -143,8 +144,13 @@ def _drive(ui: str, query: str, wid: str, out: Path, profile: Path) -> dict[str,
 
         driver.find_element(By.CSS_SELECTOR, link).click()
         body = lambda: driver.find_element(By.TAG_NAME, "body").text  # noqa: E731
-        # Activity summaries label the timeline's rows: "<activity> • <summary>".
-        _until(driver, lambda: "turn • turn 1" in body(), "activity summaries on the timeline")
+        # Activity summaries label the timeline's rows: "<activity> • <summary>"; the
+        # drive's Updates, one row per batch of recorded turns, by their name.
+        _until(
+            driver,
+            lambda: "drive • drive from turn 0 (max 10)" in body() and "record_turns" in body(),
+            "the drive and its record_turns Updates on the timeline",
+        )
         timeline = driver.find_element(By.XPATH, "//h2[normalize-space()='Timeline']")
         driver.execute_script("arguments[0].scrollIntoView({block: 'start'})", timeline)
         driver.save_screenshot(str(out / "ui-timeline.png"))

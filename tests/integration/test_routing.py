@@ -1,6 +1,8 @@
 """With two workers, every session activity runs on the worker that provisioned it.
 
 Asserted from the workflow histories (task queues and worker identities), not logs.
+The turns run inside the `drive` activity there and reach the workflow as
+`record_turns` Updates named after the session.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from temporalio.api.enums.v1 import EventType
 
 from episodes.client import EpisodesClient
 from episodes.connect import connect
+from episodes.messages import EpisodeProgress
+from episodes.models import TurnResult
 from tests.integration.helpers import spec
 from workers.worker import EpisodeWorker, WorkerOptions
 
@@ -36,8 +40,14 @@ async def test_session_activities_stay_on_the_provisioning_worker(client, dev_se
         for h in handles:
             scheduled: dict[int, tuple[str, str]] = {}
             started_by: list[tuple[str, str, str]] = []
+            updates: list[tuple[str, list[TurnResult]]] = []
             async for ev in h.fetch_history_events():
-                if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+                    req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
+                    payloads = list(req.input.args.payloads)
+                    [batch] = await client.data_converter.decode(payloads, [list[TurnResult]])
+                    updates.append((req.meta.update_id, batch))
+                elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                     a = ev.activity_task_scheduled_event_attributes
                     scheduled[ev.event_id] = (a.activity_type.name, a.task_queue.name)
                 elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
@@ -49,11 +59,21 @@ async def test_session_activities_stay_on_the_provisioning_worker(client, dev_se
             owner = provision[0][2].split("@")[0]
             used_workers.add(owner)
             rest = [x for x in started_by if x[0] != "provision"]
-            assert {x[0] for x in rest} == {"turn", "score", "release"}
+            assert sorted(x[0] for x in rest) == ["drive", "release"]
             for name, tq, identity in rest:
                 assert tq in session_queues, (name, tq)
                 assert session_queues[tq] == owner, f"{name} left its worker"
                 assert identity == f"{owner}@session"
+            # Every turn was recorded by an Update from that session's drive.
+            ref = (await h.query("progress", result_type=EpisodeProgress)).session
+            assert ref is not None and ref.worker_id == owner
+            recorded = [
+                r.record.turn
+                for u in updates
+                if u[0].startswith(f"{ref.session_id}:turns-")
+                for r in u[1]
+            ]
+            assert sorted(recorded) == [0, 1, 2, 3], updates
         # Not a vacuous pass: both workers held sessions.
         assert used_workers == {w.worker_id for w in workers}
     finally:

@@ -14,6 +14,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
 from episodes.client import EpisodesClient
+from episodes.messages import EpisodeProgress
 from tests.conftest import scripted_command
 from tests.integration.helpers import spec, wait_until
 
@@ -140,12 +141,26 @@ async def test_summaries_and_current_details(client, worker) -> None:
     assert f"**batch** `{s.name}`" in (await desc.static_details() or "")
 
     convert = client.data_converter.payload_converter
-    summaries = [
-        convert.from_payload(ev.user_metadata.summary, str)
-        async for ev in handle.fetch_history_events()
-        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-    ]
-    assert summaries == ["provision t0", "turn 0", "turn 1", "turn 2", "score", "release"]
+    summaries, updates = [], []
+    async for ev in handle.fetch_history_events():
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            summaries.append(convert.from_payload(ev.user_metadata.summary, str))
+        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
+            updates.append((req.input.name, req.meta.update_id))
+    # One drive runs the turns and scores on the session's worker.
+    assert summaries == ["provision t0", "drive from turn 0 (max 10)", "release"]
+    # Its Updates name the turns they record, in order, each turn once.
+    session = (await handle.query("progress", result_type=EpisodeProgress)).session
+    assert session is not None and updates
+    spans = []
+    for name, update_id in updates:
+        assert name == "record_turns"
+        prefix, _, span = update_id.rpartition(":turns-")
+        assert prefix == session.session_id, update_id
+        first, last = map(int, span.split("-"))
+        spans += range(first, last + 1)
+    assert spans == [0, 1, 2], updates
 
     details = await current_details(handle)
     assert details.startswith("**done** · turn 3/10 · `env_done`"), details
@@ -173,6 +188,19 @@ async def test_a_running_episode_shows_its_progress(client, worker) -> None:
 
         assert await wait_until(running, timeout=30, interval=0.2), seen
         assert "**last turn (0)**" in seen and "- reply: `first`" in seen
+        # The drive's heartbeat names the turn in progress (the UI's pending activity).
+        beat: object = None
+
+        async def heartbeat_names_turn_1() -> bool:
+            nonlocal beat
+            pending = (await handle.describe()).raw_description.pending_activities
+            details = [
+                p.heartbeat_details.payloads for p in pending if p.activity_type.name == "drive"
+            ]
+            beat = [client.data_converter.payload_converter.from_payloads(list(d)) for d in details]
+            return beat == [[{"turn": 1}]]
+
+        assert await wait_until(heartbeat_names_turn_1, timeout=30, interval=0.3), beat
         await _assert_finds(
             client, f'EpisodeBatch = "{batch}" AND ExecutionStatus = "Running"', {handle.id}
         )

@@ -1,0 +1,114 @@
+"""Records a drive's finished turns in its workflow: `record_turns` Updates, in order.
+
+The drive keeps turning while Updates are in flight; `wait_until_within(k)` holds
+it back once more than k finished turns (or more than 4 Updates' worth of bytes) are
+unrecorded, so history trails the harness by a bounded amount, and a run asked to
+continue-as-new grows by a bounded amount before the drive pauses. One Update at a
+time carries every finished turn that fits in `max_update_bytes` (always at least
+one), far from the server's 2 MB limit.
+
+Update ids name the turns they carry (`<session>:turns-<first>-<last>`): the server
+answers a repeated id with the first outcome, and the workflow rejects a batch it
+already holds (a retried drive replaying its session's record) without a trace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pydantic_core
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+
+from episodes.models import TurnResult
+
+TURNS_ALREADY_RECORDED = "TurnsAlreadyRecorded"  # workflows.episode's validator says so
+
+
+class TurnRecorder:
+    def __init__(self, handle: WorkflowHandle, session_id: str, *, max_update_bytes: int) -> None:
+        self.handle = handle
+        self.session_id = session_id
+        self.max_update_bytes = max_update_bytes
+        # Finished turns not yet acknowledged by the workflow, oldest first, with sizes.
+        self._pending: list[tuple[TurnResult, int]] = []
+        self._pending_bytes = 0
+        self.max_pending_bytes = 4 * max_update_bytes
+        self.stop = False  # the workflow asked the drive to pause
+        self.updates = 0
+        self._sender: asyncio.Task[None] | None = None
+        self._acked = asyncio.Event()
+
+    @property
+    def unrecorded(self) -> int:
+        return len(self._pending)
+
+    def add(self, result: TurnResult) -> None:
+        size = len(pydantic_core.to_json(result))
+        self._pending.append((result, size))
+        self._pending_bytes += size
+        self._ensure_sender()
+
+    def _behind(self, limit: int) -> bool:
+        return len(self._pending) > limit or (
+            len(self._pending) > 1 and self._pending_bytes > self.max_pending_bytes
+        )
+
+    async def wait_until_within(self, limit: int) -> None:
+        """Return once at most `limit` finished turns (and not too many bytes) are unrecorded."""
+        while self._behind(limit):
+            self._ensure_sender()
+            assert self._sender is not None
+            self._acked.clear()
+            acked = asyncio.ensure_future(self._acked.wait())
+            try:
+                await asyncio.wait({acked, self._sender}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                acked.cancel()
+        self._ensure_sender()
+
+    async def flush(self) -> None:
+        await self.wait_until_within(0)
+
+    def close(self) -> None:
+        if self._sender is not None and not self._sender.done():
+            self._sender.cancel()
+
+    def _ensure_sender(self) -> None:
+        if self._sender is not None and self._sender.done():
+            self._sender.result()  # a failed Update fails the drive, here
+        if self._pending and (self._sender is None or self._sender.done()):
+            self._sender = asyncio.create_task(self._send_all())
+
+    def _next_batch(self) -> list[TurnResult]:
+        batch, size = [], 0
+        for result, n in self._pending:
+            if batch and size + n > self.max_update_bytes:
+                break
+            batch.append(result)
+            size += n
+        return batch
+
+    async def _send_all(self) -> None:
+        while self._pending:
+            batch = self._next_batch()
+            first, last = batch[0].record.turn, batch[-1].record.turn
+            try:
+                go_on = await self.handle.execute_update(
+                    "record_turns",
+                    batch,
+                    id=f"{self.session_id}:turns-{first}-{last}",
+                    result_type=bool,
+                )
+            except WorkflowUpdateFailedError as e:
+                cause = e.cause
+                if not (
+                    isinstance(cause, ApplicationError) and cause.type == TURNS_ALREADY_RECORDED
+                ):
+                    raise
+                go_on = True  # a replayed batch: later ones carry the workflow's answer
+            self.updates += 1
+            self._pending_bytes -= sum(n for _, n in self._pending[: len(batch)])
+            del self._pending[: len(batch)]
+            self.stop = self.stop or not go_on
+            self._acked.set()

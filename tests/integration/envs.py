@@ -1,0 +1,35 @@
+"""Environments for integration tests, importable by the in-process workers by name."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from episodes.envs.base import Environment
+from episodes.models import ScoreResult, StepOutcome, Task, Transcript
+
+
+class Endless(Environment):
+    """Never done: the episode ends at max_turns. Scores how many turns it was shown.
+
+    env_args: `delay_s`, a pause in each step (turns slower than an Update's round
+    trip); `pad`, characters appended to every message (big turns).
+    """
+
+    def reset(self, task: Task) -> Any:
+        self.n = 0
+        return self._message()
+
+    async def step(self, reply: Any) -> StepOutcome:
+        await asyncio.sleep(self.env_args.get("delay_s", 0))
+        self.n += 1
+        return StepOutcome(message=self._message())
+
+    def score(self, transcript: Transcript) -> ScoreResult:
+        return ScoreResult(reward=1.0, details={"turns": len(transcript.turns)})
+
+    def _message(self) -> str:
+        return f"m{self.n}" + "x" * self.env_args.get("pad", 0)
+
+
+ENDLESS = f"{__name__}:Endless"
