@@ -1,8 +1,8 @@
 """Records a drive's finished turns in its workflow: `record_turns` Updates, in order.
 
-The drive keeps turning while Updates are in flight; `wait_until_within(k)` holds
+The drive keeps turning while Updates are in flight; `wait_until_within(k, lag)` holds
 it back once more than k finished turns (or more than 4 Updates' worth of bytes) are
-unrecorded, so history trails the harness by a bounded amount, and a run asked to
+unrecorded or the oldest of them finished `lag` seconds ago, so history trails the harness by a bounded amount, and a run asked to
 continue-as-new grows by a bounded amount before the drive pauses. One Update at a
 time carries every finished turn that fits in `max_update_bytes` (always at least
 one), far from the server's 2 MB limit.
@@ -15,6 +15,7 @@ already holds (a retried drive replaying its session's record) without a trace.
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pydantic_core
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
@@ -32,6 +33,7 @@ class TurnRecorder:
         self.max_update_bytes = max_update_bytes
         # Finished turns not yet acknowledged by the workflow, oldest first, with sizes.
         self._pending: list[tuple[TurnResult, int]] = []
+        self._finished_at: list[float] = []  # when each pending turn was added
         self._pending_bytes = 0
         self.max_pending_bytes = 4 * max_update_bytes
         self.stop = False  # the workflow asked the drive to pause
@@ -46,17 +48,21 @@ class TurnRecorder:
     def add(self, result: TurnResult) -> None:
         size = len(pydantic_core.to_json(result))
         self._pending.append((result, size))
+        self._finished_at.append(time.monotonic())
         self._pending_bytes += size
         self._ensure_sender()
 
-    def _behind(self, limit: int) -> bool:
-        return len(self._pending) > limit or (
-            len(self._pending) > 1 and self._pending_bytes > self.max_pending_bytes
-        )
+    def _behind(self, limit: int, lag_s: float) -> bool:
+        if len(self._pending) > limit:
+            return True
+        if len(self._pending) > 1 and self._pending_bytes > self.max_pending_bytes:
+            return True
+        return bool(lag_s and self._pending) and (time.monotonic() - self._finished_at[0] >= lag_s)
 
-    async def wait_until_within(self, limit: int) -> None:
-        """Return once at most `limit` finished turns (and not too many bytes) are unrecorded."""
-        while self._behind(limit):
+    async def wait_until_within(self, limit: int, lag_s: float = 0.0) -> None:
+        """Return once at most `limit` finished turns (and not too many bytes) are
+        unrecorded and, with `lag_s`, the oldest of them finished less than `lag_s` ago."""
+        while self._behind(limit, lag_s):
             self._ensure_sender()
             assert self._sender is not None
             self._acked.clear()
@@ -110,5 +116,6 @@ class TurnRecorder:
             self.updates += 1
             self._pending_bytes -= sum(n for _, n in self._pending[: len(batch)])
             del self._pending[: len(batch)]
+            del self._finished_at[: len(batch)]
             self.stop = self.stop or not go_on
             self._acked.set()

@@ -130,7 +130,7 @@ class SessionActivities:
                     ) from None
                 next_turn += 1
                 recorder.add(result)
-                await recorder.wait_until_within(inp.pipeline)
+                await recorder.wait_until_within(inp.pipeline, inp.max_lag_s)
                 if result.observation.done:
                     termination, error = result.termination or "env_done", result.record.error
                     break

@@ -19,7 +19,8 @@ DEFAULT_TASK_QUEUE = "episodes"
 DEFAULT_TURNS_PER_RUN = 1000
 # Finished turns the drive may run ahead of history, and the most one Update carries:
 # far below Temporal's 2 MB payload limit whatever the turns hold.
-DEFAULT_PIPELINE = 32
+DEFAULT_PIPELINE = 256
+DEFAULT_MAX_LAG_S = 1.0
 DEFAULT_UPDATE_BYTES = 512 * 1024
 
 
@@ -80,8 +81,12 @@ class DriveInput(Model):
     run_id: str
     first_turn: int = 0
     max_turns: int
-    # A turn starts only while at most this many finished turns are unrecorded.
+    # A turn starts only while at most `pipeline` finished turns are unrecorded and the
+    # oldest of them finished less than `max_lag_s` ago: history trails the harness by
+    # at most that much, and fast turns never stall on a count while an Update is in
+    # flight (bench/README.md: the (c'1s) design).
     pipeline: int = Field(default=DEFAULT_PIPELINE, ge=0)
+    max_lag_s: float = Field(default=DEFAULT_MAX_LAG_S, ge=0)
     max_update_bytes: int = Field(default=DEFAULT_UPDATE_BYTES, ge=1024)
 
 

@@ -6,7 +6,7 @@ are imported. The live harness sits in one worker's memory, so every activity af
 
 The turn loop runs on that worker as one long `drive` activity: it sends turn after
 turn to the live session and records the finished ones here with `record_turns`
-Updates (batches, at most `DriveInput.pipeline` turns behind the harness), so a turn
+Updates (batches, at most `DriveInput.max_lag_s` / `pipeline` turns behind the harness), so a turn
 costs what the harness costs, not two Temporal round trips. The drive's heartbeat
 timeout is the worker-loss bound. A long episode continues-as-new between drives
 (the server suggests it, or `turns_per_run`), keeping its live session and counters.

@@ -45,7 +45,7 @@ async def test_fast_turns_are_recorded_in_order_in_bounded_batches(client, worke
     _, updates = await _run(client, max_turns=200)
     batches = [turns for _, turns in updates]
     assert [t for b in batches for t in b] == list(range(200))  # each turn once, in order
-    # A turn starts while at most 32 finished turns are unrecorded: a batch holds <= 33.
+    # A turn starts while at most DEFAULT_PIPELINE finished turns are unrecorded.
     assert max(map(len, batches)) <= DEFAULT_PIPELINE + 1, batches
     # Pipelined: the harness answers far faster than an Update's round trip.
     assert len(batches) < 100, batches
