@@ -27,11 +27,11 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	$(BIN)/ruff format --check episodes activities workflows workers tests bench examples
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
-	$(BIN)/ruff format .
+	$(BIN)/ruff format episodes activities workflows workers tests bench examples
 
 clean:
 	rm -rf $(VENV) .episodes .pytest_cache
