@@ -68,8 +68,10 @@ class DesignActivities(SessionActivities):
             cancelled.cancel()
             self._released.pop(inp.session_id, None)
 
-    @activity.defn(name="drive")
-    async def drive(self, inp: DriveInput) -> DriveResult:
+    # Named apart from the product's `drive` (inherited, and registered too): design (a)
+    # "current" is the product's EpisodeWorkflow, which now drives with that one.
+    @activity.defn(name="design_drive")
+    async def design_drive(self, inp: DriveInput) -> DriveResult:
         """Run the turn loop here; record finished turns in the workflow with Updates.
 
         Update ids name the turns they carry, so a retried call is deduplicated by the

@@ -61,7 +61,7 @@ class UpdateEpisode(EpisodeWorkflow):
         per_turn = spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
         try:
             result = await workflow.execute_activity(
-                "drive",
+                "design_drive",
                 DriveInput(
                     session_id=ref.session_id,
                     workflow_id=workflow.info().workflow_id,

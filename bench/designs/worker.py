@@ -104,6 +104,7 @@ class DesignWorker:
                 acts.score_local,
                 acts.watch,
                 acts.drive,
+                acts.design_drive,
                 floor_noop,
             ],
             max_concurrent_activities=max(8, max_sessions * 3),
