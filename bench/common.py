@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
-from episodes.devserver import DevServer, free_port
+from episodes.devserver import DevServer
 from episodes.spec import EpisodeSpec, parse_spec
 
 HERE = Path(__file__).resolve().parent
@@ -29,7 +29,7 @@ def dev_server(**extra: Any):
     """A tuned dev server (the embedded server's flags) on free ports, SQLite in a temp dir."""
     with tempfile.TemporaryDirectory(prefix="episodes-bench-") as tmp:
         server = DevServer(
-            port=free_port(),
+            auto_port=True,
             headless=True,
             db_file=Path(tmp) / "temporal.db",
             log_file=Path(tmp) / "server.log",

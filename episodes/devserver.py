@@ -72,6 +72,9 @@ class DevServer:
     headless: bool = False
     log_file: Path | None = None
     extra_dynamic_config: dict[str, str] = field(default_factory=dict)
+    # Tests and benchmarks: pick free ports (and pick again if one is taken between
+    # choosing it and the server binding it; many servers start on one machine).
+    auto_port: bool = False
     process: subprocess.Popen[bytes] | None = None
     reused: bool = False
 
@@ -103,6 +106,22 @@ class DevServer:
 
     def start(self, timeout_s: float = 60.0) -> DevServer:
         """Start the server (or reuse one already listening) and wait until it answers."""
+        if not self.auto_port:
+            return self._start_once(timeout_s)
+        for attempt in range(3):
+            self.port = free_port()
+            if not self.headless:
+                self.ui_port = free_port()
+            if port_open(self.ip, self.port):
+                continue  # taken meanwhile by someone else's server: never reuse it here
+            try:
+                return self._start_once(timeout_s)
+            except DevServerError:
+                if attempt == 2:
+                    raise
+        raise DevServerError("no free port for the Temporal dev server after 3 tries")
+
+    def _start_once(self, timeout_s: float) -> DevServer:
         if port_open(self.ip, self.port):
             self.reused = True
             return self

@@ -21,12 +21,11 @@ def scripted_command(mode: str, *args: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from episodes.devserver import DevServer, free_port
+    from episodes.devserver import DevServer
 
     tmp = tmp_path_factory.mktemp("temporal")
     server = DevServer(
-        port=free_port(),
-        ui_port=free_port(),
+        auto_port=True,
         db_file=tmp / "temporal.db",
         log_file=tmp / "server.log",
     )

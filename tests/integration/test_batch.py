@@ -20,7 +20,7 @@ from episodes.batch_models import BatchProgress, batch_workflow_id
 from episodes.batches import batch_input, query_progress, start_batch, wait_batch
 from episodes.client import EpisodesClient
 from episodes.connect import connect
-from episodes.devserver import DevServer, free_port
+from episodes.devserver import DevServer
 from episodes.metrics import BatchMetrics
 from episodes.models import EpisodeResult
 from tests.conftest import scripted_command
@@ -38,7 +38,7 @@ SUGGEST_CAN_AT = 200
 def can_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     tmp = tmp_path_factory.mktemp("temporal-can")
     server = DevServer(
-        port=free_port(),
+        auto_port=True,
         headless=True,
         db_file=tmp / "temporal.db",
         log_file=tmp / "server.log",

@@ -25,7 +25,7 @@ from temporalio.worker import Replayer
 from episodes.cli.show import load_transcript
 from episodes.client import EpisodesClient
 from episodes.connect import connect
-from episodes.devserver import DevServer, free_port
+from episodes.devserver import DevServer
 from episodes.messages import EpisodeInput, EpisodeProgress
 from episodes.models import EpisodeResult
 from tests.conftest import ROOT
@@ -45,7 +45,7 @@ SUGGEST_CAN_AT = 60
 def can_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
     tmp = tmp_path_factory.mktemp("temporal-long")
     server = DevServer(
-        port=free_port(),
+        auto_port=True,
         headless=True,
         db_file=tmp / "temporal.db",
         log_file=tmp / "server.log",
