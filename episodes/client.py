@@ -49,6 +49,18 @@ def episode_id(batch: str, task_id: str, sample: int) -> str:
     return f"{batch}.{task_id}.s{sample}"
 
 
+def episode_search_attributes(spec: EpisodeSpec, task: Task, batch: str) -> TypedSearchAttributes:
+    """What makes an episode findable from its start (the workflow adds outcome ones)."""
+    return TypedSearchAttributes(
+        [
+            SearchAttributePair(sa.ENV, spec.env),
+            SearchAttributePair(sa.TASK, task.id),
+            SearchAttributePair(sa.BATCH, batch),
+            SearchAttributePair(sa.SPEC, spec.name),
+        ]
+    )
+
+
 def single_task_spec(spec: EpisodeSpec, task: Task) -> EpisodeSpec:
     """The spec an episode carries: just its own task, not the whole dataset."""
     return spec.model_copy(update={"tasks": [task], "dataset": None})
@@ -87,14 +99,7 @@ class EpisodesClient:
                 # A finished episode is never run twice; a failed workflow may be re-run.
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=TypedSearchAttributes(
-                    [
-                        SearchAttributePair(sa.ENV, spec.env),
-                        SearchAttributePair(sa.TASK, task.id),
-                        SearchAttributePair(sa.BATCH, batch),
-                        SearchAttributePair(sa.SPEC, spec.name),
-                    ]
-                ),
+                search_attributes=episode_search_attributes(spec, task, batch),
                 static_summary=f"{spec.env} · task {task.id} · sample {sample}",
                 static_details=(
                     f"**spec** `{spec.name}` · **batch** `{batch}`\n\n"

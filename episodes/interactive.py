@@ -23,15 +23,12 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from episodes import search_attributes as sa
 from episodes.errors import EpisodesError
 from episodes.messages import (
     DEFAULT_IDLE_TIMEOUT_S,
@@ -150,7 +147,7 @@ async def open_session(
     fresh session. A harness that fails to start is an outcome, not an exception:
     the session comes back `done` with its `termination`; `close()` gives the result.
     """
-    from episodes.client import single_task_spec
+    from episodes.client import episode_search_attributes, single_task_spec
 
     batch = batch or spec.name
     wid = workflow_id or session_id(batch, task.id, sample)
@@ -168,14 +165,7 @@ async def open_session(
         result_type=EpisodeResult,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=TypedSearchAttributes(
-            [
-                SearchAttributePair(sa.ENV, spec.env),
-                SearchAttributePair(sa.TASK, task.id),
-                SearchAttributePair(sa.BATCH, batch),
-                SearchAttributePair(sa.SPEC, spec.name),
-            ]
-        ),
+        search_attributes=episode_search_attributes(spec, task, batch),
         static_summary=f"interactive · {spec.env} · task {task.id} · sample {sample}",
     )
     try:
