@@ -25,12 +25,14 @@ from workers.worker import EpisodeWorker, WorkerOptions
 
 # name -> (workflow type, runs on the design worker?)
 VARIANTS = {
-    "current": ("EpisodeWorkflow", False),
+    "current": ("TurnPerActivityEpisode", True),
+    "shipped": ("EpisodeWorkflow", False),
     "c1s": ("UpdateLagEpisode", True),
     "b": ("ChildLocalEpisode", True),
 }
 LABELS = {
-    "current": "(a) current design (EpisodeWorker)",
+    "current": "(a) one turn activity per turn",
+    "shipped": "shipped EpisodeWorkflow (drive)",
     "c1s": "(c'1s) drive + batched Updates",
     "b": "(b) child, local-activity turns",
 }

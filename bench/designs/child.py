@@ -26,10 +26,15 @@ from temporalio.exceptions import ActivityError, ChildWorkflowError, is_cancelle
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from bench.designs.baseline import (
+        SESSION_LOST,
+        EpisodeWorkflow,
+        _is_worker_lost,
+        _lost_message,
+    )
     from bench.designs.models import LoopInput, LoopResult, WatchInput
     from episodes.messages import EpisodeInput, ScoreInput, TurnInput
     from episodes.models import ScoreResult, Termination, TurnRecord, TurnResult
-    from workflows.episode import SESSION_LOST, EpisodeWorkflow, _is_worker_lost, _lost_message
 
 
 class _ChildEpisode(EpisodeWorkflow):

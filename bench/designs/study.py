@@ -41,7 +41,8 @@ from episodes.messages import EpisodeInput, EpisodeProgress
 from episodes.models import EpisodeResult
 
 DESIGNS = {
-    "a": ("EpisodeWorkflow", "(a) current: turn activities on the session queue"),
+    "a": ("TurnPerActivityEpisode", "(a) one turn activity per turn on the session queue"),
+    "shipped": ("EpisodeWorkflow", "shipped: EpisodeWorkflow (the (c'1s) drive)"),
     "b": ("ChildLocalEpisode", "(b) child on session queue, local-activity turns"),
     "b2s": ("ChildLocal2sEpisode", "(b) same, child task timeout 2 s"),
     "c": ("UpdateEpisode", "(c) drive activity + Update per turn (awaited)"),

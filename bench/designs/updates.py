@@ -17,10 +17,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from bench.designs.baseline import (
+        SESSION_LOST,
+        EpisodeWorkflow,
+        _is_worker_lost,
+        _lost_message,
+    )
     from bench.designs.models import DriveInput, DriveResult
     from episodes.messages import EpisodeInput
     from episodes.models import ScoreResult, Termination, TurnResult
-    from workflows.episode import SESSION_LOST, EpisodeWorkflow, _is_worker_lost, _lost_message
 
 
 @workflow.defn(name="UpdateEpisode")

@@ -23,6 +23,7 @@ from temporalio.worker import (
 
 from activities.session import score_transcript_activity
 from bench.designs.activities import DesignActivities
+from bench.designs.baseline import TurnPerActivityEpisode
 from bench.designs.child import (
     ChildEagerEpisode,
     ChildLocal2sEpisode,
@@ -44,6 +45,7 @@ from workflows.episode import EpisodeWorkflow
 
 SHARED_WORKFLOWS = [
     EpisodeWorkflow,
+    TurnPerActivityEpisode,
     ChildLocalEpisode,
     ChildLocal2sEpisode,
     ChildLocalSyncEpisode,
