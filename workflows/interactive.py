@@ -18,7 +18,6 @@ import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 with workflow.unsafe.imports_passed_through():
@@ -33,19 +32,13 @@ with workflow.unsafe.imports_passed_through():
     from episodes.models import EpisodeResult, ScoreResult, TurnResult
     from workflows.episode import (
         HARNESS_FAILURES,
-        SESSION_LOST,
         EpisodeWorkflow,
         _failure_message,
         _failure_type,
-        _is_worker_lost,
-        _lost_message,
     )
+    from workflows.turn import WorkerLost, execute_turn
 
 STEP_REJECTED = "StepRejected"
-
-
-class WorkerLost(Exception):
-    """The worker holding the session stopped answering."""
 
 
 @workflow.defn(name="InteractiveEpisodeWorkflow")
@@ -242,34 +235,10 @@ class InteractiveEpisodeWorkflow(EpisodeWorkflow):
     async def _turn_with(self, n: int, inp: StepInput) -> TurnResult:
         """One `turn` activity on the session's worker, carrying the trainer's message."""
         assert self._ref is not None and self._inp is not None
-        spec = self._inp.spec
-        lost = timedelta(seconds=spec.worker_lost_timeout_s)
-        try:
-            return await workflow.execute_activity(
-                "turn",
-                TurnInput(
-                    session_id=self._ref.session_id, turn=n, message=inp.message, has_message=True
-                ),
-                result_type=TurnResult,
-                task_queue=self._ref.task_queue,
-                # A dead worker never picks the task up: noticed after `lost`, not never.
-                schedule_to_start_timeout=lost,
-                heartbeat_timeout=lost,
-                # The harness enforces turn_timeout_s itself; this is the backstop.
-                start_to_close_timeout=timedelta(
-                    seconds=spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
-                ),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=5,
-                    initial_interval=timedelta(milliseconds=200),
-                    non_retryable_error_types=[SESSION_LOST, "TurnOutOfOrder"],
-                ),
-                summary=f"step {n}",
-            )
-        except ActivityError as e:
-            if _is_worker_lost(e):
-                raise WorkerLost(_lost_message(e, self._ref)) from None
-            raise
+        turn = TurnInput(
+            session_id=self._ref.session_id, turn=n, message=inp.message, has_message=True
+        )
+        return await execute_turn(self._ref, self._inp.spec, turn, f"step {n}")
 
 
 def _rejected(message: str) -> ApplicationError:

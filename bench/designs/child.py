@@ -28,7 +28,7 @@ from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from bench.designs.baseline import (
         SESSION_LOST,
-        EpisodeWorkflow,
+        TurnPerActivityEpisode,
         _is_worker_lost,
         _lost_message,
     )
@@ -37,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from episodes.models import ScoreResult, Termination, TurnRecord, TurnResult
 
 
-class _ChildEpisode(EpisodeWorkflow):
+class _ChildEpisode(TurnPerActivityEpisode):
     MODE = "local"
     SYNC = False
     # The child's workflow task timeout. Core completes a workflow task that is busy

@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from bench.designs.baseline import (
         SESSION_LOST,
-        EpisodeWorkflow,
+        TurnPerActivityEpisode,
         _is_worker_lost,
         _lost_message,
     )
@@ -29,7 +29,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 @workflow.defn(name="UpdateEpisode")
-class UpdateEpisode(EpisodeWorkflow):
+class UpdateEpisode(TurnPerActivityEpisode):
     def __init__(self) -> None:
         super().__init__()
         self._loop_score: ScoreResult | None = None

@@ -1,0 +1,52 @@
+"""One `turn` activity on the session's worker (interactive steps; the study's baseline).
+
+Workflow code: deterministic, models only.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from episodes.messages import SessionRef, TurnInput
+    from episodes.models import TurnResult
+    from episodes.spec import EpisodeSpec
+    from workflows.episode import SESSION_LOST, _is_worker_lost, _lost_message
+
+
+class WorkerLost(Exception):
+    """The worker holding the session stopped answering."""
+
+
+async def execute_turn(
+    ref: SessionRef, spec: EpisodeSpec, turn: TurnInput, summary: str
+) -> TurnResult:
+    lost = timedelta(seconds=spec.worker_lost_timeout_s)
+    try:
+        return await workflow.execute_activity(
+            "turn",
+            turn,
+            result_type=TurnResult,
+            task_queue=ref.task_queue,
+            # A dead worker never picks the task up: noticed after `lost`, not never.
+            schedule_to_start_timeout=lost,
+            heartbeat_timeout=lost,
+            # The harness enforces turn_timeout_s itself; this is the backstop.
+            start_to_close_timeout=timedelta(
+                seconds=spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
+            ),
+            retry_policy=RetryPolicy(
+                maximum_attempts=5,
+                initial_interval=timedelta(milliseconds=200),
+                non_retryable_error_types=[SESSION_LOST, "TurnOutOfOrder"],
+            ),
+            summary=summary,
+        )
+    except ActivityError as e:
+        if _is_worker_lost(e):
+            raise WorkerLost(_lost_message(e, ref)) from None
+        raise
