@@ -123,7 +123,10 @@ async def test_300_episodes_continue_as_new_metrics_by_hand(can_client, can_work
     # Every episode ran exactly once: one execution per id, all completed.
     query = f"EpisodeBatch = '{s.name}' AND WorkflowType = 'EpisodeWorkflow'"
     assert await settled_count(can_client, query, total) == total
-    assert await count(can_client, query + " AND ExecutionStatus = 'Completed'") == total
+    assert (
+        await settled_count(can_client, query + " AND ExecutionStatus = 'Completed'", total)
+        == total
+    )
 
     m = result.metrics
     per_kind = n_tasks // 4 * samples  # 75 episodes of each kind
@@ -268,4 +271,4 @@ async def test_cli_run_batch_with_a_failing_episode(tmp_path, dev_server, worker
     assert code == 0, stderr + stdout2
     assert "workflow_failed" in stdout2
     query = f"EpisodeBatch = '{name}' AND WorkflowType = 'EpisodeWorkflow'"
-    assert await count(c, query + " AND ExecutionStatus = 'Completed'") == 4
+    assert await settled_count(c, query + " AND ExecutionStatus = 'Completed'", 4) == 4
