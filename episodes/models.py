@@ -21,6 +21,9 @@ Termination = Literal[
     "protocol_error",
     "harness_error",
     "worker_lost",
+    # The environment's own code raised (reset or step): its message and traceback tail
+    # are in `error`.
+    "env_error",
     "cancelled",
     # Interactive sessions: the trainer closed the session before the env said done,
     # or sent no step for the session's idle timeout.

@@ -16,10 +16,12 @@ import contextlib
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+import traceback
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
 
 from episodes.envs.base import Environment, call
+from episodes.harness.driver import EventCallback, HarnessDriver
 from episodes.models import (
     ScoreResult,
     StepOutcome,
@@ -33,7 +35,11 @@ from episodes.runtimes import Runtime, SubprocessConfig, make_runtime
 from episodes.spec import EpisodeSpec
 from episodes.truncate import cap, cap_record
 
-EventCallback = Callable[[Any], Awaitable[None] | None]
+if TYPE_CHECKING:
+    from episodes.runtimes.pool import RuntimePool
+
+# How much of an environment's traceback an `env_error` keeps (the last frames matter).
+_ENV_TRACEBACK_CHARS = 4000
 
 
 # "No message given": the env's pending message is sent (None is a valid message).
@@ -42,6 +48,19 @@ _PENDING: Any = object()
 
 class TurnOutOfOrder(RuntimeError):
     """A turn index other than the next one (or a recorded one) was asked for."""
+
+
+class EnvironmentFailed(RuntimeError):
+    """The environment's own code raised (reset, step): the episode ends `env_error`."""
+
+    error_type = "env_error"
+
+    def __init__(self, method: str, e: BaseException) -> None:
+        tail = "".join(traceback.format_exception(e))[-_ENV_TRACEBACK_CHARS:]
+        super().__init__(
+            f"environment {method}() raised {type(e).__name__}: {e}\n"
+            f"--- environment traceback (tail) ---\n{tail.rstrip()}"
+        )
 
 
 def harness_argv(spec: EpisodeSpec) -> list[str]:
@@ -66,7 +85,7 @@ class LiveSession:
         sample: int,
         session_id: str,
         *,
-        pool: Any = None,
+        pool: RuntimePool | None = None,
         labels: dict[str, str] | None = None,
     ) -> None:
         self.spec = spec
@@ -75,14 +94,18 @@ class LiveSession:
         self.session_id = session_id
         self.labels = {"session": session_id, **(labels or {})}
         self._pool = pool
-        self._lease: Any = None
+        # Holds the box (a pool lease or a runtime of our own) until close().
+        self._box = AsyncExitStack()
         self.pool_hit: bool | None = None
         self.runtime: Runtime | None = None
-        self.harness: Any = None
+        self.harness: HarnessDriver | None = None
         self.env: Environment | None = None
         self.first_message: Any = None
         self._pending: Any = None
         self._results: dict[int, TurnResult] = {}
+        # A turn whose task raised (an event callback, a bug): a retry re-raises the
+        # same error instead of being refused as out of order.
+        self._failed: dict[int, BaseException] = {}
         self._inflight: dict[int, asyncio.Task[TurnResult]] = {}
         self._next_turn = 0
         self._finished = False
@@ -111,7 +134,10 @@ class LiveSession:
             )
             await self.harness.start()
             self.env = env
-            self.first_message = await call(env.reset, self.task)
+            try:
+                self.first_message = await call(env.reset, self.task)
+            except Exception as e:
+                raise EnvironmentFailed("reset", e) from e
         except BaseException as e:
             await self.close(failed=True)
             raise e
@@ -120,21 +146,20 @@ class LiveSession:
         return self.first_message
 
     async def _acquire_runtime(self) -> Runtime:
+        """A parked or fresh box, entered into `_box` so close() gives it back (or stops it)."""
         config = self.spec.harness.runtime
         if self._pool is not None and self.spec.reuse_key:
             from episodes.runtimes.pool import render_reuse_key
 
             key = render_reuse_key(self.spec.reuse_key, self.task, self.sample)
-            self._lease = self._pool.lease(key, config, labels=self.labels)
-            runtime = await self._lease.__aenter__()
-            self.pool_hit = bool(getattr(self._lease, "hit", False))
+            lease = self._pool.lease(key, config, labels=self.labels)
+            runtime = await self._box.enter_async_context(lease)
+            self.pool_hit = lease.hit
             return runtime
         runtime = make_runtime(config, labels=self.labels)
-        try:
-            await runtime.start()
-        except BaseException:
-            await runtime.stop()
-            raise
+        # Registered before start: a box that failed half-way is still stopped.
+        self._box.push_async_callback(runtime.stop)
+        await runtime.start()
         return runtime
 
     async def close(self, *, failed: bool = False) -> None:
@@ -151,14 +176,13 @@ class LiveSession:
             with contextlib.suppress(Exception):
                 await self.harness.stop()
         # A harness that failed may have left the box in any state: never park it.
-        broken = failed or any(r.record.error_type for r in self._results.values())
-        if self._lease is not None:
-            exc = RuntimeError("session failed") if broken else None
-            with contextlib.suppress(Exception):
-                await self._lease.__aexit__(type(exc) if exc else None, exc, None)
-        elif self.runtime is not None:
-            with contextlib.suppress(Exception):
-                await self.runtime.stop()
+        broken = (
+            failed or bool(self._failed) or any(r.record.error_type for r in self._results.values())
+        )
+        exc = RuntimeError("session failed") if broken else None
+        with contextlib.suppress(Exception):
+            # A pool lease parks the box on a clean exit and stops it on an error.
+            await self._box.__aexit__(type(exc) if exc else None, exc, None)
 
     @property
     def closed(self) -> bool:
@@ -177,6 +201,8 @@ class LiveSession:
         self.last_used = time.monotonic()
         if n in self._results:
             return self._results[n]
+        if n in self._failed:
+            raise self._failed[n]
         task = self._inflight.get(n)
         if task is None:
             if self._closed:
@@ -212,23 +238,39 @@ class LiveSession:
                     termination=record.error_type,
                 )
             else:
-                outcome = await call(self.env.step, full_reply)
-                if not isinstance(outcome, StepOutcome):
-                    outcome = StepOutcome.model_validate(outcome)
-                recorded, _ = cap(outcome.message, self.spec.record_max_value_bytes)
-                result = TurnResult(
-                    record=record,
-                    observation=outcome.model_copy(update={"message": recorded}),
-                    termination="env_done" if outcome.done else None,
-                )
-                self._pending = outcome.message
+                result = await self._step_env(record, full_reply)
             if result.observation.done:
                 self._finished = True
             self._results[n] = result
             return result
+        except Exception as e:
+            self._failed[n] = e
+            raise
         finally:
             self._inflight.pop(n, None)
             self.last_used = time.monotonic()
+
+    async def _step_env(self, record: TurnRecord, reply: Any) -> TurnResult:
+        """The env's verdict on a reply; an env that raises ends the episode `env_error`."""
+        assert self.env is not None
+        try:
+            outcome = await call(self.env.step, reply)
+            if not isinstance(outcome, StepOutcome):
+                outcome = StepOutcome.model_validate(outcome)
+        except Exception as e:
+            failure = EnvironmentFailed("step", e)
+            return TurnResult(
+                record=record.model_copy(update={"error": str(failure)}),
+                observation=StepOutcome(done=True),
+                termination="env_error",
+            )
+        recorded, _ = cap(outcome.message, self.spec.record_max_value_bytes)
+        self._pending = outcome.message
+        return TurnResult(
+            record=record,
+            observation=outcome.model_copy(update={"message": recorded}),
+            termination="env_done" if outcome.done else None,
+        )
 
     def transcript(
         self, termination: Termination | None = None, error: str | None = None

@@ -32,7 +32,7 @@ class Environment:
         raise NotImplementedError
 
     def score(self, transcript: Transcript) -> ScoreResult:
-        # Default: the last reward any step reported, else none.
+        # Default: no reward. Override to grade the transcript (and the env's own state).
         return ScoreResult()
 
 

@@ -33,3 +33,25 @@ class Endless(Environment):
 
 
 ENDLESS = f"{__name__}:Endless"
+
+
+class Faulty(Environment):
+    """Raises from its own code: `on: reset`, or `on: step` at step `at` (0-based)."""
+
+    def reset(self, task: Task) -> Any:
+        if self.env_args.get("on") == "reset":
+            raise KeyError("reset-canary")
+        self.n = 0
+        return "m0"
+
+    def step(self, reply: Any) -> StepOutcome:
+        if self.env_args.get("on", "step") == "step" and self.n == self.env_args.get("at", 1):
+            raise ValueError(f"step-canary at {self.n}")
+        self.n += 1
+        return StepOutcome(message=f"m{self.n}")
+
+    def score(self, transcript: Transcript) -> ScoreResult:
+        return ScoreResult(reward=0.5, details={"turns": len(transcript.turns)})
+
+
+FAULTY = f"{__name__}:Faulty"
