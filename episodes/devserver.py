@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from episodes.errors import EpisodesError
+from episodes.lifetime import die_with_parent
 from episodes.search_attributes import CLI_TYPES
 
 TUNING_FLAGS = [
@@ -129,7 +130,10 @@ class DevServer:
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
         out = open(self.log_file, "ab") if self.log_file else subprocess.DEVNULL
         self.process = subprocess.Popen(
-            self.argv(),
+            # Killed with its owner (`episodes dev`, the embedded stack, a test run) even on
+            # SIGKILL: an orphan would hold the port and the SQLite file. TERM lets it close
+            # the database cleanly.
+            die_with_parent(self.argv(), "TERM"),
             stdout=out,
             stderr=subprocess.STDOUT if self.log_file else subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
