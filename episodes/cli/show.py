@@ -75,14 +75,14 @@ def _add_turns(out: dict[str, Any], results: list[TurnResult]) -> None:
 
 
 def _fmt(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, indent=1)
+    return value if isinstance(value, str) else json.dumps(value, indent=1, ensure_ascii=False)
 
 
 async def show_episode(workflow_id: str, *, address: str, namespace: str, as_json: bool) -> None:
     client = await connect(address, namespace=namespace)
     data = await load_transcript(client, workflow_id)
     if as_json:
-        print(json.dumps(data, indent=2))
+        print(json.dumps(data, indent=2, ensure_ascii=False))
         return
     if data["session"]:
         console.print(Panel(_fmt(data["session"]["first_message"]), title="first message"))

@@ -39,7 +39,7 @@ def good_spec(name: str) -> dict:
         "name": name,
         "env": "script",
         "tasks": [
-            {"id": "a", "data": {"messages": ["x", "y"], "expected": ["x", "y"]}},
+            {"id": "a", "data": {"messages": ["x", "é✓"], "expected": ["x", "é✓"]}},
             {"id": "b", "data": {"messages": ["z"], "expected": ["nope"]}},
         ],
         "samples": 2,
@@ -78,8 +78,13 @@ async def test_run_end_to_end_then_show(tmp_path, dev_server, worker) -> None:
     )
     assert code == 0, stderr
     shown = json.loads(stdout)
-    assert [t["record"]["reply"] for t in shown["turns"]] == ["x", "y"]
+    assert [t["record"]["reply"] for t in shown["turns"]] == ["x", "é✓"]
     assert shown["result"]["termination"] == "env_done"
+    assert "é✓" in stdout and "\\u00e9" not in stdout  # text stays text, not escapes
+
+    code, stdout, stderr = await episodes("show", f"{name}.a.s0", "--address", dev_server.address)
+    assert code == 0, stderr
+    assert "é✓" in stdout and "\\u00e9" not in stdout
 
 
 @pytest.mark.parametrize(
