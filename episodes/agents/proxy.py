@@ -1,0 +1,372 @@
+"""The model proxy: one OpenAI-compatible endpoint per session, on loopback, for the harness.
+
+    proxy = ModelProxy(spec, on_call=record)      # spec: episodes.agents.model.ModelSpec
+    await proxy.start()
+    harness_env.update(proxy.env())               # OPENAI_BASE_URL, OPENAI_API_KEY
+    ...
+    await proxy.stop()
+    if proxy.failure: ...                         # a ModelError: end with `model_error`
+
+Why a proxy: the trainer needs every model call (with the token ids and logprobs the
+upstream returned), the batch needs every call sampled alike, and the harness (any
+program, possibly hostile) must never hold the upstream key. So the harness gets a
+per-session token and a loopback URL; the proxy checks the token (wrong or missing:
+401, never forwarded), forces `model` and `params` over the harness's values, adds the
+upstream key, retries 429 / 5xx / timeouts / connection errors with exponential
+backoff, and hands each finished call to `on_call`.
+
+When retries run out the harness gets HTTP 502 with an OpenAI-style error body, and
+the proxy reports a `ModelError` (one line, never the key): kept in `proxy.failure`
+(the first one) and passed to `on_failure`. Other 4xx answers are the harness's own
+mistakes: passed through as they are, not retried, not failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import inspect
+import json
+import logging
+import secrets
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from aiohttp import web
+
+from episodes.agents.model import ModelError, ModelSpec
+from episodes.agents.stream import SseParser, assemble, chunks_of
+from episodes.aio import finish
+
+log = logging.getLogger(__name__)
+
+Callback = Callable[[Any], Any]  # sync, or returning an awaitable
+
+
+def openai_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "code": code, "param": None}}
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error_text(raw: bytes) -> str:
+    """The message of an upstream error body (OpenAI-style when it is), else its text."""
+    try:
+        body = json.loads(raw)
+        if isinstance(body, dict):
+            err = body.get("error", body)
+            if isinstance(err, dict) and err.get("message"):
+                return str(err["message"])
+            if isinstance(err, str):
+                return err
+    except ValueError:
+        pass
+    return raw.decode("utf-8", "replace") or "(empty body)"
+
+
+async def _call(cb: Callback | None, arg: Any) -> None:
+    if cb is None:
+        return
+    try:
+        result = cb(arg)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        # A broken recorder must not break the harness's call; it is the caller's bug.
+        log.exception("model proxy: callback %r failed", cb)
+
+
+class _Exhausted(Exception):
+    pass
+
+
+class ModelProxy:
+    def __init__(
+        self,
+        spec: ModelSpec,
+        *,
+        upstream_key: str | None = None,
+        token: str | None = None,
+        on_call: Callback | None = None,
+        on_failure: Callback | None = None,
+        uds_path: str | None = None,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+    ) -> None:
+        """`upstream_key` defaults to the worker's `spec.api_key_env` (ModelError if unset).
+
+        `token` is the harness's bearer token (default: a fresh random one). `uds_path`
+        also serves on that Unix socket (for boxes without a network).
+        """
+        self.spec = spec
+        self._key = upstream_key if upstream_key is not None else spec.upstream_key()
+        self.token = token or secrets.token_urlsafe(32)
+        self.on_call = on_call
+        self.on_failure = on_failure
+        self.uds_path = uds_path
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.failure: ModelError | None = None
+        self.calls = 0  # finished calls handed to on_call
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._stop_task: asyncio.Future[None] | None = None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise RuntimeError("the model proxy is not started")
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def env(self) -> dict[str, str]:
+        """What the harness needs (the OpenAI SDKs read these two variables)."""
+        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": self.token}
+
+    async def start(self) -> None:
+        if self._stop_task is not None:
+            raise RuntimeError("the model proxy was stopped; make a new one")
+        if self._runner is not None:
+            return
+        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        base = self.spec.base_url.rstrip("/") + "/"
+        self._client = httpx.AsyncClient(
+            base_url=base,
+            headers=headers,
+            timeout=httpx.Timeout(self.spec.timeout_s),
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
+        )
+        app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        # No access log: a request line is harmless, but nothing here should log at all.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        self._runner = runner
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(runner, sock).start()
+        if self.uds_path is not None:
+            await web.UnixSite(runner, self.uds_path).start()
+
+    async def stop(self) -> None:
+        """Close the endpoint (connections are refused after) and the upstream client.
+
+        Idempotent, and finished even if the caller is cancelled meanwhile.
+        """
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._cleanup())
+        await finish(self._stop_task)
+
+    async def _cleanup(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._client is not None:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> ModelProxy:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # -- requests ------------------------------------------------------------------------
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        given = request.headers.get("Authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            value.strip().encode(), self.token.encode()
+        ):
+            return web.json_response(
+                openai_error("invalid or missing session token", "invalid_request_error", "401"),
+                status=401,
+            )
+        return await handler(request)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        model = {"id": self.spec.model, "object": "model", "created": 0, "owned_by": "episodes"}
+        return web.json_response({"object": "list", "data": [model]})
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return web.json_response(
+                openai_error("the request body must be a JSON object", "invalid_request_error"),
+                status=400,
+            )
+        sent = {**body, **self.spec.enforced()}
+        started = time.monotonic()
+        if sent.get("stream"):
+            # Usage arrives in a last chunk only when asked for; the record needs it.
+            sent["stream_options"] = {**(sent.get("stream_options") or {}), "include_usage": True}
+            return await self._streamed(request, sent, started)
+        return await self._plain(sent, started)
+
+    async def _plain(self, sent: dict[str, Any], started: float) -> web.Response:
+        try:
+            resp, raw, attempts = await self._send(sent, read=True)
+        except _Exhausted as e:
+            return await self._fail(sent, started, str(e))
+        ctype = resp.headers.get("content-type", "application/json")
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = raw.decode("utf-8", "replace")
+        error = None if resp.status_code < 300 else _one_line(_error_text(raw))
+        await self._record(
+            sent, answer, started, attempts, stream=False, status=resp.status_code, error=error
+        )
+        return web.Response(body=raw, status=resp.status_code, headers={"Content-Type": ctype})
+
+    async def _streamed(
+        self, request: web.Request, sent: dict[str, Any], started: float
+    ) -> web.StreamResponse:
+        try:
+            resp, _, attempts = await self._send(sent, read=False)
+        except _Exhausted as e:
+            return await self._fail(sent, started, str(e))
+        if resp.status_code >= 300:  # a 4xx the harness caused: pass it through
+            raw = await self._read_closing(resp)
+            await self._record(
+                sent, _error_text(raw), started, attempts, stream=True, status=resp.status_code
+            )
+            ctype = resp.headers.get("content-type", "application/json")
+            return web.Response(body=raw, status=resp.status_code, headers={"Content-Type": ctype})
+        out = web.StreamResponse(
+            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        parser = SseParser()
+        payloads: list[str] = []
+        broke: str | None = None
+        gone = False
+        try:
+            await out.prepare(request)
+            async for data in resp.aiter_raw():
+                payloads.extend(parser.feed(data))
+                await out.write(data)
+        except (httpx.TimeoutException, httpx.TransportError) as e:
+            broke = f"model stream broke: upstream {type(e).__name__}"
+        except ConnectionError:
+            gone = True  # the harness hung up; nothing left to tell it
+        finally:
+            await resp.aclose()
+        response = assemble(chunks_of(payloads))
+        if broke is not None:
+            err = ModelError(self._scrub(broke))
+            with contextlib.suppress(ConnectionError):
+                event = json.dumps(openai_error(str(err), "upstream_error", "model_error"))
+                await out.write(f"data: {event}\n\n".encode())
+            await self._report(err)
+        await self._record(
+            sent,
+            response,
+            started,
+            attempts,
+            stream=True,
+            error=str(broke) if broke else ("harness disconnected" if gone else None),
+        )
+        with contextlib.suppress(ConnectionError):
+            await out.write_eof()
+        return out
+
+    # -- upstream ------------------------------------------------------------------------
+
+    async def _send(self, body: dict[str, Any], *, read: bool) -> tuple[httpx.Response, bytes, int]:
+        """POST upstream with retries: (response, body if `read`, attempts), or _Exhausted."""
+        assert self._client is not None
+        attempts = self.spec.retries + 1
+        last = "no attempt made"
+        for attempt in range(1, attempts + 1):
+            delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
+            try:
+                req = self._client.build_request("POST", "chat/completions", json=body)
+                resp = await self._client.send(req, stream=True)
+                if resp.status_code != 429 and resp.status_code < 500:
+                    raw = await self._read_closing(resp) if read else b""
+                    return resp, raw, attempt
+                raw = await self._read_closing(resp)
+                last = f"upstream HTTP {resp.status_code}: {_error_text(raw)}"
+                retry_after = resp.headers.get("retry-after", "")
+                if retry_after.replace(".", "", 1).isdigit():
+                    delay = min(max(float(retry_after), delay), self.max_backoff_s)
+            except httpx.TimeoutException:
+                last = f"upstream timed out after {self.spec.timeout_s:g} s"
+            except httpx.TransportError as e:
+                last = f"upstream unreachable ({type(e).__name__})"
+            if attempt < attempts:
+                await asyncio.sleep(delay)
+        raise _Exhausted(self._scrub(f"model call failed after {attempts} attempt(s): {last}"))
+
+    @staticmethod
+    async def _read_closing(resp: httpx.Response) -> bytes:
+        try:
+            return await resp.aread()
+        finally:
+            await resp.aclose()
+
+    def _scrub(self, text: str) -> str:
+        text = _one_line(text)
+        if self._key:
+            text = text.replace(self._key, "***")
+        return text
+
+    async def _report(self, err: ModelError) -> None:
+        if self.failure is None:
+            self.failure = err
+        await _call(self.on_failure, err)
+
+    async def _fail(self, sent: dict[str, Any], started: float, message: str) -> web.Response:
+        err = ModelError(message)
+        await self._report(err)
+        await self._record(
+            sent,
+            None,
+            started,
+            self.spec.retries + 1,
+            stream=bool(sent.get("stream")),
+            status=502,
+            error=message,
+        )
+        return web.json_response(openai_error(message, "upstream_error", "model_error"), status=502)
+
+    async def _record(
+        self,
+        sent: dict[str, Any],
+        response: Any,
+        started: float,
+        attempts: int,
+        *,
+        stream: bool,
+        status: int = 200,
+        error: str | None = None,
+    ) -> None:
+        record: dict[str, Any] = {
+            "kind": "model_call",
+            "request": sent,
+            "response": response,
+            "usage": response.get("usage") if isinstance(response, dict) else None,
+            "ms": (time.monotonic() - started) * 1000,
+            "stream": stream,
+            "attempts": attempts,
+            "status": status,
+        }
+        if error is not None:
+            record["error"] = error
+        self.calls += 1
+        await _call(self.on_call, record)

@@ -1,0 +1,356 @@
+"""A scripted OpenAI-compatible upstream: real HTTP on loopback, no model behind it.
+
+For tests, benchmarks and `make demo`, where a real model would be slow, costly and
+random. It answers /v1/chat/completions (streamed or not) from a `script` (a list of
+steps, consumed one per call) or from a `policy` (a function of the conversation):
+
+    step = "some text"                                   # an assistant message
+         | {"tool_calls": [{"name": "put", "arguments": {"key": "a", "value": "1"}}],
+            "content": None}                              # tool calls (content optional)
+
+Like vLLM it returns token data when asked: `logprobs` per token, tokens spelled
+`token_id:<id>` with `return_tokens_as_token_ids`, and `prompt_token_ids` plus
+`choices[].token_ids` with `return_token_ids` (the "tokenizer" is a hash of words,
+deterministic across runs). It records every request it saw (path, headers, body)
+in `requests`, checks the upstream key when given one, and fails on demand:
+`fail(n, status)` for the next n calls, `always_fail = 500` for all of them.
+
+    python -m episodes.agents.scripted --policy kv      # serve until interrupted
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import socket
+import time
+import uuid
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+Step = str | dict[str, Any]
+Policy = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Step]
+
+
+def tokenize(text: str) -> list[str]:
+    """Words with their leading whitespace: enough to look like tokens."""
+    return re.findall(r"\s*\S+|\s+", text)
+
+
+def token_id(token: str) -> int:
+    return zlib.crc32(token.encode("utf-8")) % 100_000 + 1
+
+
+def _text(content: Any) -> str:
+    """A message's content as text (a string, or a list of `{"type": "text"}` parts)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return "" if content is None else json.dumps(content)
+
+
+# -- policies ---------------------------------------------------------------------------
+
+
+def _goal(messages: list[dict[str, Any]]) -> dict[str, str]:
+    """The kv goal from the first user message: a JSON object in it, or `key=value` pairs."""
+    first = next((m for m in messages if m.get("role") == "user"), None)
+    text = _text(first.get("content")) if first else ""
+    start, end = text.find("{"), text.rfind("}")
+    if 0 <= start < end:
+        try:
+            obj = json.loads(text[start : end + 1])
+            if isinstance(obj, dict) and isinstance(obj.get("goal"), dict):
+                obj = obj["goal"]
+            if isinstance(obj, dict):
+                return {str(k): str(v) for k, v in obj.items()}
+        except ValueError:
+            pass
+    return dict(re.findall(r"(\w+)\s*=\s*([^\s,;]+)", text))
+
+
+def kv_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Step:
+    """Put each goal key with one `put` call per step, then say done."""
+    names = {t.get("function", {}).get("name") for t in tools}
+    done: set[str] = set()
+    for m in messages:
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function", {})
+            if fn.get("name") == "put":
+                try:
+                    done.add(str(json.loads(fn.get("arguments") or "{}").get("key")))
+                except ValueError:
+                    pass
+    if "put" in names:
+        for key, value in _goal(messages).items():
+            if key not in done:
+                return {"tool_calls": [{"name": "put", "arguments": {"key": key, "value": value}}]}
+    return "done"
+
+
+def echo_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Step:
+    """Reply with the last user message's text."""
+    last = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    return f"you said: {_text(last.get('content'))}"
+
+
+POLICIES: dict[str, Policy] = {"kv": kv_policy, "echo": echo_policy}
+
+
+# -- the server -------------------------------------------------------------------------
+
+
+def _tool_calls(step: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = []
+    for i, call in enumerate(step.get("tool_calls") or []):
+        args = call.get("arguments", {})
+        calls.append(
+            {
+                "id": call.get("id") or f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {
+                    "name": call["name"],
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
+                "_index": i,
+            }
+        )
+    return calls
+
+
+class ScriptedUpstream:
+    def __init__(
+        self,
+        script: list[Step] | None = None,
+        *,
+        policy: Policy | None = None,
+        key: str | None = None,
+        model: str = "scripted",
+        delay_s: float = 0.0,
+    ) -> None:
+        self.script = list(script or [])
+        self.policy = policy
+        self.key = key
+        self.model = model
+        self.delay_s = delay_s
+        self.requests: list[dict[str, Any]] = []
+        self.always_fail: int | None = None
+        self._failures: list[int] = []
+        self.port: int | None = None
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def fail(self, n: int, status: int = 500) -> None:
+        """The next `n` chat calls answer `status` (500, 429, ...)."""
+        self._failures.extend([status] * n)
+
+    @property
+    def chat_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests if r["path"].endswith("/chat/completions")]
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await self._runner.setup()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        await web.SockSite(self._runner, sock).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> ScriptedUpstream:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def _denied(self, request: web.Request) -> web.Response | None:
+        if self.key is not None and request.headers.get("Authorization") != f"Bearer {self.key}":
+            return _error(401, "bad upstream key")
+        return None
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self.requests.append({"path": request.path, "headers": dict(request.headers), "body": None})
+        denied = self._denied(request)
+        return denied or web.json_response(
+            {"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "me"}]}
+        )
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
+        denied = self._denied(request)
+        if denied:
+            return denied
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if self.always_fail is not None or self._failures:
+            status = self.always_fail if self.always_fail is not None else self._failures.pop(0)
+            return _error(status, f"scripted failure (HTTP {status})")
+        if self.policy is not None:
+            step = self.policy(body.get("messages") or [], body.get("tools") or [])
+        elif self.script:
+            step = self.script.pop(0)
+        else:
+            return _error(400, "the script is exhausted")
+        step = {"content": step} if isinstance(step, str) else step
+        if body.get("stream"):
+            return await self._stream(request, body, step)
+        return web.json_response(self._completion(body, step))
+
+    # -- answers -------------------------------------------------------------------------
+
+    def _tokens(self, body: dict[str, Any], text: str) -> list[tuple[str, int, dict[str, Any]]]:
+        """(piece of text, token id, logprob entry) per token of `text`."""
+        out = []
+        for i, tok in enumerate(tokenize(text)):
+            tid = token_id(tok)
+            shown = f"token_id:{tid}" if body.get("return_tokens_as_token_ids") else tok
+            lp = -round(0.05 + 0.1 * (i % 7), 4)
+            entry = {"token": shown, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": []}
+            out.append((tok, tid, entry))
+        return out
+
+    def _prompt_ids(self, body: dict[str, Any]) -> list[int]:
+        ids = []
+        for m in body.get("messages") or []:
+            ids.append(token_id(f"<|{m.get('role')}|>"))
+            ids.extend(token_id(t) for t in tokenize(_text(m.get("content"))))
+        return ids
+
+    def _completion(self, body: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+        content = step.get("content")
+        calls = _tool_calls(step)
+        toks = self._tokens(
+            body, (content or "") + "".join(c["function"]["arguments"] for c in calls)
+        )
+        message: dict[str, Any] = {"role": "assistant", "content": content}
+        if calls:
+            message["tool_calls"] = [{k: v for k, v in c.items() if k != "_index"} for c in calls]
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": "tool_calls" if calls else "stop",
+            "logprobs": {"content": [t[2] for t in toks]} if body.get("logprobs") else None,
+        }
+        out = self._envelope("chat.completion", [choice], f"chatcmpl-{uuid.uuid4().hex[:12]}")
+        prompt = self._prompt_ids(body)
+        if body.get("return_token_ids"):
+            choice["token_ids"] = [t[1] for t in toks]
+            out["prompt_token_ids"] = prompt
+        out["usage"] = _usage(len(prompt), len(toks))
+        return out
+
+    def _envelope(self, kind: str, choices: list[dict[str, Any]], call_id: str) -> dict[str, Any]:
+        return {
+            "id": call_id,
+            "object": kind,
+            "created": int(time.time()),
+            "model": self.model,
+            "choices": choices,
+        }
+
+    async def _stream(
+        self, request: web.Request, body: dict[str, Any], step: dict[str, Any]
+    ) -> web.StreamResponse:
+        call_id = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+        want_ids, want_lp = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
+        chunks: list[dict[str, Any]] = []
+        first = self._envelope(
+            "chat.completion.chunk", [_delta({"role": "assistant", "content": ""})], call_id
+        )
+        prompt = self._prompt_ids(body)
+        if want_ids:
+            first["prompt_token_ids"] = prompt
+        chunks.append(first)
+        n = 0
+
+        def piece(delta: dict[str, Any], tok: tuple[str, int, dict[str, Any]] | None) -> None:
+            nonlocal n
+            c = _delta(delta)
+            if tok is not None:
+                n += 1
+                if want_lp:
+                    c["logprobs"] = {"content": [tok[2]]}
+                if want_ids:
+                    c["token_ids"] = [tok[1]]
+            chunks.append(self._envelope("chat.completion.chunk", [c], call_id))
+
+        for tok in self._tokens(body, step.get("content") or ""):
+            piece({"content": tok[0]}, tok)
+        calls = _tool_calls(step)
+        for call in calls:
+            head = {"index": call["_index"], "id": call["id"], "type": "function"}
+            head["function"] = {"name": call["function"]["name"], "arguments": ""}
+            piece({"tool_calls": [head]}, None)
+            for tok in self._tokens(body, call["function"]["arguments"]):
+                arg = {"index": call["_index"], "function": {"arguments": tok[0]}}
+                piece({"tool_calls": [arg]}, tok)
+        last = _delta({}, finish="tool_calls" if calls else "stop")
+        chunks.append(self._envelope("chat.completion.chunk", [last], call_id))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            tail = self._envelope("chat.completion.chunk", [], call_id)
+            tail["usage"] = _usage(len(prompt), n)
+            chunks.append(tail)
+        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await out.prepare(request)
+        for c in chunks:
+            await out.write(f"data: {json.dumps(c)}\n\n".encode())
+        await out.write(b"data: [DONE]\n\n")
+        await out.write_eof()
+        return out
+
+
+def _delta(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+
+
+def _usage(prompt: int, completion: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+
+
+def _error(status: int, message: str) -> web.Response:
+    kind = "rate_limit_error" if status == 429 else "server_error"
+    body = {"error": {"message": message, "type": kind, "code": str(status), "param": None}}
+    return web.json_response(body, status=status)
+
+
+async def _serve(policy: str, key: str | None) -> None:
+    async with ScriptedUpstream(policy=POLICIES[policy], key=key) as up:
+        print(up.base_url, flush=True)
+        await asyncio.Event().wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m episodes.agents.scripted")
+    parser.add_argument("--policy", choices=sorted(POLICIES), default="kv")
+    parser.add_argument("--key", default=None, help="require this upstream key")
+    args = parser.parse_args()
+    try:
+        asyncio.run(_serve(args.policy, args.key))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
