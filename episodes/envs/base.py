@@ -6,14 +6,19 @@ An environment instance lives for one episode. Methods may be sync or async.
         def reset(self, task):            # -> the first message sent to the harness
         def step(self, reply):            # -> StepOutcome(message=..., done=..., reward=...)
         def score(self, transcript):      # -> ScoreResult(reward=..., details={...})
+        def tools(self):                  # -> callables or a fastmcp.FastMCP (optional)
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from episodes.models import ScoreResult, StepOutcome, Task, Transcript
+
+if TYPE_CHECKING:  # fastmcp is only needed by envs that hand over a server of their own
+    from fastmcp import FastMCP
 
 
 class Environment:
@@ -34,6 +39,25 @@ class Environment:
     def score(self, transcript: Transcript) -> ScoreResult:
         # Default: no reward. Override to grade the transcript (and the env's own state).
         return ScoreResult()
+
+    def tools(self) -> Sequence[Callable[..., Any]] | FastMCP | None:
+        """Tools the harness may call over MCP during the episode (default: none).
+
+        Return plain callables (sync or async; the name, type hints and docstring
+        become the MCP tool schema) or a `fastmcp.FastMCP` server. They are served
+        to the harness by `episodes.agents.bridge.ToolBridge`, whose address and
+        bearer token reach the harness as `EPISODES_MCP_URL` / `EPISODES_MCP_TOKEN`.
+
+        Tools run in this env object on the worker, on the same event loop as
+        `step` and `score` (sync callables are not moved to a thread), so they may
+        change the env's state and `step`/`score` see exactly what they did. A
+        blocking tool blocks the worker's loop: make slow tools async.
+
+        Called once per episode, before the harness starts (it gets the address at
+        start), so also before `reset`: tools should read the env's state when
+        called rather than capture it here, and cope with a call before `reset`.
+        """
+        return None
 
 
 async def call(fn: Any, *args: Any) -> Any:

@@ -1,6 +1,6 @@
 """Turn an env reference from a spec into an Environment instance.
 
-A reference is a built-in name (`script`, `guess-number`, `python-repl`) or
+A reference is a built-in name (`script`, `guess-number`, `python-repl`, `kv-store`) or
 `package.module:Class` naming an `Environment` subclass importable by the worker.
 Every failure is one `EnvironmentLoadError` line that names the reference.
 """
@@ -18,6 +18,7 @@ BUILTINS: dict[str, str] = {
     "script": "episodes.envs.script:ScriptEnv",
     "guess-number": "episodes.envs.guess_number:GuessNumberEnv",
     "python-repl": "episodes.envs.python_repl:PythonReplEnv",
+    "kv-store": "episodes.envs.kv_store:KvStoreEnv",
 }
 
 
