@@ -1,7 +1,8 @@
 """A real ACP agent (the SDK's agent side) that behaves, and misbehaves, on request.
 
 argv[1] picks how it starts: `ok`, `never-init` (reads nothing, says nothing),
-`exit-now` (exits 3 before initialize), `no-http-mcp` (does not advertise HTTP MCP).
+`exit-now` (exits 3 before initialize), `no-http-mcp` (does not advertise HTTP MCP), `commands` (sends an
+`available_commands_update` right after session/new, outside any turn).
 Each prompt's text is a command:
 
   anything          streams a thought and three message chunks: pid, count, memory
@@ -28,8 +29,10 @@ from acp import (
     update_agent_message_text,
     update_agent_thought_text,
 )
+from acp.helpers import update_available_commands
 from acp.schema import (
     AgentCapabilities,
+    AvailableCommand,
     InitializeResponse,
     McpCapabilities,
     NewSessionResponse,
@@ -64,7 +67,12 @@ class ScriptedAgent:
     async def new_session(self, cwd, additional_directories=None, mcp_servers=None, **kw):
         self.mcp_servers = list(mcp_servers or [])
         log(f"session/new cwd={cwd} mcp={[s.name for s in self.mcp_servers]}")
-        return NewSessionResponse(session_id=f"s-{os.getpid()}")
+        session_id = f"s-{os.getpid()}"
+        if MODE == "commands":
+            command = AvailableCommand(name="plan", description="make a plan")
+            update = update_available_commands([command])
+            self.pending = asyncio.ensure_future(self.conn.session_update(session_id, update))
+        return NewSessionResponse(session_id=session_id)
 
     async def cancel(self, session_id, **kw) -> None:
         log(f"saw session/cancel for {session_id}")

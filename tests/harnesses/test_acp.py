@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import socket
 import sys
 import time
@@ -196,6 +198,14 @@ async def _eventually(predicate, timeout_s: float = 5.0) -> bool:
     return predicate()
 
 
+async def test_updates_between_turns_go_into_the_next_turn(runtime):
+    async with started(runtime, "commands") as s:
+        record = await s.turn(1, "hello", timeout_s=10)
+        assert kinds(record)[:2] == ["available_commands_update", "agent_thought_chunk"]
+        assert record.events[0]["availableCommands"][0]["name"] == "plan"
+        assert record.reply["text"].endswith("seen=hello")
+
+
 # -- failures ----------------------------------------------------------------------------
 
 
@@ -219,6 +229,26 @@ async def test_crash_mid_turn_is_harness_crashed_with_stderr(runtime):
         assert not s.alive and s.returncode == 7
         with pytest.raises(RuntimeError, match="unusable"):
             await s.turn(3, "more", timeout_s=1)
+
+
+async def test_agent_killed_between_turns_is_a_crash(runtime):
+    async with started(runtime) as s:
+        assert (await s.turn(1, "one", timeout_s=10)).error is None
+        os.kill(s.pid, signal.SIGKILL)
+        record = await s.turn(2, "two", timeout_s=10)
+        assert record.error_type == "harness_crashed", record.error
+        assert "during turn 2, killed by SIGKILL (exit code -9)" in record.error
+
+
+async def test_cancelled_turn_makes_the_session_unusable(runtime):
+    async with started(runtime) as s:
+        turning = asyncio.create_task(s.turn(1, "hang", timeout_s=60))
+        await asyncio.sleep(0.3)
+        turning.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await turning
+        with pytest.raises(RuntimeError, match="interrupted"):
+            await s.turn(2, "y", timeout_s=1)
 
 
 async def test_hang_is_turn_timeout_after_session_cancel(runtime):
