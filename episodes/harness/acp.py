@@ -1,0 +1,427 @@
+"""Any Agent Client Protocol (ACP) agent as a harness: one live agent process per episode.
+
+`AcpHarnessSession` has the interface and failure semantics of `HarnessSession`, but
+speaks ACP (JSON-RPC 2.0, one JSON object per line) on the process's stdio, through
+the `agent-client-protocol` SDK's client side:
+
+- `start()`: `initialize`, then `session/new` (cwd, the MCP servers given here), both
+  within `ready_timeout_s`; any failure is `HarnessStartFailed`.
+- `turn(n, message)`: one `session/prompt`. A str message is one text block; a dict
+  `{"prompt": [blocks]}` is sent as those ACP content blocks; anything else is sent
+  as its JSON text. Every `session/update` becomes an event (the update as ACP JSON,
+  e.g. `{"sessionUpdate": "agent_message_chunk", "content": {...}}`), and so does each
+  permission decision (`{"requestPermission": {"toolCall", "options", "outcome"}}`).
+  Updates that arrive between turns (e.g. `available_commands_update` after
+  `session/new`) go into the next turn's events. The reply is
+  `{"text": <the agent_message_chunk texts joined>, "stop_reason": <stopReason>}`.
+- Turn timeout: `session/cancel`, a short grace for the agent to wind down, then the
+  process is stopped and the record says `turn_timeout`.
+- `session/request_permission` is answered by `permissions` (see `AcpPermissions`).
+- `fs/*` and `terminal/*` are refused (method not found), and the capabilities sent
+  in `initialize` say so: the files and shells are in the runtime's box, which is not
+  where this driver runs (a Docker/Modal/Prime box is another machine), so serving
+  them from here would act on the wrong filesystem. Agents use their own tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pydantic
+from acp import PROTOCOL_VERSION, RequestError
+from acp.client.connection import ClientSideConnection
+from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
+
+from episodes.aio import finish
+from episodes.errors import (
+    HarnessCrashed,
+    HarnessFailure,
+    HarnessReportedError,
+    HarnessStartFailed,
+    ProtocolError,
+    TurnTimeout,
+)
+from episodes.harness.acp_client import (
+    MCP_SERVER,
+    PERMISSIONS,
+    AcpAllowList,
+    AcpPermissions,
+    EpisodeClient,
+    McpServer,
+    Unsupported,
+    as_json,
+    http_mcp_server,
+    prompt_blocks,
+    rpc_error,
+    unsupported_mcp,
+)
+from episodes.harness.acp_transport import RuntimeTransport
+from episodes.harness.process import (
+    EXIT_DRAIN_S,
+    StderrTail,
+    describe_exit,
+    drain_after_exit,
+    escalate_stop,
+)
+from episodes.models import TurnRecord
+from episodes.runtimes.base import Runtime, RuntimeProcess
+
+__all__ = [
+    "AcpAllowList",
+    "AcpHarnessSession",
+    "AcpPermissions",
+    "http_mcp_server",
+    "prompt_blocks",
+]
+
+_CANCEL_SEND_S = 1.0
+
+
+class _Exited(Exception):
+    """The process exited (or closed stdout) while we waited for an answer."""
+
+
+class AcpHarnessSession:
+    def __init__(
+        self,
+        runtime: Runtime,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        ready_timeout_s: float = 30.0,
+        stop_timeout_s: float = 5.0,
+        mcp_servers: list[McpServer | dict[str, Any]] | None = None,
+        permissions: AcpPermissions | dict[str, Any] = "deny",
+        session_cwd: str | None = None,
+        cancel_grace_s: float = 2.0,
+        max_message_bytes: int = 16 * 1024 * 1024,
+        stderr_tail_bytes: int = 8192,
+    ) -> None:
+        self.runtime = runtime
+        self.argv = list(argv)
+        self.env = env
+        self.cwd = cwd
+        self.ready_timeout_s = ready_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.mcp_servers = [MCP_SERVER.validate_python(m) for m in mcp_servers or []]
+        self._client = EpisodeClient(PERMISSIONS.validate_python(permissions))
+        self.session_cwd = session_cwd
+        self.cancel_grace_s = cancel_grace_s
+        self.max_message_bytes = max_message_bytes
+        self._stderr = StderrTail(stderr_tail_bytes)
+        self._proc: RuntimeProcess | None = None
+        self._exit_task: asyncio.Task[int] | None = None
+        self._transport: RuntimeTransport | None = None
+        self._fault_task: asyncio.Task[Any] | None = None
+        self._conn: ClientSideConnection | None = None
+        self.session_id: str | None = None
+        self.agent_info: dict[str, Any] | None = None  # the agent's `initialize` answer
+        self._started = self._ready = self._busy = False
+        self._broken: str | None = None
+        self._last_turn: int | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return (
+            self._ready
+            and self._stop_task is None
+            and self._proc is not None
+            and self._proc.returncode is None
+        )
+
+    @property
+    def permissions(self) -> AcpPermissions:
+        return self._client.permissions
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._proc is not None else None
+
+    @property
+    def stderr_tail(self) -> str:
+        return self._stderr.text
+
+    # -- start ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Open the agent, `initialize`, `session/new`. Raises HarnessStartFailed (stopped)."""
+        if self._started:
+            raise RuntimeError("AcpHarnessSession.start() was already called")
+        self._started = True
+        try:
+            proc = await self.runtime.open_process(self.argv, self.env, self.cwd)
+        except OSError as e:
+            self._broken = "start failed"
+            raise HarnessStartFailed(f"could not start agent {self.argv[0]!r}: {e}") from e
+        self._proc = proc
+        self._exit_task = asyncio.ensure_future(proc.wait())
+        self._stderr.start(proc)
+        self._transport = RuntimeTransport(proc, self.max_message_bytes)
+        self._fault_task = asyncio.ensure_future(self._transport.faulted.wait())
+        self._conn = ClientSideConnection(self._client, self._transport)
+        if self._stop_task is not None:
+            # stop() ran while the process was being opened and found none: stop again.
+            await self.stop()
+            self._stop_task = None
+            await self.stop()
+            raise HarnessStartFailed("agent was stopped before its session started")
+        deadline = time.monotonic() + self.ready_timeout_s
+        step = "initialize"
+        try:
+            init = await self._answer(self._initialize(), deadline)
+            self.agent_info = as_json(init)
+            unsupported_mcp(init, self.mcp_servers)
+            step = "session/new"
+            new = await self._answer(
+                self._conn.new_session(cwd=self._session_cwd(), mcp_servers=self.mcp_servers),
+                deadline,
+            )
+            self.session_id = new.session_id
+        except BaseException as e:
+            self._broken = "start failed"
+            stopped_by_caller = self._stop_task is not None
+            await self.stop()
+            if stopped_by_caller and not isinstance(e, asyncio.CancelledError):
+                failure = "agent was stopped before its session started"
+            elif isinstance(e, TimeoutError):
+                failure = f"agent answered no {step!r} within {self.ready_timeout_s:g} s"
+            elif isinstance(e, _Exited):
+                failure = f"agent {e} before it answered {step!r}"
+            elif isinstance(e, ProtocolError):
+                failure = f"protocol error before the session started: {e.detail}"
+            elif isinstance(e, RequestError):
+                failure = f"agent refused {step!r}: {rpc_error(e)}"
+            elif isinstance(e, Unsupported):
+                failure = str(e)
+            else:
+                raise
+            raise HarnessStartFailed(
+                failure + describe_exit(self.returncode),
+                stderr_tail=self.stderr_tail,
+                exit_code=self.returncode,
+            ) from None
+        self._ready = True
+
+    def _initialize(self) -> Awaitable[Any]:
+        assert self._conn is not None
+        no_fs = FileSystemCapabilities(read_text_file=False, write_text_file=False)
+        return self._conn.initialize(
+            protocol_version=PROTOCOL_VERSION,
+            client_capabilities=ClientCapabilities(fs=no_fs, terminal=False),
+            client_info=Implementation(name="episodes", version="0.1.0"),
+        )
+
+    def _session_cwd(self) -> str:
+        # ACP wants an absolute path: the process's cwd, else the runtime's working dir.
+        config = getattr(self.runtime, "config", None)
+        for candidate in (
+            self.session_cwd,
+            self.cwd,
+            getattr(self.runtime, "workdir", None),
+            getattr(config, "workdir", None),
+        ):
+            if isinstance(candidate, str) and candidate.startswith("/"):
+                return candidate
+        return "/"
+
+    # -- turns ---------------------------------------------------------------------------
+
+    async def turn(
+        self,
+        n: int,
+        message: Any,
+        *,
+        timeout_s: float,
+        on_event: Callable[[Any], Awaitable[None] | None] | None = None,
+    ) -> TurnRecord:
+        """Prompt turn `n`, stream its updates, return its record (errors included, not raised)."""
+        self._check_can_turn(n)
+        blocks = prompt_blocks(message)  # not valid blocks / not JSON: the caller's bug
+        assert self._conn is not None and self.session_id is not None
+        self._busy = True
+        self._last_turn = n
+        started = time.monotonic()
+        events: list[Any] = []
+        texts: list[str] = []
+        reply: Any = None
+        failure: HarnessFailure | None = None
+        # Sent exactly once: nothing below re-sends the prompt, whatever fails.
+        call = asyncio.ensure_future(self._conn.prompt(session_id=self.session_id, prompt=blocks))
+        sink = (events, texts, on_event)
+        try:
+            try:
+                response = await self._answer(call, started + timeout_s, sink)
+            except TimeoutError:
+                await self._cancel(call, sink)
+                raise
+            reply = {"text": "".join(texts), "stop_reason": response.stop_reason}
+        except RequestError as e:
+            failure = HarnessReportedError(
+                f"agent answered turn {n} with an error: {rpc_error(e)}",
+                stderr_tail=self.stderr_tail,
+            )
+        except (TimeoutError, _Exited, ProtocolError) as e:
+            self._broken = f"turn {n} failed"
+            await self.stop()
+            failure = self._turn_failure(n, e, timeout_s)
+        except BaseException:
+            # Cancelled (or on_event raised) mid-turn: the agent's state is unknown.
+            self._broken = f"turn {n} was interrupted"
+            raise
+        finally:
+            self._busy = False
+            _forget(call)
+        return TurnRecord(
+            turn=n,
+            message=message,
+            events=events,
+            reply=reply,
+            error=str(failure) if failure else None,
+            error_type=failure.error_type if failure else None,
+            duration_ms=(time.monotonic() - started) * 1000,
+        )
+
+    def _check_can_turn(self, n: int) -> None:
+        if not self._ready:
+            raise RuntimeError("AcpHarnessSession.turn() before a successful start()")
+        if self._busy:
+            raise RuntimeError("another turn is still in progress on this session")
+        if self._broken is not None:
+            raise RuntimeError(f"the harness session is unusable: {self._broken}")
+        if self._stop_task is not None:
+            raise RuntimeError("the harness session was stopped")
+        if self._last_turn is not None and n <= self._last_turn:
+            raise RuntimeError(f"turn index must increase: got {n} after {self._last_turn}")
+
+    async def _cancel(self, call: asyncio.Future, sink: tuple) -> None:
+        """`session/cancel`, then give the agent a moment to end the prompt (ACP says it
+        answers `cancelled`); its updates meanwhile still belong to the turn."""
+        assert self._conn is not None and self.session_id is not None
+        self._client.cancelling = True
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._conn.cancel(session_id=self.session_id), _CANCEL_SEND_S)
+        with contextlib.suppress(TimeoutError, _Exited, ProtocolError, RequestError):
+            await self._answer(call, time.monotonic() + self.cancel_grace_s, sink)
+
+    def _turn_failure(self, n: int, e: BaseException, timeout_s: float) -> HarnessFailure:
+        tail, code = self.stderr_tail, self.returncode
+        if isinstance(e, TimeoutError):
+            return TurnTimeout(
+                f"agent ended no turn {n} within {timeout_s:g} s (sent session/cancel)",
+                stderr_tail=tail,
+            )
+        if isinstance(e, ProtocolError):
+            return ProtocolError(f"protocol error in turn {n}: {e.detail}", stderr_tail=tail)
+        return HarnessCrashed(
+            f"agent {e} during turn {n}{describe_exit(code)}", stderr_tail=tail, exit_code=code
+        )
+
+    async def _answer(self, call: Awaitable[Any], deadline: float, sink: tuple | None = None):
+        """The answer to one request, pumping updates into `sink` meanwhile.
+
+        Raises TimeoutError, _Exited, ProtocolError, or the agent's RequestError.
+        """
+        assert self._exit_task is not None and self._fault_task is not None
+        assert self._transport is not None
+        call = asyncio.ensure_future(call)
+        getter: asyncio.Task | None = None
+        try:
+            while True:
+                waiters = {call, self._exit_task, self._fault_task}
+                if sink is not None:
+                    getter = getter or asyncio.ensure_future(self._client.updates.get())
+                    waiters.add(getter)
+                remaining = max(0.0, deadline - time.monotonic())
+                done, _ = await asyncio.wait(
+                    waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+                if getter is not None and getter.done():
+                    await _record(getter.result(), sink)
+                    getter = None
+                    continue
+                if self._transport.fault is not None:
+                    raise ProtocolError(self._transport.fault)
+                if call.done():
+                    # The SDK answers a prompt only after its updates were handled.
+                    while sink is not None and not self._client.updates.empty():
+                        await _record(self._client.updates.get_nowait(), sink)
+                    return await self._result(call)
+                if self._exit_task.done():
+                    # Exited: take an answer it wrote before dying, but don't wait forever.
+                    await asyncio.wait({call}, timeout=EXIT_DRAIN_S)
+                    if not call.done():
+                        raise _Exited("exited")
+                    continue
+                if not done:
+                    raise TimeoutError
+        finally:
+            if getter is not None:
+                getter.cancel()
+
+    async def _result(self, call: asyncio.Future) -> Any:
+        assert self._exit_task is not None
+        try:
+            return call.result()
+        except pydantic.ValidationError as e:
+            raise ProtocolError(f"the agent's answer does not follow ACP: {e}") from None
+        except ConnectionError:
+            # End of stdout usually means the process is exiting: say so if it did.
+            await asyncio.wait({self._exit_task}, timeout=EXIT_DRAIN_S)
+            raise _Exited("exited" if self._exit_task.done() else "closed its stdout") from None
+
+    # -- stop ----------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        """Stop the agent: close stdin -> SIGTERM -> SIGKILL, each wait bounded. Idempotent."""
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._cleanup())
+        await finish(self._stop_task)
+
+    async def _cleanup(self) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        assert self._exit_task is not None
+        # ACP has no shutdown request: end of stdin is the agent's signal to exit.
+        await escalate_stop(proc, self._exit_task, self.stop_timeout_s)
+        if self._conn is not None:
+            # Stops the SDK's reader of stdout before the drain below reads it too.
+            with contextlib.suppress(Exception):
+                await self._conn.close()
+        if self._fault_task is not None:
+            self._fault_task.cancel()
+        await drain_after_exit(proc, self._stderr.task, self._exit_task)
+
+
+async def _record(item: tuple[Any, str | None], sink: tuple | None) -> None:
+    assert sink is not None
+    events, texts, on_event = sink
+    event, text = item
+    events.append(event)
+    if text is not None:
+        texts.append(text)
+    if on_event is not None:
+        result = on_event(event)
+        if inspect.isawaitable(result):
+            await result
+
+
+def _forget(task: asyncio.Future) -> None:
+    """Cancel a pending call, or mark its failure as seen (no 'never retrieved' noise)."""
+    if not task.done():
+        task.cancel()
+    elif not task.cancelled():
+        task.exception()
