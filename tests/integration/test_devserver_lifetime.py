@@ -57,7 +57,7 @@ def test_sigkilled_dev_leaves_no_server(tmp_path):
         assert servers, "no `temporal server start-dev` process found for the port"
         owner.send_signal(signal.SIGKILL)
         owner.wait(10)
-        gone, alive = psutil.wait_procs(servers, timeout=20)
+        _, alive = psutil.wait_procs(servers, timeout=20)
         assert not alive, f"dev server outlived its SIGKILLed owner: {[p.pid for p in alive]}"
         assert not port_open("127.0.0.1", port)
     finally:
