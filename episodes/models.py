@@ -24,6 +24,8 @@ Termination = Literal[
     # The environment's own code raised (reset or step): its message and traceback tail
     # are in `error`.
     "env_error",
+    # The model proxy gave up on a call (upstream 429/5xx/timeouts past its retries).
+    "model_error",
     "cancelled",
     # Interactive sessions: the trainer closed the session before the env said done,
     # or sent no step for the session's idle timeout.

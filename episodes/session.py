@@ -20,8 +20,9 @@ import traceback
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
+from episodes.agents.services import AgentServices
 from episodes.envs.base import Environment, call
-from episodes.harness.driver import EventCallback, HarnessDriver
+from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
 from episodes.models import (
     ScoreResult,
     StepOutcome,
@@ -99,6 +100,7 @@ class LiveSession:
         self.pool_hit: bool | None = None
         self.runtime: Runtime | None = None
         self.harness: HarnessDriver | None = None
+        self.services: AgentServices | None = None  # the env's tools, the model proxy
         self.env: Environment | None = None
         self.first_message: Any = None
         self._pending: Any = None
@@ -117,20 +119,25 @@ class LiveSession:
     async def open(self) -> Any:
         """Start the box and the harness, wait for ready, reset the env: the first message."""
         from episodes.envs import load_env
-        from episodes.harness.session import HarnessSession
 
         env = load_env(self.spec.env, self.spec.env_args)
         try:
             self.runtime = await self._acquire_runtime()
-            h = self.spec.harness
-            self.harness = HarnessSession(
+            try:
+                tools = env.tools()
+            except Exception as e:
+                raise EnvironmentFailed("tools", e) from e
+            # Before the harness: it gets their addresses and may use them at start.
+            self.services = AgentServices(tools, self.spec.model, session_id=self.session_id)
+            extra = await self.services.start(self.runtime, self.spec.harness.runtime.type)
+            bridge = self.services.bridge
+            self.harness = make_driver(
+                self.spec,
                 self.runtime,
                 harness_argv(self.spec),
-                env=harness_env(self.spec),
-                cwd=h.cwd,
-                ready_timeout_s=h.ready_timeout_s,
-                stop_timeout_s=h.stop_timeout_s,
-                max_packet_bytes=h.max_packet_bytes,
+                {**harness_env(self.spec), **extra},
+                mcp_url=self.services.mcp_url,
+                mcp_token=bridge.token if bridge else None,
             )
             await self.harness.start()
             self.env = env
@@ -175,6 +182,9 @@ class LiveSession:
         if self.harness is not None:
             with contextlib.suppress(Exception):
                 await self.harness.stop()
+        if self.services is not None:
+            with contextlib.suppress(Exception):
+                await self.services.stop()
         # A harness that failed may have left the box in any state: never park it.
         broken = (
             failed or bool(self._failed) or any(r.record.error_type for r in self._results.values())
@@ -220,18 +230,41 @@ class LiveSession:
         return await asyncio.shield(task)
 
     async def _run_turn(self, n: int, on_event: EventCallback | None) -> TurnResult:
-        assert self.harness is not None and self.env is not None
+        assert self.harness is not None and self.env is not None and self.services
         try:
-            record: TurnRecord = await self.harness.turn(
-                n, self._pending, timeout_s=self.spec.turn_timeout_s, on_event=on_event
-            )
+            # The harness's events and the calls it makes to the tools and the model, in
+            # the order they happened.
+            events: list[Any] = []
+
+            async def harness_event(event: Any) -> None:
+                events.append(event)
+                if on_event is not None:
+                    await call(on_event, event)
+
+            self.services.begin_turn(events)
+            try:
+                record: TurnRecord = await self.harness.turn(
+                    n, self._pending, timeout_s=self.spec.turn_timeout_s, on_event=harness_event
+                )
+            finally:
+                model_failure = self.services.end_turn()
+            extra = [e for e in record.events if not any(e is seen for seen in events)]
+            record = record.model_copy(update={"events": events + extra})
             full_reply = record.reply
             record = cap_record(
                 record,
                 max_value_bytes=self.spec.record_max_value_bytes,
                 max_turn_bytes=self.spec.record_max_turn_bytes,
             )
-            if record.error_type:
+            if model_failure is not None:
+                # The harness saw a failed model call; however it answered, the episode
+                # cannot go on as the trainer meant it: `model_error`, with the reason.
+                result = TurnResult(
+                    record=record.model_copy(update={"error": record.error or str(model_failure)}),
+                    observation=StepOutcome(done=True),
+                    termination="model_error",
+                )
+            elif record.error_type:
                 result = TurnResult(
                     record=record,
                     observation=StepOutcome(done=True),

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from episodes.agents.model import ModelSpec
 from episodes.errors import SpecError
 from episodes.models import Task
 from episodes.runtimes.config import RuntimeConfig, SubprocessConfig
@@ -23,6 +24,20 @@ DEFAULT_MAX_PACKET = 16 * 1024 * 1024
 
 class _Spec(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class AcpAllowList(_Spec):
+    """Allow only these tools: an entry matches a tool call's `title` or its `kind`
+    (ACP tool calls carry no separate name; agents usually put it in the title)."""
+
+    allow: list[str]
+
+
+# How an ACP agent's `session/request_permission` is answered: "allow" picks the agent's
+# allow option (allow_once before allow_always), "deny" its reject option (reject_once
+# first); with no such option the request is answered `cancelled`. The default, "deny",
+# keeps an agent from doing what nobody asked for.
+AcpPermissions = Literal["allow", "deny"] | AcpAllowList
 
 
 class HarnessSpec(_Spec):
@@ -39,6 +54,11 @@ class HarnessSpec(_Spec):
     ready_timeout_s: float = Field(default=30.0, gt=0)
     stop_timeout_s: float = Field(default=5.0, gt=0)
     max_packet_bytes: int = Field(default=DEFAULT_MAX_PACKET, gt=0)
+    # `native`: the framed protocol of docs/protocol.md. `acp`: any Agent Client Protocol
+    # agent over stdio (docs/acp.md): session/new once, session/prompt per turn.
+    protocol: Literal["native", "acp"] = "native"
+    # ACP only: the answer to the agent's permission requests.
+    permissions: AcpPermissions = "deny"
 
     @field_validator("command", mode="before")
     @classmethod
@@ -85,6 +105,8 @@ class EpisodeSpec(_Spec):
     # the same rendered key may reuse a parked box on the same worker.
     reuse_key: str | None = None
     pool: PoolSpec = Field(default_factory=PoolSpec)
+    # The upstream model behind the session's OpenAI-compatible proxy (README: Model calls).
+    model: ModelSpec | None = None
 
     @field_validator("name")
     @classmethod

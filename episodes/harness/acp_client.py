@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 from acp import RequestError
@@ -26,23 +26,13 @@ from acp.schema import (
     TextContentBlock,
 )
 
+from episodes.spec import AcpAllowList, AcpPermissions
+
 McpServer = HttpMcpServer | SseMcpServer | McpServerStdio
 MCP_SERVER = pydantic.TypeAdapter(McpServer)
 
 
-class AcpAllowList(pydantic.BaseModel):
-    """Allow only these tools: an entry matches a tool call's `title` or its `kind`
-    (ACP tool calls carry no separate name; agents usually put it in the title)."""
-
-    model_config = pydantic.ConfigDict(extra="forbid")
-    allow: list[str]
-
-
-# How `session/request_permission` is answered: "allow" picks the agent's allow option
-# (allow_once before allow_always), "deny" its reject option (reject_once first); with
-# no such option the request is answered `cancelled`. The default, "deny", keeps an
-# agent from doing what nobody asked for.
-AcpPermissions = Literal["allow", "deny"] | AcpAllowList
+# The policy types live with the spec (workflows load specs: no ACP SDK there).
 PERMISSIONS = pydantic.TypeAdapter(AcpPermissions)
 
 

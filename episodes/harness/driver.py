@@ -9,9 +9,13 @@ stopped the process itself.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from episodes.models import TurnRecord
+
+if TYPE_CHECKING:
+    from episodes.runtimes.base import Runtime
+    from episodes.spec import EpisodeSpec
 
 EventCallback = Callable[[Any], Awaitable[None] | None]
 
@@ -36,3 +40,43 @@ class HarnessDriver(Protocol):
 
     async def stop(self) -> None:
         """Stop the program and everything it started. Idempotent."""
+
+
+def make_driver(
+    spec: EpisodeSpec,
+    runtime: Runtime,
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    mcp_url: str | None = None,
+    mcp_token: str | None = None,
+) -> HarnessDriver:
+    """The driver for `spec.harness.protocol`, not yet started."""
+    h = spec.harness
+    if h.protocol == "acp":
+        # Imported here: the ACP SDK is needed only by episodes that run ACP agents.
+        from episodes.harness.acp import AcpHarnessSession, http_mcp_server
+
+        servers = [http_mcp_server("episodes", mcp_url, mcp_token)] if mcp_url else []
+        return AcpHarnessSession(
+            runtime,
+            argv,
+            env=env,
+            cwd=h.cwd,
+            ready_timeout_s=h.ready_timeout_s,
+            stop_timeout_s=h.stop_timeout_s,
+            mcp_servers=list(servers),
+            permissions=h.permissions,
+            max_message_bytes=h.max_packet_bytes,
+        )
+    from episodes.harness.session import HarnessSession
+
+    return HarnessSession(
+        runtime,
+        argv,
+        env=env,
+        cwd=h.cwd,
+        ready_timeout_s=h.ready_timeout_s,
+        stop_timeout_s=h.stop_timeout_s,
+        max_packet_bytes=h.max_packet_bytes,
+    )

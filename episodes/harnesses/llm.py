@@ -10,8 +10,9 @@ Environment (the session sets these; nothing else is read):
 
 Each turn's message (text, or `{"content": text}`; anything else is sent as JSON) is
 appended to the conversation, then the model runs a tool-calling loop of at most
-`--max-steps` model calls: every model step and every tool call is streamed as an
-`event`, and the reply is the final assistant text. A failed model call ends the
+`--max-steps` model calls: every model step (`kind: model_step`) and every tool
+result it got (`kind: tool_result`) is streamed as an `event` (the session's bridge
+and proxy record the authoritative `tool_call` and `model_call` events), and the reply is the final assistant text. A failed model call ends the
 turn with an `error` packet of one line (`model call failed: HTTP 502: ...`); the
 harness stays up. The conversation and the MCP session live in this process only:
 an asyncio loop on a thread holds them while the protocol loop (`serve`, sdk.serve's
@@ -190,7 +191,7 @@ class Agent:
                 result, is_error = await self._call_tool(name, raw)
                 emit(
                     {
-                        "kind": "tool_call",
+                        "kind": "tool_result",
                         "step": step,
                         "name": name,
                         "arguments": raw,

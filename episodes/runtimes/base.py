@@ -7,6 +7,7 @@ passes the same contract suite in `tests/runtimes/`.
 from __future__ import annotations
 
 import abc
+from pathlib import Path
 from typing import Protocol
 
 
@@ -62,6 +63,17 @@ class Runtime(abc.ABC):
 
     #: A stable id for the box (container id, sandbox id, or a local uuid).
     id: str = ""
+
+    #: Processes in the box reach the worker's 127.0.0.1 (a local subprocess): the
+    #: session's tool bridge and model proxy are given to them as loopback URLs.
+    shares_host_loopback: bool = False
+
+    @property
+    def channel_dir(self) -> tuple[Path, str] | None:
+        """A private host directory bind-mounted into the box, and its path inside:
+        where a box without a network finds the session's Unix sockets (the in-box
+        relay serves them on its loopback). None: this box has no such directory."""
+        return None
 
     @abc.abstractmethod
     async def start(self) -> None:

@@ -178,6 +178,8 @@ class SubprocessProcess(RuntimeProcess):
 class SubprocessRuntime(Runtime):
     """Processes on the worker machine, each in its own process group."""
 
+    shares_host_loopback = True
+
     def __init__(self, config: SubprocessConfig | None = None) -> None:
         self.config = config or SubprocessConfig()
         self.id = uuid.uuid4().hex[:12]

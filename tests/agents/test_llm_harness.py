@@ -93,7 +93,7 @@ async def test_kv_goal_through_mcp_tools_over_two_turns(runtime, mcp_url):
                 "--stream",
             )
     assert first.error is None and first.reply == "done"
-    tool_events = [e for e in first.events if e["kind"] == "tool_call"]
+    tool_events = [e for e in first.events if e["kind"] == "tool_result"]
     assert [(e["name"], json.loads(e["arguments"])) for e in tool_events] == [
         ("put", {"key": "a", "value": "1"}),
         ("put", {"key": "b", "value": "2"}),
@@ -101,7 +101,7 @@ async def test_kv_goal_through_mcp_tools_over_two_turns(runtime, mcp_url):
     assert [e["result"] for e in tool_events] == ["ok: a=1", "ok: b=2"]
     assert [e["kind"] for e in first.events].count("model_step") == 3
     # Turn 2 sees turn 1's tool calls in the conversation, so nothing is put twice.
-    assert second.reply == "done" and not [e for e in second.events if e["kind"] == "tool_call"]
+    assert second.reply == "done" and not [e for e in second.events if e["kind"] == "tool_result"]
     tools = {t["function"]["name"] for t in up.chat_requests[0]["body"]["tools"]}
     assert tools == {"put", "get", "list_keys", "delete"}
     # Every model step was recorded by the proxy with token data.

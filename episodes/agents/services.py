@@ -1,0 +1,161 @@
+"""One session's agent services: the env's tools over MCP and the model proxy.
+
+`LiveSession` starts them before the harness (the harness may list tools or call the
+model at start), hands the harness their addresses and tokens, and stops them with
+the session. Every call they serve is an event of the turn in progress, in the order
+it happened among the harness's own events.
+
+Reaching them from the box:
+- a runtime that shares the worker's loopback (subprocess) uses the loopback URLs;
+- a box without a network (Docker, `network: none`) gets a private per-box host
+  directory bind-mounted in (`Runtime.channel_dir`); the services listen on Unix
+  sockets there and a stdlib relay inside the box (`episodes/agents/relay.py`) turns
+  each socket into a loopback port of the box. The bearer tokens still guard both;
+- other boxes (Modal, Prime) run on another machine: they would need a tunnel to
+  the worker, which is not built, so a spec that asks for tools or a model there is
+  refused with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING, Any
+
+from episodes.agents.model import ModelError, ModelSpec
+from episodes.errors import SpecError
+from episodes.runtimes.base import Runtime, RuntimeProcess
+
+if TYPE_CHECKING:
+    from episodes.agents.bridge import ToolBridge
+    from episodes.agents.proxy import ModelProxy
+
+log = logging.getLogger(__name__)
+
+# Where the image keeps the relay (scripts/build-image.sh copies the package there).
+RELAY_IN_BOX = "/opt/episodes/episodes/agents/relay.py"
+RELAY_READY_TIMEOUT_S = 20.0
+
+
+class AgentServices:
+    """The tool bridge and the model proxy of one session (either may be absent)."""
+
+    def __init__(self, tools: Any, model: ModelSpec | None, *, session_id: str) -> None:
+        self.session_id = session_id
+        self._tools = tools
+        self._model = model
+        self.bridge: ToolBridge | None = None
+        self.proxy: ModelProxy | None = None
+        self._stack = AsyncExitStack()
+        self._relays: list[RuntimeProcess] = []
+        # The turn in progress collects calls here; between turns they wait for the next.
+        self._sink: list[Any] | None = None
+        self._between: list[Any] = []
+        self._failure: ModelError | None = None
+        self.harness_env: dict[str, str] = {}
+        self.mcp_url: str | None = None  # as the harness reaches it (ACP's session/new)
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self._tools) or self._model is not None
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def start(self, runtime: Runtime, runtime_type: str) -> dict[str, str]:
+        """Start what the episode needs, reachable from `runtime`: the harness's variables."""
+        if not self.wanted:
+            return {}
+        # Imported here: sessions without tools or a model never load the servers.
+        from episodes.agents.bridge import ToolBridge
+        from episodes.agents.proxy import ModelProxy
+
+        local = runtime.shares_host_loopback
+        channel = None if local else runtime.channel_dir
+        if not local and channel is None:
+            raise SpecError(
+                f"harness.runtime {runtime_type!r} cannot reach the worker's tool bridge "
+                "or model proxy (its box runs on another machine and needs a tunnel, which "
+                "is not supported yet): use subprocess or docker for episodes with tools "
+                "or a model"
+            )
+        try:
+            if self._tools:
+                sock = str(channel[0] / "mcp.sock") if channel else False
+                self.bridge = ToolBridge(self._tools, on_call=self._record, unix_socket=sock)
+                await self._stack.enter_async_context(self.bridge)
+                url = self.bridge.url
+                if channel:
+                    port = await self._relay(runtime, f"{channel[1]}/mcp.sock")
+                    url = f"http://127.0.0.1:{port}/mcp"
+                self.mcp_url = url
+                self.harness_env.update(self.bridge.env(url=url))
+            if self._model is not None:
+                uds = str(channel[0] / "model.sock") if channel else None
+                self.proxy = ModelProxy(
+                    self._model, on_call=self._record, on_failure=self._failed, uds_path=uds
+                )
+                await self._stack.enter_async_context(self.proxy)
+                env = self.proxy.env()
+                if channel:
+                    port = await self._relay(runtime, f"{channel[1]}/model.sock")
+                    env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
+                self.harness_env.update(env)
+        except BaseException:
+            await self.stop()
+            raise
+        return dict(self.harness_env)
+
+    async def stop(self) -> None:
+        """Stop the relays, the bridge and the proxy. Idempotent; finishes if cancelled."""
+        relays, self._relays = self._relays, []
+        for relay in relays:
+            with contextlib.suppress(Exception):
+                await relay.kill()
+        await asyncio.shield(self._stack.aclose())
+
+    async def _relay(self, runtime: Runtime, socket_in_box: str) -> int:
+        """Start the in-box relay for one socket; the box's loopback port it listens on."""
+        proc = await runtime.open_process(
+            ["python3", "-I", RELAY_IN_BOX, "--socket", socket_in_box], env={}, cwd=None
+        )
+        self._relays.append(proc)
+        line = await asyncio.wait_for(_first_line(proc), RELAY_READY_TIMEOUT_S)
+        try:
+            ready = json.loads(line)
+            return int(ready["port"])
+        except (ValueError, KeyError, TypeError):
+            raise RuntimeError(f"the in-box relay did not start: {line[:200]!r}") from None
+
+    # -- turns ---------------------------------------------------------------------------
+
+    def begin_turn(self, events: list[Any]) -> None:
+        """Calls from now on are events of this turn (calls made between turns come first)."""
+        events.extend(self._between)
+        self._between = []
+        self._sink = events
+        self._failure = None
+
+    def end_turn(self) -> ModelError | None:
+        """Stop collecting; the model failure of this turn, if the proxy gave up on a call."""
+        self._sink = None
+        failure, self._failure = self._failure, None
+        return failure
+
+    def _record(self, event: dict[str, Any]) -> None:
+        (self._sink if self._sink is not None else self._between).append(event)
+
+    def _failed(self, error: ModelError) -> None:
+        self._failure = self._failure or error
+
+
+async def _first_line(proc: RuntimeProcess) -> str:
+    data = b""
+    while b"\n" not in data:
+        chunk = await proc.stdout.read(4096)
+        if not chunk:
+            break
+        data += chunk
+    return data.split(b"\n", 1)[0].decode("utf-8", errors="replace")
