@@ -20,7 +20,12 @@ import dataclasses
 from collections.abc import Mapping
 
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, ExternalStorage, StorageDriver
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    ExternalStorage,
+    StorageDriver,
+)
 
 from episodes.payloads.codec import AesGcmCodec
 from episodes.payloads.config import (
@@ -71,9 +76,13 @@ def data_converter(
     if driver is not None:
         threshold = config.storage.threshold_bytes  # type: ignore[union-attr]
         external = ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
-    return dataclasses.replace(
-        pydantic_data_converter, payload_codec=codec, external_storage=external
-    )
+    changes: dict[str, object] = {"payload_codec": codec, "external_storage": external}
+    if codec is not None:
+        # Failure messages and stack traces (a harness's stderr tail, an env's error)
+        # are plaintext in the history by default; with encryption on they move into
+        # an encoded payload too. The UI shows them through the codec server.
+        changes["failure_converter_class"] = DefaultFailureConverterWithEncodedAttributes
+    return dataclasses.replace(pydantic_data_converter, **changes)  # type: ignore[arg-type]
 
 
 async def aclose(converter: DataConverter) -> None:
