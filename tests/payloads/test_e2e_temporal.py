@@ -8,9 +8,12 @@ history replays.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
+import json
 import os
+import subprocess
 import uuid
 from datetime import timedelta
 from pathlib import Path
@@ -22,7 +25,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Replayer, Worker
 
 with workflow.unsafe.imports_passed_through():
+    from episodes.devserver import temporal_binary
     from episodes.payloads import AesGcmEncryption, LocalStorage, PayloadsConfig, data_converter
+    from episodes.payloads.codec_server import start_codec_server
 
 pytestmark = pytest.mark.slow
 
@@ -63,6 +68,24 @@ def payloads_in(message, found: list) -> list:  # type: ignore[no-untyped-def]
             if hasattr(item, "DESCRIPTOR"):
                 payloads_in(item, found)
     return found
+
+
+def cli_payload_texts(output: str) -> str:
+    """The decoded data of every payload in `temporal ... -o json` output (proto JSON: base64)."""
+    texts: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("metadata"), dict) and isinstance(node.get("data"), str):
+                texts.append(base64.b64decode(node["data"]).decode(errors="replace"))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(json.loads(output))
+    return "\n".join(texts)
 
 
 @pytest.mark.parametrize("size", [5 * 1024 * 1024, 20 * 1024 * 1024], ids=["5MB", "20MB"])
@@ -149,3 +172,30 @@ async def test_failure_messages_are_encrypted_too(dev_server, client) -> None:  
     history = await handle.fetch_history()
     for event in history.events:
         assert MARKER.encode() not in event.SerializeToString()
+
+    # The real Temporal CLI, through our codec server, shows the plaintext again.
+    server = await start_codec_server(
+        PayloadsConfig(encryption=AesGcmEncryption(keys_env="E2E_KEYS")),
+        "127.0.0.1",
+        0,
+        auth="Bearer e2e",
+        environ=KEYS,
+    )
+    try:
+        argv = [temporal_binary(), "workflow", "show", "-w", handle.id, "-o", "json"]
+        argv += ["--address", dev_server.address, "--codec-auth", "Bearer e2e"]
+        shown = await asyncio.to_thread(
+            subprocess.run,
+            [*argv, "--codec-endpoint", server.url + "/{namespace}"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert shown.returncode == 0, shown.stderr
+        assert MARKER in cli_payload_texts(shown.stdout)
+        plain = await asyncio.to_thread(
+            subprocess.run, argv, capture_output=True, text=True, timeout=60
+        )
+        assert plain.returncode == 0 and MARKER not in cli_payload_texts(plain.stdout)
+    finally:
+        await server.aclose()
