@@ -97,7 +97,7 @@ class EvalBatchWorkflow:
         spec = inp.spec
         if not spec.tasks:
             raise ApplicationError(
-                "the batch input must carry its tasks inline (episodes.batches.batch_input)",
+                "the batch input must carry its tasks inline (episodes.client.batches.batch_input)",
                 non_retryable=True,
             )
         tasks = spec.tasks

@@ -147,7 +147,7 @@ async def _main(argv: list[str] | None = None) -> None:
     import argparse
     import signal
 
-    from episodes.connect import connect
+    from episodes.client.connect import connect
 
     parser = argparse.ArgumentParser(prog="python -m bench.designs.worker")
     parser.add_argument("--address", default="127.0.0.1:7233")

@@ -10,7 +10,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from episodes.cli.common import console
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.errors import EpisodesError
 from episodes.messages import SessionRef
 from episodes.models import EpisodeResult, TurnResult

@@ -7,10 +7,10 @@ from datetime import timedelta
 import pytest
 
 from episodes.batch_models import BatchInput, episode_id
-from episodes.client import episode_id as client_episode_id
+from episodes.client.core import episode_id as client_episode_id
+from episodes.client.schedules import ScheduleError, parse_every
 from episodes.errors import EpisodesError
 from episodes.metrics import DurationSketch, MetricsAccumulator, pass_at_k, report_ks
-from episodes.schedules import ScheduleError, parse_every
 
 
 def test_pass_at_k_by_hand() -> None:
@@ -127,7 +127,7 @@ def test_parse_every() -> None:
 
 
 def test_oversized_batch_input_is_one_clear_error() -> None:
-    from episodes.batches import batch_input
+    from episodes.client.batches import batch_input
     from tests.integration.helpers import spec
 
     big = "x" * 2000

@@ -20,10 +20,10 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from episodes.batch_models import BatchInput
-from episodes.batches import start_batch
 from episodes.client import EpisodesClient
-from episodes.connect import connect
-from episodes.devserver import DevServer
+from episodes.client.batches import start_batch
+from episodes.client.connect import connect
+from episodes.client.devserver import DevServer
 from episodes.messages import EpisodeInput
 from episodes.models import EpisodeResult
 from episodes.spec import parse_spec
@@ -184,6 +184,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    from episodes.exit import run_main
+    from episodes.client.exit import run_main
 
     run_main(lambda: asyncio.run(main()))

@@ -34,7 +34,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import search_attributes as sa
 from episodes.batch_models import BATCH_WORKFLOW
-from episodes.batches import batch_input, search_attributes, total_episodes
+from episodes.client.batches import batch_input, search_attributes, total_episodes
 from episodes.errors import EpisodesError
 from episodes.models import Model
 from episodes.spec import EpisodeSpec

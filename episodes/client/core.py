@@ -26,14 +26,14 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import search_attributes as sa
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.errors import EpisodesError
 from episodes.messages import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, EpisodeInput
 from episodes.models import EpisodeResult, Task
 from episodes.spec import EpisodeSpec, load_spec
 
 if TYPE_CHECKING:
-    from episodes.interactive import InteractiveSession
+    from episodes.client.interactive import InteractiveSession
 
 
 class EpisodeFailed(EpisodesError):
@@ -126,8 +126,8 @@ class EpisodesClient:
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         workflow_id: str | None = None,
     ) -> InteractiveSession:
-        """An interactive session: the trainer sends each turn (see `episodes.interactive`)."""
-        from episodes.interactive import open_session
+        """An interactive session: the trainer sends each turn (see `episodes.client.interactive`)."""
+        from episodes.client.interactive import open_session
 
         return await open_session(
             self,

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from episodes.client import EpisodesClient
-from episodes.interactive import InteractiveSession
+from episodes.client.interactive import InteractiveSession
 from episodes.messages import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_TASK_QUEUE,

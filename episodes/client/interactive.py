@@ -147,7 +147,7 @@ async def open_session(
     fresh session. A harness that fails to start is an outcome, not an exception:
     the session comes back `done` with its `termination`; `close()` gives the result.
     """
-    from episodes.client import episode_search_attributes, single_task_spec
+    from episodes.client.core import episode_search_attributes, single_task_spec
 
     batch = batch or spec.name
     wid = workflow_id or session_id(batch, task.id, sample)
