@@ -21,9 +21,8 @@ import pydantic_core
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from episodes import contract
 from episodes.models import TurnResult
-
-TURNS_ALREADY_RECORDED = "TurnsAlreadyRecorded"  # workflows.episode's validator says so
 
 
 class TurnRecorder:
@@ -101,7 +100,7 @@ class TurnRecorder:
             first, last = batch[0].record.turn, batch[-1].record.turn
             try:
                 go_on = await self.handle.execute_update(
-                    "record_turns",
+                    contract.RECORD_TURNS,
                     batch,
                     id=f"{self.session_id}:turns-{first}-{last}",
                     result_type=bool,
@@ -109,7 +108,8 @@ class TurnRecorder:
             except WorkflowUpdateFailedError as e:
                 cause = e.cause
                 if not (
-                    isinstance(cause, ApplicationError) and cause.type == TURNS_ALREADY_RECORDED
+                    isinstance(cause, ApplicationError)
+                    and cause.type == contract.TURNS_ALREADY_RECORDED
                 ):
                     raise
                 go_on = True  # a replayed batch: later ones carry the workflow's answer

@@ -6,8 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from episodes.batch_models import BatchInput, episode_id
-from episodes.client.core import episode_id as client_episode_id
+from episodes.batch_models import BatchInput
 from episodes.client.schedules import ScheduleError, parse_every
 from episodes.errors import EpisodesError
 from episodes.metrics import DurationSketch, MetricsAccumulator, pass_at_k, report_ks
@@ -110,10 +109,6 @@ def test_report_ks() -> None:
     assert report_ks(range(1, 101)) == [1, 2, 5, 10, 20, 50, 100]
     assert report_ks(range(1, 8)) == [1, 2, 5, 7]
     assert report_ks([]) == []
-
-
-def test_episode_ids_agree_with_the_client() -> None:
-    assert episode_id("b", "t1", 3) == client_episode_id("b", "t1", 3) == "b.t1.s3"
 
 
 def test_parse_every() -> None:
