@@ -31,9 +31,9 @@ from episodes.messages import (
     TurnInput,
 )
 from episodes.models import ScoreResult, Termination, TurnResult
+from episodes.registry import SessionRegistry
+from episodes.runtimes.pools import WorkerPools
 from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
-from workers.pools import WorkerPools
-from workers.registry import SessionRegistry
 
 
 class SessionActivities:

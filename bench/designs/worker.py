@@ -39,8 +39,8 @@ from bench.designs.updates import (
     UpdateLagEpisode,
     UpdateLingerEpisode,
 )
+from episodes.registry import SessionRegistry
 from workers.backpressure import SessionSlots
-from workers.registry import SessionRegistry
 from workflows.episode import EpisodeWorkflow
 
 SHARED_WORKFLOWS = [

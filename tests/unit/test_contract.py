@@ -28,9 +28,9 @@ from episodes.messages import (
     TurnInput,
 )
 from episodes.models import StepOutcome, Task, Transcript, TurnRecord, TurnResult
+from episodes.registry import SessionRegistry
 from episodes.session import TurnOutOfOrder
 from episodes.spec import parse_spec
-from workers.registry import SessionRegistry
 from workflows.episode import EpisodeWorkflow
 from workflows.interactive import InteractiveEpisodeWorkflow
 
