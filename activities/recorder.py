@@ -36,7 +36,6 @@ class TurnRecorder:
         self._pending_bytes = 0
         self.max_pending_bytes = 4 * max_update_bytes
         self.stop = False  # the workflow asked the drive to pause
-        self.updates = 0
         self._sender: asyncio.Task[None] | None = None
         self._acked = asyncio.Event()
 
@@ -113,7 +112,6 @@ class TurnRecorder:
                 ):
                     raise
                 go_on = True  # a replayed batch: later ones carry the workflow's answer
-            self.updates += 1
             self._pending_bytes -= sum(n for _, n in self._pending[: len(batch)])
             del self._pending[: len(batch)]
             del self._finished_at[: len(batch)]

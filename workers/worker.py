@@ -112,7 +112,8 @@ class EpisodeWorker:
             self.options.task_queue,
             self.session_queue,
         )
-        self.orphans_removed = await asyncio.to_thread(reap_orphan_containers)
+        # Each removal is logged; the count is nobody's business here.
+        await asyncio.to_thread(reap_orphan_containers)
         reaper = asyncio.create_task(self._reap_forever())
         try:
             async with self._shared, self._sessions:
