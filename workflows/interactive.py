@@ -54,8 +54,7 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
     @workflow.run
     async def run(self, inp: InteractiveInput) -> EpisodeResult:
         self._inp = inp
-        spec = inp.spec
-        self._max_turns = spec.max_turns
+        self._max_turns = inp.spec.max_turns
         started = workflow.now()
         score = ScoreResult()
         try:
