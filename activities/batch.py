@@ -15,12 +15,13 @@ from temporalio import activity
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
+from episodes import contract
 from episodes.models import EpisodeResult
 
 HEARTBEAT_S = 5.0
 
 
-@activity.defn(name="await_episode")
+@activity.defn(name=contract.AWAIT_EPISODE)
 async def await_episode(workflow_id: str) -> EpisodeResult:
     handle = activity.client().get_workflow_handle(workflow_id, result_type=EpisodeResult)
     waiting = asyncio.ensure_future(handle.result())
@@ -34,7 +35,9 @@ async def await_episode(workflow_id: str) -> EpisodeResult:
         return waiting.result()
     except WorkflowFailureError as e:
         raise ApplicationError(
-            f"episode {workflow_id} failed: {e.cause}", type="EpisodeFailed", non_retryable=True
+            f"episode {workflow_id} failed: {e.cause}",
+            type=contract.EPISODE_FAILED,
+            non_retryable=True,
         ) from None
     finally:
         if not waiting.done():

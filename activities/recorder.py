@@ -21,9 +21,8 @@ import pydantic_core
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from episodes import contract
 from episodes.models import TurnResult
-
-TURNS_ALREADY_RECORDED = "TurnsAlreadyRecorded"  # workflows.episode's validator says so
 
 
 class TurnRecorder:
@@ -37,7 +36,6 @@ class TurnRecorder:
         self._pending_bytes = 0
         self.max_pending_bytes = 4 * max_update_bytes
         self.stop = False  # the workflow asked the drive to pause
-        self.updates = 0
         self._sender: asyncio.Task[None] | None = None
         self._acked = asyncio.Event()
 
@@ -101,7 +99,7 @@ class TurnRecorder:
             first, last = batch[0].record.turn, batch[-1].record.turn
             try:
                 go_on = await self.handle.execute_update(
-                    "record_turns",
+                    contract.RECORD_TURNS,
                     batch,
                     id=f"{self.session_id}:turns-{first}-{last}",
                     result_type=bool,
@@ -109,11 +107,11 @@ class TurnRecorder:
             except WorkflowUpdateFailedError as e:
                 cause = e.cause
                 if not (
-                    isinstance(cause, ApplicationError) and cause.type == TURNS_ALREADY_RECORDED
+                    isinstance(cause, ApplicationError)
+                    and cause.type == contract.TURNS_ALREADY_RECORDED
                 ):
                     raise
                 go_on = True  # a replayed batch: later ones carry the workflow's answer
-            self.updates += 1
             self._pending_bytes -= sum(n for _, n in self._pending[: len(batch)])
             del self._pending[: len(batch)]
             del self._finished_at[: len(batch)]

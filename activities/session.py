@@ -17,6 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.recorder import TurnRecorder
+from episodes import contract
 from episodes.envs import load_env
 from episodes.errors import HarnessFailure, SpecError
 from episodes.messages import (
@@ -30,9 +31,9 @@ from episodes.messages import (
     TurnInput,
 )
 from episodes.models import ScoreResult, Termination, TurnResult
+from episodes.registry import SessionRegistry
+from episodes.runtimes.pools import WorkerPools
 from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
-from workers.pools import WorkerPools
-from workers.registry import SessionRegistry
 
 
 class SessionActivities:
@@ -49,7 +50,7 @@ class SessionActivities:
         self.worker_id = worker_id
         self.pools = pools
 
-    @activity.defn(name="provision")
+    @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
         session_id = f"{inp.workflow_id}:{uuid.uuid4().hex[:10]}"
         pool = None
@@ -84,12 +85,12 @@ class SessionActivities:
             raise ApplicationError(
                 f"session {session_id} is not on worker {self.worker_id} "
                 "(the worker restarted or the session was reaped)",
-                type="SessionNotFound",
+                type=contract.SESSION_NOT_FOUND,
                 non_retryable=True,
             )
         return session
 
-    @activity.defn(name="turn")
+    @activity.defn(name=contract.TURN)
     async def turn(self, inp: TurnInput) -> TurnResult:
         session = self._session(inp.session_id)
         beat = asyncio.create_task(_heartbeat_until_cancelled())
@@ -97,11 +98,11 @@ class SessionActivities:
             override = {"message": inp.message} if inp.has_message else {}
             return await session.turn(inp.turn, **override)
         except TurnOutOfOrder as e:
-            raise ApplicationError(str(e), type="TurnOutOfOrder", non_retryable=True) from None
+            raise _out_of_order(e) from None
         finally:
             beat.cancel()
 
-    @activity.defn(name="drive")
+    @activity.defn(name=contract.DRIVE)
     async def drive(self, inp: DriveInput) -> DriveResult:
         """Turn from `first_turn` until the env is done, `max_turns`, or the workflow asks
         to pause (it continues-as-new); record the turns in it; score unless paused.
@@ -125,9 +126,7 @@ class SessionActivities:
                 try:
                     result = await session.turn(next_turn)
                 except TurnOutOfOrder as e:
-                    raise ApplicationError(
-                        str(e), type="TurnOutOfOrder", non_retryable=True
-                    ) from None
+                    raise _out_of_order(e) from None
                 next_turn += 1
                 recorder.add(result)
                 await recorder.wait_until_within(inp.pipeline, inp.max_lag_s)
@@ -149,24 +148,28 @@ class SessionActivities:
             beat.cancel()
             recorder.close()
 
-    @activity.defn(name="score")
+    @activity.defn(name=contract.SCORE)
     async def score(self, inp: ScoreInput) -> ScoreResult:
         return await self._session(inp.session_id).score(inp.termination)
 
-    @activity.defn(name="release")
+    @activity.defn(name=contract.RELEASE)
     async def release(self, inp: ReleaseInput) -> None:
         session = self.registry.pop(inp.session_id)
         if session is not None:
             await session.close()
 
 
-@activity.defn(name="score_transcript")
+@activity.defn(name=contract.SCORE_TRANSCRIPT)
 async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
     try:
         env = load_env(inp.env, inp.env_args)
     except SpecError as e:
         raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
     return await score_transcript(env, inp.transcript)
+
+
+def _out_of_order(e: TurnOutOfOrder) -> ApplicationError:
+    return ApplicationError(str(e), type=contract.TURN_OUT_OF_ORDER, non_retryable=True)
 
 
 async def _heartbeat_until_cancelled(details: Callable[[], Any] | None = None) -> None:

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any
 
-from episodes.devserver import DevServer
+from episodes.client.devserver import DevServer
 from episodes.spec import EpisodeSpec, parse_spec
 
 HERE = Path(__file__).resolve().parent

@@ -36,7 +36,7 @@ from bench.common import (
     script_spec,
     summary,
 )
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.messages import EpisodeInput
 from episodes.models import EpisodeResult
 from workers.worker import EpisodeWorker, WorkerOptions

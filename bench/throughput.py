@@ -17,7 +17,7 @@ import psutil
 
 from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, spread, table
 from bench.designs.worker import DesignWorker
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.messages import EpisodeInput
 from episodes.models import EpisodeResult
 from episodes.spec import parse_spec

@@ -32,7 +32,7 @@ from bench.common import (
     table,
 )
 from bench.designs.floor import FloorWorkflow, floor_noop
-from episodes.connect import connect
+from episodes.client.connect import connect
 from workers.worker import EpisodeWorker, WorkerOptions
 
 

@@ -4,7 +4,7 @@ Pydantic and the standard library only: workflows import this module.
 
 The input carries the tasks inline (a workflow cannot read a dataset file), and every
 continue-as-new carries it again, so the whole input must fit in one Temporal payload
-(2 MB by default on the server). `episodes.batches.batch_input` refuses inputs above
+(2 MB by default on the server). `episodes.client.batches.batch_input` refuses inputs above
 `MAX_INPUT_BYTES` with a clear message; for larger datasets keep the task data small
 (paths or URLs the environment resolves) or split the dataset into several batches.
 """
@@ -20,7 +20,6 @@ from episodes.metrics import BatchMetrics, MetricsAccumulator
 from episodes.models import Model
 from episodes.spec import EpisodeSpec
 
-BATCH_WORKFLOW = "EvalBatchWorkflow"
 # Leaves headroom under the server's 2 MB payload limit for the carried-over state.
 MAX_INPUT_BYTES = 1_500_000
 # A run also continues-as-new after starting this many children, even if the server has
@@ -28,15 +27,6 @@ MAX_INPUT_BYTES = 1_500_000
 DEFAULT_CHILDREN_PER_RUN = 2000
 # The termination recorded for an episode whose workflow failed (no EpisodeResult).
 WORKFLOW_FAILED = "workflow_failed"
-
-
-def episode_id(batch: str, task_id: str, sample: int) -> str:
-    """The workflow id of one episode; the same scheme as `episodes.client.episode_id`."""
-    return f"{batch}.{task_id}.s{sample}"
-
-
-def batch_workflow_id(batch: str) -> str:
-    return f"batch.{batch}"
 
 
 class BatchState(Model):

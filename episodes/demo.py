@@ -128,6 +128,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from episodes.exit import run_main
+    from episodes.client.exit import run_main
 
     run_main(main)

@@ -84,7 +84,7 @@ class DriveInput(Model):
     # A turn starts only while at most `pipeline` finished turns are unrecorded and the
     # oldest of them finished less than `max_lag_s` ago: history trails the harness by
     # at most that much, and fast turns never stall on a count while an Update is in
-    # flight (bench/README.md: the (c'1s) design).
+    # flight (bench/README.md compares this bound with the alternatives).
     pipeline: int = Field(default=DEFAULT_PIPELINE, ge=0)
     max_lag_s: float = Field(default=DEFAULT_MAX_LAG_S, ge=0)
     max_update_bytes: int = Field(default=DEFAULT_UPDATE_BYTES, ge=1024)

@@ -31,7 +31,6 @@ from episodes.models import Model
 GAMMA = 1.02
 # Below this (1 ms) durations are counted as zero: nothing an episode does is that fast.
 MIN_DURATION_S = 1e-3
-QUANTILES = (0.5, 0.9, 0.99)
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

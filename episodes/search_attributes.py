@@ -3,11 +3,20 @@
 The dev server's SQLite visibility allows at most 10 Keyword and 3 of each other
 type per namespace; these stay inside that. `episodes dev` registers them; on a
 production server register them once with `temporal operator search-attribute create`.
+
+Temporal-facing but sandbox-safe (`temporalio.common` and models only): workflows
+import it to start children and upsert outcomes.
 """
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from typing import TYPE_CHECKING
+
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+
+if TYPE_CHECKING:
+    from episodes.models import Task
+    from episodes.spec import EpisodeSpec
 
 ENV = SearchAttributeKey.for_keyword("EpisodeEnv")
 TASK = SearchAttributeKey.for_keyword("EpisodeTask")
@@ -31,3 +40,31 @@ CLI_TYPES = {
     "EpisodeReward": "Double",
     "EpisodeTurns": "Int",
 }
+
+
+def episode_search_attributes(
+    spec: EpisodeSpec, task: Task, batch: str, schedule: str | None = None
+) -> TypedSearchAttributes:
+    """What makes an episode (or a session) findable from its start; the workflow adds
+    its outcome (termination, turns, reward) when it ends."""
+    pairs = [
+        SearchAttributePair(ENV, spec.env),
+        SearchAttributePair(TASK, task.id),
+        SearchAttributePair(BATCH, batch),
+        SearchAttributePair(SPEC, spec.name),
+    ]
+    if schedule:
+        pairs.append(SearchAttributePair(SCHEDULE, schedule))
+    return TypedSearchAttributes(pairs)
+
+
+def batch_search_attributes(
+    spec: EpisodeSpec, batch: str | None, schedule: str | None = None
+) -> TypedSearchAttributes:
+    """What makes an EvalBatchWorkflow findable from its start (also a schedule's runs)."""
+    pairs = [SearchAttributePair(SPEC, spec.name), SearchAttributePair(ENV, spec.env)]
+    if batch:
+        pairs.append(SearchAttributePair(BATCH, batch))
+    if schedule:
+        pairs.append(SearchAttributePair(SCHEDULE, schedule))
+    return TypedSearchAttributes(pairs)

@@ -116,6 +116,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from episodes.exit import run_main  # exits without the SDK's finalization crash
+    from episodes.client.exit import run_main  # exits without the SDK's finalization crash
 
     run_main(main)

@@ -4,7 +4,7 @@
     .venv/bin/python examples/trainer.py           # examples/guess-number.yaml by default
     .venv/bin/python examples/trainer.py --spec examples/python-repl.yaml --concurrency 4
 
-It uses the blocking client (`episodes.sync.SyncEpisodesClient`), the way a
+It uses the blocking client (`episodes.client.sync.SyncEpisodesClient`), the way a
 synchronous training loop would: each result arrives as soon as its episode ends,
 not in submission order, and the running mean reward is printed as it goes.
 
@@ -21,10 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+from episodes.client.sync import SyncEpisodesClient
 from episodes.errors import EpisodesError
 from episodes.models import EpisodeResult
 from episodes.spec import load_spec
-from episodes.sync import SyncEpisodesClient
 
 HERE = Path(__file__).resolve().parent
 
@@ -83,6 +83,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from episodes.exit import run_main  # exits without the SDK's finalization crash
+    from episodes.client.exit import run_main  # exits without the SDK's finalization crash
 
     run_main(main)

@@ -21,7 +21,7 @@ def scripted_command(mode: str, *args: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from episodes.devserver import DevServer
+    from episodes.client.devserver import DevServer
 
     tmp = tmp_path_factory.mktemp("temporal")
     server = DevServer(
@@ -36,7 +36,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 async def client(dev_server):  # type: ignore[no-untyped-def]
-    from episodes.connect import connect
+    from episodes.client.connect import connect
 
     return await connect(dev_server.address, timeout_s=30)
 
@@ -67,6 +67,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _exit_status and not hasattr(config, "workerinput"):
-        from episodes.exit import exit_process
+        from episodes.client.exit import exit_process
 
         exit_process(_exit_status[-1])

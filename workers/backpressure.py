@@ -18,7 +18,7 @@ from temporalio.worker import (
     SlotReserveContext,
 )
 
-from workers.registry import SessionRegistry
+from episodes.registry import SessionRegistry
 
 _POLL_S = 0.05
 

@@ -28,10 +28,10 @@ from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, Worker
 from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
 from episodes.messages import DEFAULT_TASK_QUEUE
+from episodes.registry import SessionRegistry
+from episodes.runtimes.pools import WorkerPools
 from workers.backpressure import SessionSlots
 from workers.orphans import reap_orphan_containers
-from workers.pools import WorkerPools
-from workers.registry import SessionRegistry
 from workflows import WORKFLOWS
 
 log = logging.getLogger("episodes.worker")
@@ -112,7 +112,8 @@ class EpisodeWorker:
             self.options.task_queue,
             self.session_queue,
         )
-        self.orphans_removed = await asyncio.to_thread(reap_orphan_containers)
+        # Each removal is logged; the count is nobody's business here.
+        await asyncio.to_thread(reap_orphan_containers)
         reaper = asyncio.create_task(self._reap_forever())
         try:
             async with self._shared, self._sessions:

@@ -1,4 +1,9 @@
-"""Deterministic workflow code. Import only models here (see DESIGN.md)."""
+"""Deterministic workflow code.
+
+Workflow modules import only temporalio, the standard library and models
+(`episodes.contract`, `episodes.messages`, `episodes.models`, ...), and pass only
+those through the sandbox (`tests/unit/test_layering.py`).
+"""
 
 from workflows.batch import EvalBatchWorkflow
 from workflows.episode import EpisodeWorkflow

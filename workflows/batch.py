@@ -19,12 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import (
-    RetryPolicy,
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDReusePolicy,
-)
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -35,6 +30,7 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from episodes import contract
     from episodes import search_attributes as sa
     from episodes.batch_models import (
         WORKFLOW_FAILED,
@@ -42,7 +38,6 @@ with workflow.unsafe.imports_passed_through():
         BatchProgress,
         BatchResult,
         BatchState,
-        episode_id,
     )
     from episodes.messages import EpisodeInput
     from episodes.metrics import BatchMetrics, MetricsAccumulator, report_ks
@@ -62,7 +57,7 @@ class _Outcome:
     error: str | None = None
 
 
-@workflow.defn(name="EvalBatchWorkflow")
+@workflow.defn(name=contract.BATCH_WORKFLOW)
 class EvalBatchWorkflow:
     def __init__(self) -> None:
         self._status = "running"
@@ -75,7 +70,7 @@ class EvalBatchWorkflow:
         self._errors: list[str] = []
         self._acc = MetricsAccumulator()
 
-    @workflow.query(name="progress")
+    @workflow.query(name=contract.PROGRESS)
     def progress(self) -> BatchProgress:
         return BatchProgress(
             status=self._status,  # type: ignore[arg-type]
@@ -88,7 +83,7 @@ class EvalBatchWorkflow:
             last=self._last,
         )
 
-    @workflow.query(name="metrics")
+    @workflow.query(name=contract.METRICS)
     def metrics(self) -> BatchMetrics:
         return self._acc.summary()
 
@@ -97,7 +92,7 @@ class EvalBatchWorkflow:
         spec = inp.spec
         if not spec.tasks:
             raise ApplicationError(
-                "the batch input must carry its tasks inline (episodes.batches.batch_input)",
+                "the batch input must carry its tasks inline (episodes.client.batches.batch_input)",
                 non_retryable=True,
             )
         tasks = spec.tasks
@@ -173,22 +168,14 @@ class EvalBatchWorkflow:
 
     async def _child(self, inp: BatchInput, index: int, task: Task, sample: int) -> _Outcome:
         spec = inp.spec
-        wid = episode_id(self._batch, task.id, sample)
+        wid = contract.episode_id(self._batch, task.id, sample)
         began = workflow.now()
-        pairs = [
-            SearchAttributePair(sa.ENV, spec.env),
-            SearchAttributePair(sa.TASK, task.id),
-            SearchAttributePair(sa.BATCH, self._batch),
-            SearchAttributePair(sa.SPEC, spec.name),
-        ]
-        if inp.schedule:
-            pairs.append(SearchAttributePair(sa.SCHEDULE, inp.schedule))
         try:
             try:
                 result = await workflow.execute_child_workflow(
-                    "EpisodeWorkflow",
+                    contract.EPISODE_WORKFLOW,
                     EpisodeInput(
-                        spec=spec.model_copy(update={"tasks": [task], "dataset": None}),
+                        spec=contract.single_task_spec(spec, task),
                         task=task,
                         sample=sample,
                         batch=self._batch,
@@ -200,18 +187,19 @@ class EvalBatchWorkflow:
                     # Cancelling or terminating the batch cancels its episodes, which
                     # then release their boxes.
                     parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
-                    search_attributes=TypedSearchAttributes(pairs),
+                    search_attributes=sa.episode_search_attributes(
+                        spec, task, self._batch, inp.schedule
+                    ),
                     static_summary=f"{spec.env} · task {task.id} · sample {sample}",
                 )
             except WorkflowAlreadyStartedError:
                 result = await workflow.execute_activity(
-                    "await_episode",
+                    contract.await_episode,
                     wid,
-                    result_type=EpisodeResult,
                     start_to_close_timeout=timedelta(days=1),
                     heartbeat_timeout=timedelta(seconds=30),
                     retry_policy=RetryPolicy(
-                        maximum_attempts=10, non_retryable_error_types=["EpisodeFailed"]
+                        maximum_attempts=10, non_retryable_error_types=[contract.EPISODE_FAILED]
                     ),
                     summary=f"await existing {wid}",
                 )

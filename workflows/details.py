@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from episodes.models import TurnRecord
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from episodes.models import TurnRecord
 
 _SNIPPET = 300
 

@@ -20,8 +20,11 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
+from workflows.base import EpisodeBase
+from workflows.turn import WorkerLost, execute_turn
+
 with workflow.unsafe.imports_passed_through():
-    from episodes import search_attributes as sa
+    from episodes import contract
     from episodes.messages import (
         InteractiveInput,
         SessionOpened,
@@ -30,21 +33,12 @@ with workflow.unsafe.imports_passed_through():
         TurnInput,
     )
     from episodes.models import EpisodeResult, ScoreResult, TurnResult
-    from workflows.episode import (
-        HARNESS_FAILURES,
-        EpisodeWorkflow,
-        _failure_message,
-        _failure_type,
-    )
-    from workflows.turn import WorkerLost, execute_turn
-
-STEP_REJECTED = "StepRejected"
 
 
-@workflow.defn(name="InteractiveEpisodeWorkflow")
-class InteractiveEpisodeWorkflow(EpisodeWorkflow):
-    """Reuses EpisodeWorkflow's provision, score, release and `progress` query; its turns
-    are one `turn` activity per step (the trainer waits on each), not a drive."""
+@workflow.defn(name=contract.INTERACTIVE_WORKFLOW)
+class InteractiveEpisodeWorkflow(EpisodeBase):
+    """EpisodeWorkflow's provision, score, release and `progress` query (EpisodeBase); its
+    turns are one `turn` activity per step (the trainer waits on each), not a drive."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -60,18 +54,11 @@ class InteractiveEpisodeWorkflow(EpisodeWorkflow):
     @workflow.run
     async def run(self, inp: InteractiveInput) -> EpisodeResult:
         self._inp = inp
-        spec = inp.spec
-        self._max_turns = spec.max_turns
+        self._max_turns = inp.spec.max_turns
         started = workflow.now()
         score = ScoreResult()
         try:
-            try:
-                self._ref = await self._provision(inp)
-            except ActivityError as e:
-                kind = _failure_type(e)
-                if kind not in HARNESS_FAILURES:
-                    raise
-                self._termination, self._error = kind, _failure_message(e)  # type: ignore[assignment]
+            self._error = await self._provision_or_outcome(inp)
             if self._ref is not None:
                 self._status = "running"
                 self._set_details()
@@ -87,30 +74,7 @@ class InteractiveEpisodeWorkflow(EpisodeWorkflow):
             if self._ref is not None and self._termination != "worker_lost":
                 self._status = "releasing"
                 await self._release(self._ref)
-        self._status = "done"
-        termination = self._termination or "cancelled"
-        workflow.upsert_search_attributes(
-            [
-                sa.TERMINATION.value_set(termination),
-                sa.TURNS.value_set(len(self._turns)),
-                *([sa.REWARD.value_set(score.reward)] if score.reward is not None else []),
-            ]
-        )
-        self._set_details()
-        self._result = EpisodeResult(
-            workflow_id=workflow.info().workflow_id,
-            task_id=inp.task.id,
-            sample=inp.sample,
-            env=spec.env,
-            spec_name=spec.name,
-            termination=termination,
-            error=self._error,
-            turns=len(self._turns),
-            reward=score.reward,
-            score_details=score.details,
-            duration_s=(workflow.now() - started).total_seconds(),
-            pool_hit=self._ref.pool_hit if self._ref else None,
-        )
+        self._result = self._finish(inp, started, self._error, score)
         # `close` and a late `open` answer from the result: let them before completing.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result
@@ -146,7 +110,7 @@ class InteractiveEpisodeWorkflow(EpisodeWorkflow):
 
     # -- updates -----------------------------------------------------------------------
 
-    @workflow.update(name="open")
+    @workflow.update(name=contract.OPEN)
     async def open(self) -> SessionOpened:
         """The first observation once provisioned (or the failure that ended the session)."""
         await workflow.wait_condition(lambda: self._status != "provisioning")
@@ -158,7 +122,7 @@ class InteractiveEpisodeWorkflow(EpisodeWorkflow):
             error=self._error,
         )
 
-    @workflow.update(name="step")
+    @workflow.update(name=contract.STEP)
     async def step(self, inp: StepInput) -> StepReply:
         # The validator and this prefix run with no await between them, so two steps
         # racing for the same index cannot both pass.
@@ -187,7 +151,7 @@ class InteractiveEpisodeWorkflow(EpisodeWorkflow):
         if inp.turn != self._next:
             raise _rejected(f"step {inp.turn} is out of order: the next step is {self._next}")
 
-    @workflow.update(name="close")
+    @workflow.update(name=contract.CLOSE)
     async def close(self) -> EpisodeResult:
         """End the session (after any step in flight), score, release: the result."""
         self._closing = True
@@ -242,4 +206,4 @@ class InteractiveEpisodeWorkflow(EpisodeWorkflow):
 
 
 def _rejected(message: str) -> ApplicationError:
-    return ApplicationError(message, type=STEP_REJECTED, non_retryable=True)
+    return ApplicationError(message, type=contract.STEP_REJECTED, non_retryable=True)

@@ -11,11 +11,13 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
+from workflows.failures import is_worker_lost, lost_message
+
 with workflow.unsafe.imports_passed_through():
+    from episodes import contract
     from episodes.messages import SessionRef, TurnInput
     from episodes.models import TurnResult
     from episodes.spec import EpisodeSpec
-    from workflows.episode import SESSION_LOST, _is_worker_lost, _lost_message
 
 
 class WorkerLost(Exception):
@@ -28,9 +30,8 @@ async def execute_turn(
     lost = timedelta(seconds=spec.worker_lost_timeout_s)
     try:
         return await workflow.execute_activity(
-            "turn",
+            contract.turn,
             turn,
-            result_type=TurnResult,
             task_queue=ref.task_queue,
             # A dead worker never picks the task up: noticed after `lost`, not never.
             schedule_to_start_timeout=lost,
@@ -42,11 +43,11 @@ async def execute_turn(
             retry_policy=RetryPolicy(
                 maximum_attempts=5,
                 initial_interval=timedelta(milliseconds=200),
-                non_retryable_error_types=[SESSION_LOST, "TurnOutOfOrder"],
+                non_retryable_error_types=[contract.SESSION_NOT_FOUND, contract.TURN_OUT_OF_ORDER],
             ),
             summary=summary,
         )
     except ActivityError as e:
-        if _is_worker_lost(e):
-            raise WorkerLost(_lost_message(e, ref)) from None
+        if is_worker_lost(e):
+            raise WorkerLost(lost_message(e, ref)) from None
         raise

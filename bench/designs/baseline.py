@@ -1,9 +1,10 @@
 """Design (a), kept for the study: one `turn` activity per turn on the session queue.
 
 The product's EpisodeWorkflow with its turn loop as it was before the drive design
-shipped: provision, score, release, the `progress` query and the details are the
-product's own; only `run` (no drive, no continue-as-new) and the loop differ. The
-other prototypes subclass this and replace `_turn_loop`.
+shipped: provision, score, release, the `progress` query, the details and the
+result are the product's own (`workflows.base.EpisodeBase`); only `run` (no drive,
+no continue-as-new) and the loop differ. The other prototypes subclass this and
+replace `_turn_loop`.
 """
 
 from __future__ import annotations
@@ -13,32 +14,16 @@ import asyncio
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, is_cancelled_exception
 
+from workflows.base import EpisodeBase
+from workflows.turn import WorkerLost, execute_turn
+
 with workflow.unsafe.imports_passed_through():
-    from episodes import search_attributes as sa
     from episodes.messages import EpisodeInput, TurnInput
     from episodes.models import EpisodeResult, ScoreResult, Termination, TurnResult
-    from workflows.episode import (
-        HARNESS_FAILURES,
-        SESSION_LOST,
-        EpisodeWorkflow,
-        _failure_message,
-        _failure_type,
-        _is_worker_lost,
-        _lost_message,
-    )
-    from workflows.turn import WorkerLost, execute_turn
-
-__all__ = [
-    "SESSION_LOST",
-    "EpisodeWorkflow",
-    "TurnPerActivityEpisode",
-    "_is_worker_lost",
-    "_lost_message",
-]
 
 
 @workflow.defn(name="TurnPerActivityEpisode")
-class TurnPerActivityEpisode(EpisodeWorkflow):
+class TurnPerActivityEpisode(EpisodeBase):
     @workflow.run
     async def run(self, inp: EpisodeInput) -> EpisodeResult:
         spec = inp.spec
@@ -47,13 +32,7 @@ class TurnPerActivityEpisode(EpisodeWorkflow):
         error: str | None = None
         score = ScoreResult()
         try:
-            try:
-                self._ref = await self._provision(inp)
-            except ActivityError as e:
-                kind = _failure_type(e)
-                if kind not in HARNESS_FAILURES:
-                    raise
-                self._termination, error = kind, _failure_message(e)  # type: ignore[assignment]
+            error = await self._provision_or_outcome(inp)
             if self._ref is not None:
                 self._status = "running"
                 self._termination, error = await self._turn_loop(inp)
@@ -68,30 +47,7 @@ class TurnPerActivityEpisode(EpisodeWorkflow):
             if self._ref is not None and self._termination != "worker_lost":
                 self._status = "releasing"
                 await self._release(self._ref)
-        self._status = "done"
-        termination = self._termination or "cancelled"
-        workflow.upsert_search_attributes(
-            [
-                sa.TERMINATION.value_set(termination),
-                sa.TURNS.value_set(len(self._turns)),
-                *([sa.REWARD.value_set(score.reward)] if score.reward is not None else []),
-            ]
-        )
-        self._set_details()
-        return EpisodeResult(
-            workflow_id=workflow.info().workflow_id,
-            task_id=inp.task.id,
-            sample=inp.sample,
-            env=spec.env,
-            spec_name=spec.name,
-            termination=termination,
-            error=error,
-            turns=len(self._turns),
-            reward=score.reward,
-            score_details=score.details,
-            duration_s=(workflow.now() - started).total_seconds(),
-            pool_hit=self._ref.pool_hit if self._ref else None,
-        )
+        return self._finish(inp, started, error, score)
 
     async def _turn_loop(self, inp: EpisodeInput) -> tuple[Termination, str | None]:
         for n in range(inp.spec.max_turns):

@@ -25,14 +25,12 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ChildWorkflowError, is_cancelled_exception
 from temporalio.workflow import ActivityCancellationType, ParentClosePolicy
 
+from workflows.failures import is_worker_lost, lost_message
+
 with workflow.unsafe.imports_passed_through():
-    from bench.designs.baseline import (
-        SESSION_LOST,
-        TurnPerActivityEpisode,
-        _is_worker_lost,
-        _lost_message,
-    )
+    from bench.designs.baseline import TurnPerActivityEpisode
     from bench.designs.models import LoopInput, LoopResult, WatchInput
+    from episodes import contract
     from episodes.messages import EpisodeInput, ScoreInput, TurnInput
     from episodes.models import ScoreResult, Termination, TurnRecord, TurnResult
 
@@ -99,7 +97,7 @@ class _ChildEpisode(TurnPerActivityEpisode):
             # The watch ended first: its heartbeat or start timed out, or the session left.
             error = watch.exception()
             why = (
-                _lost_message(error, ref)
+                lost_message(error, ref)
                 if isinstance(error, ActivityError)
                 else f"session {ref.session_id} left worker {ref.worker_id}"
             )
@@ -194,9 +192,9 @@ class SessionLoop:
             try:
                 result = await self._turn(inp, n)
             except ActivityError as e:
-                if not _is_worker_lost(e):
+                if not is_worker_lost(e):
                     raise
-                termination, error = "worker_lost", _lost_message(e, inp.ref)
+                termination, error = "worker_lost", lost_message(e, inp.ref)
                 break
             self._turns.append(result.record)
             self._unsent.append(result.record)
@@ -226,7 +224,7 @@ class SessionLoop:
         retry = RetryPolicy(
             maximum_attempts=5,
             initial_interval=timedelta(milliseconds=200),
-            non_retryable_error_types=[SESSION_LOST, "TurnOutOfOrder"],
+            non_retryable_error_types=[contract.SESSION_NOT_FOUND, contract.TURN_OUT_OF_ORDER],
         )
         arg = TurnInput(session_id=inp.ref.session_id, turn=n)
         if inp.mode == "local":
@@ -253,7 +251,9 @@ class SessionLoop:
     async def _score(self, inp: LoopInput, termination: Termination) -> ScoreResult:
         arg = ScoreInput(session_id=inp.ref.session_id, termination=termination)
         timeout = timedelta(seconds=inp.spec.score_timeout_s)
-        retry = RetryPolicy(maximum_attempts=3, non_retryable_error_types=[SESSION_LOST])
+        retry = RetryPolicy(
+            maximum_attempts=3, non_retryable_error_types=[contract.SESSION_NOT_FOUND]
+        )
         if inp.mode == "local":
             return await workflow.execute_local_activity(
                 "score_local",

@@ -17,6 +17,6 @@ def dev_server() -> Iterator[object]:
 
 @pytest.fixture(scope="session")
 async def client(dev_server):  # type: ignore[no-untyped-def]
-    from episodes.connect import connect
+    from episodes.client.connect import connect
 
     return await connect(dev_server.address, timeout_s=30)

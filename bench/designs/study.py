@@ -36,7 +36,7 @@ from bench.common import (
     table,
 )
 from bench.designs.worker import DesignWorker
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.messages import EpisodeInput, EpisodeProgress
 from episodes.models import EpisodeResult
 

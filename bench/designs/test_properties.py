@@ -31,7 +31,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from bench.designs.worker import DesignWorker
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.messages import EpisodeInput, EpisodeProgress
 from episodes.models import EpisodeResult
 from episodes.spec import EpisodeSpec, parse_spec

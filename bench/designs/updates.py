@@ -16,14 +16,12 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
+from workflows.failures import is_worker_lost, lost_message
+
 with workflow.unsafe.imports_passed_through():
-    from bench.designs.baseline import (
-        SESSION_LOST,
-        TurnPerActivityEpisode,
-        _is_worker_lost,
-        _lost_message,
-    )
+    from bench.designs.baseline import TurnPerActivityEpisode
     from bench.designs.models import DriveInput, DriveResult
+    from episodes import contract
     from episodes.messages import EpisodeInput
     from episodes.models import ScoreResult, Termination, TurnResult
 
@@ -86,13 +84,16 @@ class UpdateEpisode(TurnPerActivityEpisode):
                 retry_policy=RetryPolicy(
                     maximum_attempts=5,
                     initial_interval=timedelta(milliseconds=200),
-                    non_retryable_error_types=[SESSION_LOST, "TurnOutOfOrder"],
+                    non_retryable_error_types=[
+                        contract.SESSION_NOT_FOUND,
+                        contract.TURN_OUT_OF_ORDER,
+                    ],
                 ),
                 summary=f"drive up to {spec.max_turns} turns",
             )
         except ActivityError as e:
-            if _is_worker_lost(e):
-                return "worker_lost", _lost_message(e, ref)
+            if is_worker_lost(e):
+                return "worker_lost", lost_message(e, ref)
             raise
         # Updates still being handled finish before the workflow moves on.
         await workflow.wait_condition(workflow.all_handlers_finished)

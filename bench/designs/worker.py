@@ -39,8 +39,8 @@ from bench.designs.updates import (
     UpdateLagEpisode,
     UpdateLingerEpisode,
 )
+from episodes.registry import SessionRegistry
 from workers.backpressure import SessionSlots
-from workers.registry import SessionRegistry
 from workflows.episode import EpisodeWorkflow
 
 SHARED_WORKFLOWS = [
@@ -147,7 +147,7 @@ async def _main(argv: list[str] | None = None) -> None:
     import argparse
     import signal
 
-    from episodes.connect import connect
+    from episodes.client.connect import connect
 
     parser = argparse.ArgumentParser(prog="python -m bench.designs.worker")
     parser.add_argument("--address", default="127.0.0.1:7233")

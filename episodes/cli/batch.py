@@ -12,9 +12,15 @@ from pathlib import Path
 from rich.table import Table
 
 from episodes.batch_models import BatchProgress, BatchResult
-from episodes.batches import batch_input, episode_results, start_batch, total_episodes, wait_batch
 from episodes.cli.common import console, progress_bar
 from episodes.cli.embedded import client_for
+from episodes.client.batches import (
+    batch_input,
+    episode_results,
+    start_batch,
+    total_episodes,
+    wait_batch,
+)
 from episodes.metrics import BatchMetrics, report_ks
 from episodes.spec import load_spec
 

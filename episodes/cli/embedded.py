@@ -10,8 +10,8 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from episodes.connect import connect
-from episodes.devserver import DevServer
+from episodes.client.connect import connect
+from episodes.client.devserver import DevServer
 
 STATE_DIR = Path(".episodes")
 

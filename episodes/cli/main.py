@@ -14,7 +14,7 @@ import typer
 
 from episodes.cli import common
 from episodes.cli.schedule import app as schedule_app
-from episodes.exit import run_main
+from episodes.client.exit import run_main
 from episodes.messages import DEFAULT_TASK_QUEUE
 
 app = typer.Typer(
@@ -71,7 +71,7 @@ def worker(
     ] = 3600.0,
 ) -> None:
     """Run a worker against any Temporal server; SIGTERM/SIGINT stop it gracefully."""
-    from episodes.connect import connect
+    from episodes.client.connect import connect
     from workers.worker import EpisodeWorker, WorkerOptions
 
     async def main() -> None:

@@ -28,7 +28,7 @@ OVERLAP_HELP = (
 
 
 async def _client(address: str, namespace: str):  # type: ignore[no-untyped-def]
-    from episodes.connect import connect
+    from episodes.client.connect import connect
 
     return await connect(address, namespace=namespace)
 
@@ -51,8 +51,8 @@ def create(
     ),
 ) -> None:
     """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
+    from episodes.client.schedules import create_schedule
     from episodes.envs import check_env_ref
-    from episodes.schedules import create_schedule
     from episodes.spec import load_spec
 
     async def main() -> None:
@@ -82,7 +82,7 @@ def create(
 @app.command("list")
 def list_cmd(address: Address = "127.0.0.1:7233", namespace: Namespace = "default") -> None:
     """List the schedules that start batches."""
-    from episodes.schedules import list_schedules
+    from episodes.client.schedules import list_schedules
 
     async def main() -> None:
         schedules = await list_schedules(await _client(address, namespace))
@@ -114,7 +114,7 @@ def describe(
     name: Name, address: Address = "127.0.0.1:7233", namespace: Namespace = "default"
 ) -> None:
     """Show a schedule: its spec, timing, state, recent and next runs."""
-    from episodes.schedules import describe_schedule
+    from episodes.client.schedules import describe_schedule
 
     async def main() -> None:
         s = await describe_schedule(await _client(address, namespace), name)
@@ -151,7 +151,7 @@ def pause(
     namespace: Namespace = "default",
 ) -> None:
     """Pause a schedule (runs already started continue)."""
-    from episodes.schedules import pause_schedule
+    from episodes.client.schedules import pause_schedule
 
     async def main() -> None:
         await pause_schedule(await _client(address, namespace), name, note)
@@ -168,7 +168,7 @@ def unpause(
     namespace: Namespace = "default",
 ) -> None:
     """Resume a paused schedule."""
-    from episodes.schedules import unpause_schedule
+    from episodes.client.schedules import unpause_schedule
 
     async def main() -> None:
         await unpause_schedule(await _client(address, namespace), name, note)
@@ -187,7 +187,7 @@ def trigger(
     namespace: Namespace = "default",
 ) -> None:
     """Start a run now."""
-    from episodes.schedules import trigger_schedule
+    from episodes.client.schedules import trigger_schedule
 
     async def main() -> None:
         await trigger_schedule(await _client(address, namespace), name, overlap)
@@ -204,7 +204,7 @@ def delete(
     name: Name, address: Address = "127.0.0.1:7233", namespace: Namespace = "default"
 ) -> None:
     """Delete a schedule (the batches it started stay, findable by EpisodeSchedule)."""
-    from episodes.schedules import delete_schedule
+    from episodes.client.schedules import delete_schedule
 
     async def main() -> None:
         await delete_schedule(await _client(address, namespace), name)

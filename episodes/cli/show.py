@@ -9,8 +9,9 @@ from rich.panel import Panel
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from episodes import contract
 from episodes.cli.common import console
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.errors import EpisodesError
 from episodes.messages import SessionRef
 from episodes.models import EpisodeResult, TurnResult
@@ -46,15 +47,15 @@ async def _read_run(client: Client, events: Any, out: dict[str, Any]) -> str | N
             attrs = ev.activity_task_completed_event_attributes
             kind = scheduled.get(attrs.scheduled_event_id)
             payloads = list(attrs.result.payloads)
-            if kind == "provision" and payloads:
+            if kind == contract.PROVISION and payloads:
                 [ref] = await conv.decode(payloads, [SessionRef])
                 out["session"] = ref.model_dump(mode="json")
-            elif kind == "turn" and payloads:  # an interactive session's step
+            elif kind == contract.TURN and payloads:  # an interactive session's step
                 [res] = await conv.decode(payloads, [TurnResult])
                 _add_turns(out, [res])
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
-            if req.input.name == "record_turns":  # a batch of turns from the drive
+            if req.input.name == contract.RECORD_TURNS:  # a batch of turns from the drive
                 [batch] = await conv.decode(list(req.input.args.payloads), [list[TurnResult]])
                 _add_turns(out, batch)
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:

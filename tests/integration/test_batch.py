@@ -16,11 +16,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import is_cancelled_exception
 from temporalio.worker import Replayer
 
-from episodes.batch_models import BatchProgress, batch_workflow_id
-from episodes.batches import batch_input, query_progress, start_batch, wait_batch
+from episodes.batch_models import BatchProgress
 from episodes.client import EpisodesClient
-from episodes.connect import connect
-from episodes.devserver import DevServer
+from episodes.client.batches import batch_input, query_progress, start_batch, wait_batch
+from episodes.client.connect import connect
+from episodes.client.devserver import DevServer
+from episodes.contract import batch_workflow_id
 from episodes.metrics import BatchMetrics
 from episodes.models import EpisodeResult
 from tests.conftest import scripted_command

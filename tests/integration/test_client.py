@@ -17,10 +17,10 @@ import pytest
 from temporalio.client import Client
 
 from episodes.client import EpisodesClient
-from episodes.connect import connect
+from episodes.client.connect import connect
+from episodes.client.sync import SyncEpisodesClient
 from episodes.messages import EpisodeProgress
 from episodes.models import EpisodeResult
-from episodes.sync import SyncEpisodesClient
 from tests.conftest import ROOT
 from tests.integration.helpers import pid_alive, spec, wait_until
 

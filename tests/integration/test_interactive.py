@@ -17,7 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from episodes.client import EpisodesClient
-from episodes.interactive import StepRejected
+from episodes.client.interactive import StepRejected
 from episodes.messages import StepInput, StepReply
 from tests.conftest import ROOT, scripted_command
 from tests.integration.helpers import pid_alive, spec, wait_until

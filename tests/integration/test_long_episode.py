@@ -24,8 +24,8 @@ from temporalio.worker import Replayer
 
 from episodes.cli.show import load_transcript
 from episodes.client import EpisodesClient
-from episodes.connect import connect
-from episodes.devserver import DevServer
+from episodes.client.connect import connect
+from episodes.client.devserver import DevServer
 from episodes.messages import EpisodeInput, EpisodeProgress
 from episodes.models import EpisodeResult
 from tests.conftest import ROOT

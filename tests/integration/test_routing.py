@@ -14,7 +14,7 @@ import uuid
 from temporalio.api.enums.v1 import EventType
 
 from episodes.client import EpisodesClient
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.messages import EpisodeProgress
 from episodes.models import TurnResult
 from tests.integration.helpers import spec

@@ -14,7 +14,7 @@ import uuid
 import psutil
 
 from episodes.client import EpisodesClient
-from episodes.connect import connect
+from episodes.client.connect import connect
 from episodes.messages import EpisodeProgress
 from tests.conftest import ROOT
 from tests.integration.helpers import pid_alive, spec, wait_until

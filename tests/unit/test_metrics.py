@@ -6,11 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from episodes.batch_models import BatchInput, episode_id
-from episodes.client import episode_id as client_episode_id
+from episodes.batch_models import BatchInput
+from episodes.client.schedules import ScheduleError, parse_every
 from episodes.errors import EpisodesError
 from episodes.metrics import DurationSketch, MetricsAccumulator, pass_at_k, report_ks
-from episodes.schedules import ScheduleError, parse_every
 
 
 def test_pass_at_k_by_hand() -> None:
@@ -112,10 +111,6 @@ def test_report_ks() -> None:
     assert report_ks([]) == []
 
 
-def test_episode_ids_agree_with_the_client() -> None:
-    assert episode_id("b", "t1", 3) == client_episode_id("b", "t1", 3) == "b.t1.s3"
-
-
 def test_parse_every() -> None:
     assert parse_every("6h") == timedelta(hours=6)
     assert parse_every("1h30m") == timedelta(minutes=90)
@@ -127,7 +122,7 @@ def test_parse_every() -> None:
 
 
 def test_oversized_batch_input_is_one_clear_error() -> None:
-    from episodes.batches import batch_input
+    from episodes.client.batches import batch_input
     from tests.integration.helpers import spec
 
     big = "x" * 2000

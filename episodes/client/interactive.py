@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio.client import (
+    Client,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
@@ -29,6 +30,7 @@ from temporalio.common import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from episodes import contract
 from episodes.errors import EpisodesError
 from episodes.messages import (
     DEFAULT_IDLE_TIMEOUT_S,
@@ -39,10 +41,8 @@ from episodes.messages import (
     StepReply,
 )
 from episodes.models import EpisodeResult, Task, Termination
+from episodes.search_attributes import episode_search_attributes
 from episodes.spec import EpisodeSpec
-
-WORKFLOW = "InteractiveEpisodeWorkflow"
-STEP_REJECTED = "StepRejected"  # the ApplicationError type the workflow's validator raises
 
 
 class StepRejected(EpisodesError):
@@ -51,10 +51,6 @@ class StepRejected(EpisodesError):
 
 class SessionFailed(EpisodesError):
     """The session's workflow failed (a bug or a bad spec), so there is no reply or result."""
-
-
-def session_id(batch: str, task_id: str, sample: int) -> str:
-    return f"{batch}.{task_id}.s{sample}.session"
 
 
 class InteractiveSession:
@@ -77,11 +73,14 @@ class InteractiveSession:
         key = idempotency_key or f"{self.workflow_id}:step:{n}"
         try:
             reply = await self.handle.execute_update(
-                "step", StepInput(turn=n, message=message), id=key, result_type=StepReply
+                contract.STEP,
+                StepInput(turn=n, message=message),
+                id=key,
+                result_type=StepReply,
             )
         except WorkflowUpdateFailedError as e:
             cause = e.cause
-            if isinstance(cause, ApplicationError) and cause.type == STEP_REJECTED:
+            if isinstance(cause, ApplicationError) and cause.type == contract.STEP_REJECTED:
                 raise StepRejected(cause.message) from None
             raise SessionFailed(f"session {self.workflow_id}: step {n} failed: {cause}") from None
         except RPCError as e:
@@ -108,7 +107,7 @@ class InteractiveSession:
             return self.result
         try:
             result = await self.handle.execute_update(
-                "close", id=f"{self.workflow_id}:close", result_type=EpisodeResult
+                contract.CLOSE, id=f"{self.workflow_id}:close", result_type=EpisodeResult
             )
         except (WorkflowUpdateFailedError, RPCError) as e:
             if isinstance(e, RPCError) and not _completed(e):
@@ -120,7 +119,7 @@ class InteractiveSession:
 
     async def progress(self) -> EpisodeProgress:
         """The transcript so far (the workflow's `progress` query)."""
-        return await self.handle.query("progress", result_type=EpisodeProgress)
+        return await self.handle.query(contract.PROGRESS, result_type=EpisodeProgress)
 
     async def __aenter__(self) -> InteractiveSession:
         return self
@@ -130,7 +129,8 @@ class InteractiveSession:
 
 
 async def open_session(
-    client: Any,
+    client: Client,
+    task_queue: str,
     spec: EpisodeSpec,
     task: Task,
     sample: int = 0,
@@ -141,27 +141,26 @@ async def open_session(
 ) -> InteractiveSession:
     """Start (or re-attach to) a session and wait for its first observation.
 
-    `client` is an `EpisodesClient`. The workflow id defaults to
+    `EpisodesClient.open_session` calls this with its client and task queue. The
+    workflow id defaults to
     `<batch>.<task>.s<sample>.session`: opening it while it runs re-attaches (the
     session continues at the next turn); once it has ended, the same id starts a
     fresh session. A harness that fails to start is an outcome, not an exception:
     the session comes back `done` with its `termination`; `close()` gives the result.
     """
-    from episodes.client import episode_search_attributes, single_task_spec
-
     batch = batch or spec.name
-    wid = workflow_id or session_id(batch, task.id, sample)
-    handle = await client.client.start_workflow(
-        WORKFLOW,
+    wid = workflow_id or contract.session_workflow_id(batch, task.id, sample)
+    handle = await client.start_workflow(
+        contract.INTERACTIVE_WORKFLOW,
         InteractiveInput(
-            spec=single_task_spec(spec, task),
+            spec=contract.single_task_spec(spec, task),
             task=task,
             sample=sample,
             batch=batch,
             idle_timeout_s=idle_timeout_s,
         ),
         id=wid,
-        task_queue=client.task_queue,
+        task_queue=task_queue,
         result_type=EpisodeResult,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
@@ -169,7 +168,7 @@ async def open_session(
         static_summary=f"interactive · {spec.env} · task {task.id} · sample {sample}",
     )
     try:
-        opened = await handle.execute_update("open", result_type=SessionOpened)
+        opened = await handle.execute_update(contract.OPEN, result_type=SessionOpened)
     except (WorkflowUpdateFailedError, RPCError) as e:
         if isinstance(e, RPCError) and not _completed(e):
             raise

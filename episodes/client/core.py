@@ -14,26 +14,19 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from episodes import search_attributes as sa
-from episodes.connect import connect
+from episodes import contract
+from episodes.client.connect import connect
+from episodes.client.interactive import InteractiveSession, open_session
 from episodes.errors import EpisodesError
 from episodes.messages import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, EpisodeInput
 from episodes.models import EpisodeResult, Task
+from episodes.search_attributes import episode_search_attributes
 from episodes.spec import EpisodeSpec, load_spec
-
-if TYPE_CHECKING:
-    from episodes.interactive import InteractiveSession
 
 
 class EpisodeFailed(EpisodesError):
@@ -43,27 +36,6 @@ class EpisodeFailed(EpisodesError):
         self.workflow_id = workflow_id
         detail = cause.cause if isinstance(cause, WorkflowFailureError) else cause
         super().__init__(f"episode {workflow_id} failed: {detail}")
-
-
-def episode_id(batch: str, task_id: str, sample: int) -> str:
-    return f"{batch}.{task_id}.s{sample}"
-
-
-def episode_search_attributes(spec: EpisodeSpec, task: Task, batch: str) -> TypedSearchAttributes:
-    """What makes an episode findable from its start (the workflow adds outcome ones)."""
-    return TypedSearchAttributes(
-        [
-            SearchAttributePair(sa.ENV, spec.env),
-            SearchAttributePair(sa.TASK, task.id),
-            SearchAttributePair(sa.BATCH, batch),
-            SearchAttributePair(sa.SPEC, spec.name),
-        ]
-    )
-
-
-def single_task_spec(spec: EpisodeSpec, task: Task) -> EpisodeSpec:
-    """The spec an episode carries: just its own task, not the whole dataset."""
-    return spec.model_copy(update={"tasks": [task], "dataset": None})
 
 
 class EpisodesClient:
@@ -86,12 +58,15 @@ class EpisodesClient:
     ) -> WorkflowHandle[object, EpisodeResult]:
         """Start one episode, or attach to the one already running/finished under its id."""
         batch = batch or spec.name
-        wid = episode_id(batch, task.id, sample)
+        wid = contract.episode_id(batch, task.id, sample)
         try:
             return await self.client.start_workflow(
-                "EpisodeWorkflow",
+                contract.EPISODE_WORKFLOW,
                 EpisodeInput(
-                    spec=single_task_spec(spec, task), task=task, sample=sample, batch=batch
+                    spec=contract.single_task_spec(spec, task),
+                    task=task,
+                    sample=sample,
+                    batch=batch,
                 ),
                 id=wid,
                 task_queue=self.task_queue,
@@ -126,11 +101,10 @@ class EpisodesClient:
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         workflow_id: str | None = None,
     ) -> InteractiveSession:
-        """An interactive session: the trainer sends each turn (see `episodes.interactive`)."""
-        from episodes.interactive import open_session
-
+        """An interactive session: the trainer sends each turn (see `episodes.client.interactive`)."""
         return await open_session(
-            self,
+            self.client,
+            self.task_queue,
             spec,
             task,
             sample,

@@ -33,8 +33,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import search_attributes as sa
-from episodes.batch_models import BATCH_WORKFLOW
-from episodes.batches import batch_input, search_attributes, total_episodes
+from episodes.client.batches import batch_input, total_episodes
+from episodes.contract import BATCH_WORKFLOW
 from episodes.errors import EpisodesError
 from episodes.models import Model
 from episodes.spec import EpisodeSpec
@@ -125,7 +125,7 @@ async def create_schedule(
         inp,
         id=schedule_workflow_id(name),
         task_queue=task_queue,
-        typed_search_attributes=search_attributes(inp, None),
+        typed_search_attributes=sa.batch_search_attributes(inp.spec, None, inp.schedule),
         static_summary=f"schedule {name} · {spec.name} · {total_episodes(inp)} episodes",
     )
     try:

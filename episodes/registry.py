@@ -1,4 +1,7 @@
-"""The live sessions one worker process holds, keyed by session id."""
+"""The live sessions one worker process holds, keyed by session id.
+
+Temporal-free: the activities look sessions up here and the worker reaps them.
+"""
 
 from __future__ import annotations
 

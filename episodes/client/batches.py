@@ -16,25 +16,15 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import (
-    SearchAttributePair,
-    TypedSearchAttributes,
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from episodes import contract
 from episodes import search_attributes as sa
-from episodes.batch_models import (
-    BATCH_WORKFLOW,
-    MAX_INPUT_BYTES,
-    BatchInput,
-    BatchProgress,
-    BatchResult,
-    batch_workflow_id,
-)
+from episodes.batch_models import MAX_INPUT_BYTES, BatchInput, BatchProgress, BatchResult
 from episodes.errors import EpisodesError
 from episodes.models import EpisodeResult
+from episodes.search_attributes import batch_search_attributes
 from episodes.spec import EpisodeSpec
 
 
@@ -65,15 +55,6 @@ def batch_input(
     return inp
 
 
-def search_attributes(inp: BatchInput, batch: str | None) -> TypedSearchAttributes:
-    pairs = [SearchAttributePair(sa.SPEC, inp.spec.name), SearchAttributePair(sa.ENV, inp.spec.env)]
-    if batch:
-        pairs.append(SearchAttributePair(sa.BATCH, batch))
-    if inp.schedule:
-        pairs.append(SearchAttributePair(sa.SCHEDULE, inp.schedule))
-    return TypedSearchAttributes(pairs)
-
-
 def total_episodes(inp: BatchInput) -> int:
     return len(inp.spec.tasks or []) * inp.spec.samples
 
@@ -84,17 +65,17 @@ async def start_batch(
     """Start the batch, or attach to the one already running/finished under its id."""
     batch = inp.batch or inp.spec.name
     inp = inp.model_copy(update={"batch": batch})
-    wid = batch_workflow_id(batch)
+    wid = contract.batch_workflow_id(batch)
     try:
         return await client.start_workflow(
-            BATCH_WORKFLOW,
+            contract.BATCH_WORKFLOW,
             inp,
             id=wid,
             task_queue=task_queue,
             result_type=BatchResult,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            search_attributes=search_attributes(inp, batch),
+            search_attributes=batch_search_attributes(inp.spec, batch, inp.schedule),
             static_summary=f"batch {batch} · {inp.spec.name} · {total_episodes(inp)} episodes",
         )
     except WorkflowAlreadyStartedError:
@@ -107,7 +88,7 @@ async def query_progress(client: Client, workflow_id: str) -> BatchProgress | No
     handle = client.get_workflow_handle(workflow_id)
     try:
         return await handle.query(
-            "progress", result_type=BatchProgress, rpc_timeout=timedelta(seconds=5)
+            contract.PROGRESS, result_type=BatchProgress, rpc_timeout=timedelta(seconds=5)
         )
     except Exception:  # RPCError, WorkflowQueryFailedError: try again on the next tick
         return None
@@ -147,7 +128,7 @@ async def episode_results(
     Visibility lags a little behind completion: wait up to `wait_s` for `expected`.
     Episodes whose workflow failed have no result and are left out.
     """
-    query = f"EpisodeBatch = '{batch}' AND WorkflowType = 'EpisodeWorkflow'"
+    query = f"{sa.BATCH.name} = '{batch}' AND WorkflowType = '{contract.EPISODE_WORKFLOW}'"
     deadline = asyncio.get_running_loop().time() + wait_s
     while (await client.count_workflows(query)).count < expected:
         if asyncio.get_running_loop().time() >= deadline:

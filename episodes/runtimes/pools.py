@@ -1,4 +1,4 @@
-"""One RuntimePool per distinct pool setting in the specs this worker serves.
+"""One RuntimePool per distinct pool setting in the specs a worker serves.
 
 Reuse is per worker: an episode that lands on a worker without a parked box for
 its key simply provisions a fresh one (a miss), it never waits for another worker.
@@ -7,15 +7,21 @@ its key simply provisions a fresh one (a miss), it never waits for another worke
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 
 from episodes.runtimes.pool import PoolStats, RuntimePool, RuntimePoolConfig
 from episodes.spec import PoolSpec
+
+log = logging.getLogger("episodes.worker")
 
 
 class WorkerPools:
     def __init__(self) -> None:
         self._pools: dict[PoolSpec, RuntimePool] = {}
         self._lock = asyncio.Lock()
+        # A pool runs its TTL sweeper while entered; `close` exits every pool.
+        self._entered = contextlib.AsyncExitStack()
 
     async def get(self, spec: PoolSpec) -> RuntimePool:
         pool = self._pools.get(spec)
@@ -24,13 +30,18 @@ class WorkerPools:
         async with self._lock:
             if spec not in self._pools:
                 pool = RuntimePool(RuntimePoolConfig(ttl_s=spec.ttl_s, max_idle=spec.max_idle))
-                await pool.__aenter__()  # starts its TTL sweeper
-                self._pools[spec] = pool
+                self._pools[spec] = await self._entered.enter_async_context(pool)
             return self._pools[spec]
 
     async def close(self) -> None:
-        pools, self._pools = list(self._pools.values()), {}
-        await asyncio.gather(*(p.close() for p in pools), return_exceptions=True)
+        """Stop every pool's idle boxes. The worker is shutting down: a pool that fails
+        to close is logged, and the others are closed all the same."""
+        self._pools = {}
+        entered, self._entered = self._entered, contextlib.AsyncExitStack()
+        try:
+            await entered.aclose()
+        except Exception:
+            log.exception("closing the runtime pools failed")
 
     @property
     def stats(self) -> PoolStats:

@@ -19,8 +19,8 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from episodes.client import EpisodesClient
-from episodes.interactive import InteractiveSession
+from episodes.client.core import EpisodesClient
+from episodes.client.interactive import InteractiveSession
 from episodes.messages import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_TASK_QUEUE,

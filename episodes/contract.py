@@ -1,0 +1,147 @@
+"""What workflows, activities and clients must agree on, defined once.
+
+Workflow type names, Update and query names, the failure types that cross from an
+activity (or a validator) to the code that handles them, the activities'
+declarations and an episode's workflow id. Running episodes and saved histories
+carry these names: renaming one breaks them.
+
+Models only: the standard library, pydantic models and `temporalio.activity` (for
+the declarations), so workflows import this module through the sandbox.
+`tests/unit/test_contract.py` checks the activity implementations and the failure
+types they raise against it.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from episodes.messages import (
+    DriveInput,
+    DriveResult,
+    ProvisionInput,
+    ReleaseInput,
+    ScoreInput,
+    ScoreTranscriptInput,
+    SessionRef,
+    TurnInput,
+)
+from episodes.models import EpisodeResult, ScoreResult, Task, TurnResult
+from episodes.spec import EpisodeSpec
+
+# -- workflow types ---------------------------------------------------------------------
+
+EPISODE_WORKFLOW = "EpisodeWorkflow"
+INTERACTIVE_WORKFLOW = "InteractiveEpisodeWorkflow"
+BATCH_WORKFLOW = "EvalBatchWorkflow"
+
+# -- Updates and queries ----------------------------------------------------------------
+
+RECORD_TURNS = "record_turns"  # EpisodeWorkflow: the drive's finished turns
+OPEN = "open"  # InteractiveEpisodeWorkflow: the first observation
+STEP = "step"  # InteractiveEpisodeWorkflow: one trainer-written turn
+CLOSE = "close"  # InteractiveEpisodeWorkflow: end, score, release
+PROGRESS = "progress"  # every workflow: where it is
+METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
+
+# -- failure types (ApplicationError.type) ------------------------------------------------
+
+# Raised by activities: the worker does not hold the session (restarted, or reaped).
+SESSION_NOT_FOUND = "SessionNotFound"
+# `episodes.session.TurnOutOfOrder`, passed on by the `turn` and `drive` activities.
+TURN_OUT_OF_ORDER = "TurnOutOfOrder"
+# `episodes.errors.SpecError` and its subclass, passed on by `provision` and
+# `score_transcript`: a bad spec is not retried.
+SPEC_ERROR = "SpecError"
+ENVIRONMENT_LOAD_ERROR = "EnvironmentLoadError"
+# `HarnessFailure.error_type`s a harness can fail `provision` with: the episode's
+# outcome (its termination), not a retry.
+PROVISION_FAILURES = ("harness_start_failed", "harness_crashed", "protocol_error", "turn_timeout")
+NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, SPEC_ERROR, ENVIRONMENT_LOAD_ERROR)
+# Raised by `await_episode`: the episode's workflow failed, there is no result.
+EPISODE_FAILED = "EpisodeFailed"
+# Raised by EpisodeWorkflow's `record_turns` validator (rejected Updates leave no trace):
+# a retried drive re-sending turns the workflow holds (the recorder goes on) ...
+TURNS_ALREADY_RECORDED = "TurnsAlreadyRecorded"
+# ... or turns it cannot take (no drive running, a gap): the drive fails.
+TURNS_REJECTED = "TurnsRejected"
+# Raised by InteractiveEpisodeWorkflow's `step` validator; the client raises StepRejected.
+STEP_REJECTED = "StepRejected"
+
+# -- activities ---------------------------------------------------------------------------
+# Declarations only: workflows call these typed references; the implementations in
+# `activities/` register under the same names with the same signatures.
+
+PROVISION = "provision"
+DRIVE = "drive"
+TURN = "turn"
+SCORE = "score"
+RELEASE = "release"
+SCORE_TRANSCRIPT = "score_transcript"
+AWAIT_EPISODE = "await_episode"
+
+
+@activity.defn(name=PROVISION)
+async def provision(inp: ProvisionInput) -> SessionRef:
+    """Any worker: start the box and the harness, register the live session."""
+    raise NotImplementedError
+
+
+@activity.defn(name=DRIVE)
+async def drive(inp: DriveInput) -> DriveResult:
+    """The session's worker: run the turns, record them with `record_turns`, score."""
+    raise NotImplementedError
+
+
+@activity.defn(name=TURN)
+async def turn(inp: TurnInput) -> TurnResult:
+    """The session's worker: one turn (an interactive step)."""
+    raise NotImplementedError
+
+
+@activity.defn(name=SCORE)
+async def score(inp: ScoreInput) -> ScoreResult:
+    """The session's worker: the env's rubric over the session's transcript."""
+    raise NotImplementedError
+
+
+@activity.defn(name=RELEASE)
+async def release(inp: ReleaseInput) -> None:
+    """The session's worker: stop the harness, stop or park the box."""
+    raise NotImplementedError
+
+
+@activity.defn(name=SCORE_TRANSCRIPT)
+async def score_transcript(inp: ScoreTranscriptInput) -> ScoreResult:
+    """Any worker (a local activity): score a recorded transcript, without the session."""
+    raise NotImplementedError
+
+
+@activity.defn(name=AWAIT_EPISODE)
+async def await_episode(workflow_id: str) -> EpisodeResult:
+    """Any worker: the result of an episode that already exists under `workflow_id`."""
+    raise NotImplementedError
+
+
+DECLARED = [provision, drive, turn, score, release, score_transcript, await_episode]
+
+# -- an episode's identity ------------------------------------------------------------------
+
+
+def episode_id(batch: str, task_id: str, sample: int) -> str:
+    """An episode's workflow id: a restarted trainer or batch re-attaches instead of
+    running it twice."""
+    return f"{batch}.{task_id}.s{sample}"
+
+
+def session_workflow_id(batch: str, task_id: str, sample: int) -> str:
+    """An interactive session's workflow id."""
+    return f"{episode_id(batch, task_id, sample)}.session"
+
+
+def batch_workflow_id(batch: str) -> str:
+    return f"batch.{batch}"
+
+
+def single_task_spec(spec: EpisodeSpec, task: Task) -> EpisodeSpec:
+    """The spec an episode carries: just its own task, not the whole dataset."""
+    return spec.model_copy(update={"tasks": [task], "dataset": None})

@@ -1,0 +1,189 @@
+"""Record the workflow histories `tests/unit/test_replay.py` replays.
+
+    .venv/bin/python -m tests.unit.histories.record
+
+Runs a few episodes, interactive sessions and a batch on a private dev server and
+saves every run's history here as JSON. Re-record only when a workflow's commands
+change on purpose: the point of the files is that refactors replay them unchanged,
+as running episodes and saved histories must.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import tempfile
+from pathlib import Path
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHandle
+
+from episodes.batch_models import BatchInput
+from episodes.client import EpisodesClient
+from episodes.client.batches import start_batch
+from episodes.client.connect import connect
+from episodes.client.devserver import DevServer
+from episodes.messages import EpisodeInput
+from episodes.models import EpisodeResult
+from episodes.spec import parse_spec
+from workers.worker import EpisodeWorker, WorkerOptions
+
+HERE = Path(__file__).resolve().parent
+QUEUE = "record"
+HANG = "from episodes.harness import sdk; import time; sdk.serve(lambda t, m, e: time.sleep(600))"
+
+
+async def _first_run(client: Client, workflow_id: str) -> str:
+    return (await client.get_workflow_handle(workflow_id).describe()).run_id
+
+
+def _spec(
+    name: str, command: list[str] | None = None, messages: int = 3, tasks: int = 1, samples=1
+):
+    return parse_spec(
+        {
+            "name": name,
+            "env": "script",
+            "tasks": [
+                {"id": f"t{i}", "data": {"messages": [f"m{j}" for j in range(messages)]}}
+                for i in range(tasks)
+            ],
+            "harness": {
+                "command": command or ["{python}", "-m", "episodes.harnesses.echo"],
+                "ready_timeout_s": 5.0,
+                "stop_timeout_s": 1.0,
+            },
+            "samples": samples,
+            "max_turns": 10,
+            "turn_timeout_s": 30.0,
+            "worker_lost_timeout_s": 3.0,
+        }
+    )
+
+
+async def _save(client: Client, name: str, workflow_id: str, run_id: str | None) -> None:
+    """Every run of the chain, from `run_id` (the first) to the last."""
+    runs: list[dict] = []
+    while run_id:
+        history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+        runs.append(json.loads(history.to_json()))
+        nxt = None
+        for ev in history.events:
+            if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+                nxt = ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+        run_id = nxt
+    (HERE / f"{name}.json").write_text(
+        json.dumps({"workflow_id": workflow_id, "runs": runs}, indent=None) + "\n"
+    )
+    print(f"{name}: {len(runs)} run(s)")
+
+
+async def _result(handle: WorkflowHandle) -> None:
+    with contextlib.suppress(Exception):
+        await handle.result()
+
+
+async def record(client: Client) -> None:
+    ec = EpisodesClient(client, task_queue=QUEUE)
+
+    s = _spec("done")
+    h = await ec.start_episode(s, s.tasks[0])
+    await _result(h)
+    await _save(client, "episode_env_done", h.id, h.first_execution_run_id)
+
+    s = _spec("can").model_copy(
+        update={
+            "env": "tests.integration.envs:Endless",
+            "env_args": {"delay_s": 0.3},
+            "max_turns": 5,
+        }
+    )
+    h = await client.start_workflow(
+        "EpisodeWorkflow",
+        EpisodeInput(spec=s, task=s.tasks[0], turns_per_run=2, batch="can"),
+        id="can.t0.s0",
+        task_queue=QUEUE,
+        result_type=EpisodeResult,
+    )
+    await _result(h)
+    await _save(client, "episode_continue_as_new", h.id, h.first_execution_run_id)
+
+    s = _spec("nostart", command=["{python}", "-c", "import sys; sys.exit(3)"])
+    h = await ec.start_episode(s, s.tasks[0])
+    await _result(h)
+    await _save(client, "episode_start_failed", h.id, h.first_execution_run_id)
+
+    s = _spec("cancel", command=["{python}", "-c", HANG])
+    h = await ec.start_episode(s, s.tasks[0])
+    await asyncio.sleep(3)
+    await h.cancel()
+    await _result(h)
+    await _save(client, "episode_cancelled", h.id, h.first_execution_run_id)
+
+    s = _spec("closed")
+    session = await ec.open_session(s, s.tasks[0])
+    await session.step("m0")
+    await session.step("x")
+    await session.close()
+    await _save(
+        client, "interactive_closed", session.handle.id, session.handle.first_execution_run_id
+    )
+
+    s = _spec("idone", messages=2)
+    session = await ec.open_session(s, s.tasks[0])
+    await session.step("m0")
+    with contextlib.suppress(Exception):
+        await session.handle.execute_update(
+            "step", {"turn": 5, "message": "late"}, id="out-of-order"
+        )
+    await session.step("m1")
+    await session.close()
+    await _save(
+        client, "interactive_env_done", session.handle.id, session.handle.first_execution_run_id
+    )
+
+    s = _spec("inostart", command=["{python}", "-c", "import sys; sys.exit(3)"])
+    session = await ec.open_session(s, s.tasks[0])
+    await session.close()
+    await _save(
+        client, "interactive_start_failed", session.handle.id, session.handle.first_execution_run_id
+    )
+
+    s = _spec("batch", messages=2, tasks=2, samples=2)
+    tasks = s.load_tasks()
+    inp = BatchInput(
+        spec=s.model_copy(update={"tasks": tasks, "dataset": None}),
+        batch="rb",
+        concurrency=2,
+        children_per_run=2,
+    )
+    h = await start_batch(client, inp, task_queue=QUEUE)
+    await _result(h)
+    await _save(client, "batch", h.id, h.first_execution_run_id)
+    await _save(client, "batch_child", "rb.t0.s0", await _first_run(client, "rb.t0.s0"))
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = DevServer(
+            auto_port=True, headless=True, db_file=Path(tmp) / "t.db", log_file=Path(tmp) / "log"
+        )
+        server.start()
+        try:
+            client = await connect(server.address, timeout_s=30)
+            worker = EpisodeWorker(client, WorkerOptions(task_queue=QUEUE, worker_id="recorder"))
+            task = asyncio.create_task(worker.run())
+            try:
+                await record(client)
+            finally:
+                worker.request_stop()
+                await asyncio.wait_for(task, 30)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    from episodes.client.exit import run_main
+
+    run_main(lambda: asyncio.run(main()))
