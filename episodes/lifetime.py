@@ -14,7 +14,7 @@ import sys
 SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
 
 
-def die_with_parent(argv: list[str], signal: str = "KILL") -> list[str]:
+def with_death_signal(argv: list[str], signal: str = "KILL") -> list[str]:
     """`argv` prefixed so the program gets `signal` when its parent dies (as is elsewhere)."""
     if SETPRIV is None:
         return argv

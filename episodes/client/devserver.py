@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from episodes.errors import EpisodesError
-from episodes.lifetime import die_with_parent
+from episodes.lifetime import with_death_signal
 from episodes.search_attributes import CLI_TYPES
 
 TUNING_FLAGS = [
@@ -133,7 +133,7 @@ class DevServer:
             # Killed with its owner (`episodes dev`, the embedded stack, a test run) even on
             # SIGKILL: an orphan would hold the port and the SQLite file. TERM lets it close
             # the database cleanly.
-            die_with_parent(self.argv(), "TERM"),
+            with_death_signal(self.argv(), "TERM"),
             stdout=out,
             stderr=subprocess.STDOUT if self.log_file else subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,

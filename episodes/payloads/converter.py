@@ -64,7 +64,7 @@ def data_converter(
     """The converter for clients, workers and replayers; all of them must use the same config.
 
     With no storage and no encryption this is exactly `pydantic_data_converter`, the
-    converter `episodes.connect` uses today, so histories written before stay readable.
+    converter `episodes.client.connect` uses today, so histories written before stay readable.
     Keys are read now (from the environment or the key file), so a bad key fails here.
     """
     config = config or PayloadsConfig()

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from episodes.devserver import temporal_binary
+from episodes.client.devserver import temporal_binary
 from episodes.search_attributes import ALL, CLI_TYPES
 
 ROOT = Path(__file__).resolve().parents[2]

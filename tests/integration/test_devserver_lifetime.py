@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from episodes.devserver import free_port, port_open
+from episodes.client.devserver import free_port, port_open
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import Replayer, Worker
 
 with workflow.unsafe.imports_passed_through():
-    from episodes.devserver import temporal_binary
+    from episodes.client.devserver import temporal_binary
     from episodes.payloads import AesGcmEncryption, LocalStorage, PayloadsConfig, data_converter
     from episodes.payloads.codec_server import start_codec_server
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from temporalio.api.common.v1 import Payload
 
-from episodes.devserver import free_port, port_open
-from episodes.lifetime import die_with_parent
+from episodes.client.devserver import free_port, port_open
+from episodes.lifetime import with_death_signal
 from episodes.payloads import AesGcmEncryption, PayloadsConfig, S3Storage, aclose, data_converter
 from episodes.payloads.codec import ENCODING
 
@@ -34,7 +34,7 @@ def s3_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = (tmp_path_factory.mktemp("moto") / "moto.log").open("wb")
     exe = str(Path(sys.executable).parent / "moto_server")
     proc = subprocess.Popen(
-        die_with_parent([exe, "-H", "127.0.0.1", "-p", str(port)]), stdout=log, stderr=log
+        with_death_signal([exe, "-H", "127.0.0.1", "-p", str(port)]), stdout=log, stderr=log
     )
     try:
         deadline = time.monotonic() + 30

@@ -31,6 +31,7 @@ TEMPORAL_FACING = (
     "episodes.client",
     "episodes.cli",
     "episodes.demo",
+    "episodes.payloads",  # the data converter: codec, external-storage drivers
     "episodes.contract",  # temporalio.activity, for the activity declarations
     "episodes.search_attributes",  # temporalio.common's keys
 )
