@@ -7,7 +7,10 @@ passes the same contract suite in `tests/runtimes/`.
 from __future__ import annotations
 
 import abc
+import asyncio
 from typing import Protocol
+
+from episodes.aio import finish
 
 
 class ByteStream(Protocol):
@@ -67,17 +70,27 @@ class Runtime(abc.ABC):
     async def start(self) -> None:
         """Create the box. Raises RuntimeUnavailable or an infrastructure error."""
 
-    @abc.abstractmethod
+    _stopped = False
+    _stop_task: asyncio.Future[None] | None = None
+
     async def stop(self) -> None:
         """Destroy the box and everything in it.
 
         Idempotent, and shielded from cancellation: a cancelled caller must not
-        leave a container or VM behind.
+        leave a container or VM behind. The work is the backend's `_teardown`.
         """
+        self._stopped = True
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._teardown())
+        await finish(self._stop_task)
+
+    @abc.abstractmethod
+    async def _teardown(self) -> None:
+        """What stop() does, exactly once (it may follow a failed or partial start)."""
 
     @property
-    @abc.abstractmethod
-    def stopped(self) -> bool: ...
+    def stopped(self) -> bool:
+        return self._stopped
 
     @abc.abstractmethod
     async def alive(self) -> bool:

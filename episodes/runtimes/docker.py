@@ -13,7 +13,6 @@ import logging
 import uuid
 from typing import Any
 
-from episodes.aio import finish
 from episodes.errors import RuntimeUnavailable
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.config import DockerConfig
@@ -54,12 +53,6 @@ class DockerRuntime(Runtime):
             self.labels[key if key.startswith("episodes.") else f"episodes.{key}"] = value
         self._api: Any = None
         self._start_task: asyncio.Future[None] | None = None
-        self._stop_task: asyncio.Future[None] | None = None
-        self._stopped = False
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
 
     async def start(self) -> None:
         if self._stopped:
@@ -164,13 +157,7 @@ class DockerRuntime(Runtime):
 
         await call(run)
 
-    async def stop(self) -> None:
-        self._stopped = True
-        if self._stop_task is None:
-            self._stop_task = asyncio.ensure_future(self._remove())
-        await finish(self._stop_task)
-
-    async def _remove(self) -> None:
+    async def _teardown(self) -> None:
         if self._start_task is None:
             return
         with contextlib.suppress(BaseException):

@@ -31,7 +31,6 @@ import sys
 import tempfile
 import uuid
 
-from episodes.aio import finish
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
 from episodes.runtimes.config import SubprocessConfig
 
@@ -184,12 +183,6 @@ class SubprocessRuntime(Runtime):
         self.workdir: str | None = None
         self._procs: list[SubprocessProcess] = []
         self._started = False
-        self._stopped = False
-        self._stop_task: asyncio.Task[None] | None = None
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
 
     async def start(self) -> None:
         if self._stopped:
@@ -238,13 +231,7 @@ class SubprocessRuntime(Runtime):
         self._procs.append(process)
         return process
 
-    async def stop(self) -> None:
-        if self._stop_task is None:
-            self._stopped = True
-            self._stop_task = asyncio.ensure_future(self._stop())
-        await finish(self._stop_task)
-
-    async def _stop(self) -> None:
+    async def _teardown(self) -> None:
         procs, self._procs = self._procs, []
         for p in procs:
             await p.kill()

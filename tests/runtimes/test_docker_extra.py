@@ -180,9 +180,9 @@ async def test_a_cancelled_start_leaves_no_container(engine: object) -> None:
 
 
 async def test_unread_output_is_bounded_and_then_delivered_intact(box: object) -> None:
-    from episodes.runtimes import docker_process
+    from episodes.runtimes.process_io import HIGH_WATER
 
-    high = docker_process._HIGH_WATER
+    high = HIGH_WATER
     total = 3 * high
     code = (
         f"import os\nfor i in range({total // 65536}):\n    os.write(1, bytes([i % 256]) * 65536)"
