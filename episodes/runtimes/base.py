@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
+from collections.abc import Sequence
 from typing import Protocol
 
 from episodes.aio import finish
@@ -92,6 +94,15 @@ class Runtime(abc.ABC):
     def stopped(self) -> bool:
         return self._stopped
 
+    async def sweep(self) -> bool:
+        """End every process still running in the box, harness leftovers included, so
+        the next episode gets it without them (the pool calls this before parking).
+
+        True if nothing is left running. This default cannot know, so a backend that
+        does not say is never parked: its box is stopped instead.
+        """
+        return False
+
     @abc.abstractmethod
     async def alive(self) -> bool:
         """True if the box still exists and can run processes."""
@@ -111,3 +122,14 @@ class Runtime(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+async def end_processes(procs: Sequence[RuntimeProcess], wait_s: float = 5.0) -> None:
+    """SIGKILL each process group, wait for each leader (bounded), then SIGKILL again:
+    the second kill, after the leader exited, sweeps what it left in its group."""
+    for p in procs:
+        await p.kill()
+    for p in procs:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(p.wait(), wait_s)
+        await p.kill()

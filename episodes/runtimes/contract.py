@@ -256,6 +256,7 @@ SHARED_CHECKS: list[Check] = [
     concurrent_processes_keep_their_streams,
     terminate_reports_negative_sigterm,
     kill_ends_a_group_that_ignores_sigterm,
+    kill_after_exit_sweeps_the_group,
     write_after_exit_raises,
     kill_releases_a_write_blocked_on_a_process_that_never_reads,
     env_is_exactly_what_was_given,

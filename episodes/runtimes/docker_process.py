@@ -7,8 +7,9 @@ stops reading (like a full pipe) while a stream holds too much unread data.
 Signals: the exec API cannot signal an exec, so each process is started through
 `sh -c 'echo $$ >&2; exec "$@"'`: its first stderr line is its pid inside the
 container, and since runc makes every exec a session leader that pid is also its
-process group. terminate()/kill() send `kill -s SIG -- -<pgid>` in a second exec, which
-also works against a remote engine (a host pid would not).
+session and process group. terminate()/kill() signal that tree (TREE_KILLER) in a
+second exec, which also works against a remote engine (a host pid would not); kill()
+after the leader exited sweeps what it left behind, once.
 
 Exit codes: the engine reports a signalled exec as 128+n, like a shell does (see
 `process_io.exit_code`). A process whose container was removed under it reports -9.
@@ -36,6 +37,34 @@ log = logging.getLogger(__name__)
 WRAPPER = ["/bin/sh", "-c", 'echo "$$" >&2; exec "$@"', "sh"]
 _FRAME = struct.Struct(">BxxxL")
 _CHUNK = 64 * 1024
+# $1: signal name, $2: the exec's pid, which runc made a session (and group) leader.
+# Signals the exec's tree: its session, its group, and their descendants (a child that
+# called setsid). After the leader exited its orphans stay in its session and group,
+# so this still finds them; pid 1 (docker's init) and this shell are never members.
+TREE_KILLER = r"""s=$1 l=$2 n=0
+while [ "$n" -lt 3 ]; do
+  m=" "
+  while :; do
+    more=
+    for f in /proc/[0-9]*/stat; do
+      p=${f#/proc/}; p=${p%/stat}
+      case "$m" in *" $p "*) continue;; esac
+      [ "$p" = 1 ] || [ "$p" = $$ ] && continue
+      read -r line <"$f" 2>/dev/null || continue
+      set -- ${line##*") "}
+      [ "$1" = Z ] && continue
+      case "$m" in *" $2 "*) ;; *) [ "$3" = "$l" ] || [ "$4" = "$l" ] || continue;; esac
+      m="$m$p "; more=1
+    done
+    [ -n "$more" ] || break
+  done
+  [ "$m" = " " ] && exit 0
+  kill -s "$s" $m 2>/dev/null
+  [ "$s" = KILL ] || exit 0
+  n=$((n+1))  # a member may have forked meanwhile: look again
+done
+exit 0
+"""
 _PID_WAIT_S = 30.0
 _SLOW_POLL_S = 5.0
 _LOST_AFTER_S = 60.0
@@ -71,6 +100,7 @@ class DockerProcess(StreamedProcess):
         self._eof = asyncio.Event()
         self._closed = False  # the socket has ended; nothing more can be written
         self._stdin_closed = False
+        self._swept = False  # the tree was SIGKILLed after the leader exited: never again
         self._wait_task: asyncio.Future[int] | None = None
         self._write_lock = asyncio.Lock()
         threading.Thread(target=self._pump, name=f"docker-exec-{exec_id[:8]}", daemon=True).start()
@@ -187,9 +217,15 @@ class DockerProcess(StreamedProcess):
                 delay = min(delay * 2, 0.5)
 
     async def _signal(self, sig: str) -> None:
-        if self._exit.done() or self._pid is None or self._runtime.stopped:
+        if self._swept or self._pid is None or self._runtime.stopped:
             return
-        cmd = ["/bin/sh", "-c", f"kill -s {sig} -- -{self._pid} 2>/dev/null || true"]
+        if self._exit.done():
+            if sig != "KILL":
+                return
+            # One SIGKILL sweep of what the leader left behind (issue 11): once only,
+            # since its pid may be reused by an unrelated process later.
+            self._swept = True
+        cmd = ["/bin/sh", "-c", TREE_KILLER, "sh", sig, str(self._pid)]
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             await self._runtime._exec_quiet(cmd)
 

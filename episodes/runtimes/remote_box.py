@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from episodes.runtimes.base import Runtime
+from episodes.runtimes.base import Runtime, end_processes
 from episodes.runtimes.remote_shell import RemoteShellProcess
 
 log = logging.getLogger(__name__)
@@ -181,6 +181,12 @@ class RemoteBox(Runtime):
         self._procs.append(process)
         await process.start_or_discard()
         return process
+
+    async def sweep(self) -> bool:
+        procs = list(self._procs)
+        await end_processes(procs)  # a signal that cannot be sent destroys the box
+        self._procs = [p for p in self._procs if not p.finished]
+        return not self._destroyed and not self._procs
 
     async def _destroy(self) -> None:
         """Destroy the box (stop, or fail closed); its processes report -9."""
