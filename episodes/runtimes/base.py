@@ -7,8 +7,13 @@ passes the same contract suite in `tests/runtimes/`.
 from __future__ import annotations
 
 import abc
+import asyncio
+import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
+
+from episodes.aio import finish
 
 
 class ByteStream(Protocol):
@@ -79,17 +84,36 @@ class Runtime(abc.ABC):
     async def start(self) -> None:
         """Create the box. Raises RuntimeUnavailable or an infrastructure error."""
 
-    @abc.abstractmethod
+    _stopped = False
+    _stop_task: asyncio.Future[None] | None = None
+
     async def stop(self) -> None:
         """Destroy the box and everything in it.
 
         Idempotent, and shielded from cancellation: a cancelled caller must not
-        leave a container or VM behind.
+        leave a container or VM behind. The work is the backend's `_teardown`.
         """
+        self._stopped = True
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._teardown())
+        await finish(self._stop_task)
+
+    @abc.abstractmethod
+    async def _teardown(self) -> None:
+        """What stop() does, exactly once (it may follow a failed or partial start)."""
 
     @property
-    @abc.abstractmethod
-    def stopped(self) -> bool: ...
+    def stopped(self) -> bool:
+        return self._stopped
+
+    async def sweep(self) -> bool:
+        """End every process still running in the box, harness leftovers included, so
+        the next episode gets it without them (the pool calls this before parking).
+
+        True if nothing is left running. This default cannot know, so a backend that
+        does not say is never parked: its box is stopped instead.
+        """
+        return False
 
     @abc.abstractmethod
     async def alive(self) -> bool:
@@ -110,3 +134,14 @@ class Runtime(abc.ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+async def end_processes(procs: Sequence[RuntimeProcess], wait_s: float = 5.0) -> None:
+    """SIGKILL each process group, wait for each leader (bounded), then SIGKILL again:
+    the second kill, after the leader exited, sweeps what it left in its group."""
+    for p in procs:
+        await p.kill()
+    for p in procs:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(p.wait(), wait_s)
+        await p.kill()

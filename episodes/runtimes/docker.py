@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 from typing import Any
 
-from episodes.aio import finish
 from episodes.errors import RuntimeUnavailable
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.config import DockerConfig
@@ -35,6 +35,34 @@ __all__ = ["DockerProcess", "DockerRuntime", "cleanup_orphans", "image_available
 log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = DockerConfig().image
+_QUIET_EXEC_S = 30.0
+
+# SIGKILLs every process in the box but pid 1 (docker's init), the box's own
+# `sleep infinity` (init's oldest child; execs have no parent inside the box) and
+# itself, until none is left (a process may fork meanwhile); exit 1 if some remain.
+BOX_SWEEPER = r"""k= t=
+for f in /proc/[0-9]*/stat; do
+  read -r line <"$f" 2>/dev/null || continue
+  set -- ${line##*") "}
+  [ "$2" = 1 ] || continue
+  if [ -z "$t" ] || [ "${20}" -lt "$t" ]; then k=${f#/proc/}; k=${k%/stat}; t=${20}; fi
+done
+n=0
+while [ "$n" -lt 5 ]; do
+  v=
+  for f in /proc/[0-9]*/stat; do
+    p=${f#/proc/}; p=${p%/stat}
+    [ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$k" ] && continue
+    read -r line <"$f" 2>/dev/null || continue
+    set -- ${line##*") "}
+    [ "$1" = Z ] || v="$v $p"
+  done
+  [ -n "$v" ] || exit 0
+  kill -9 $v 2>/dev/null
+  n=$((n+1)); sleep 0.1
+done
+exit 1
+"""
 
 
 class DockerRuntime(Runtime):
@@ -54,12 +82,6 @@ class DockerRuntime(Runtime):
             self.labels[key if key.startswith("episodes.") else f"episodes.{key}"] = value
         self._api: Any = None
         self._start_task: asyncio.Future[None] | None = None
-        self._stop_task: asyncio.Future[None] | None = None
-        self._stopped = False
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
 
     async def start(self) -> None:
         if self._stopped:
@@ -157,20 +179,36 @@ class DockerRuntime(Runtime):
         await process._wait_started()
         return process
 
-    async def _exec_quiet(self, cmd: list[str]) -> None:
-        def run() -> None:
+    async def _exec_quiet(self, cmd: list[str]) -> int | None:
+        """Run `cmd` in the box to its end; its exit code (None if it did not end in time).
+
+        Waiting matters: a kill must have landed when kill() returns, and a sweep
+        must be over before the box is parked."""
+
+        def run() -> int | None:
             exec_id = self._api.exec_create(self.name, cmd, stdout=False, stderr=False)["Id"]
-            self._api.exec_start(exec_id)
+            self._api.exec_start(exec_id)  # without streams it returns once started
+            deadline = time.monotonic() + _QUIET_EXEC_S
+            while (info := self._api.exec_inspect(exec_id))["Running"]:
+                if time.monotonic() > deadline:
+                    return None
+                time.sleep(0.02)
+            return info["ExitCode"]
 
-        await call(run)
+        return await call(run)
 
-    async def stop(self) -> None:
-        self._stopped = True
-        if self._stop_task is None:
-            self._stop_task = asyncio.ensure_future(self._remove())
-        await finish(self._stop_task)
+    async def sweep(self) -> bool:
+        # The whole box, not only the execs we opened: a harness's daemon that left
+        # its session and lost its parent is found by nothing else (issue 11).
+        if self._stopped or self._api is None:
+            return False
+        try:
+            return await self._exec_quiet(["/bin/sh", "-c", BOX_SWEEPER]) == 0
+        except Exception as e:
+            log.warning("could not sweep container %s: %s", self.name, e)
+            return False
 
-    async def _remove(self) -> None:
+    async def _teardown(self) -> None:
         if self._start_task is None:
             return
         with contextlib.suppress(BaseException):

@@ -1,19 +1,18 @@
 """One process in a Docker box: an exec with stdin attached, streams demultiplexed.
 
 Its stdout and stderr come multiplexed on one hijacked socket (8-byte frame headers:
-stream type, size); a reader thread splits them into two async byte streams, and
+stream type, size); a reader thread splits them into two `process_io` streams, and
 stops reading (like a full pipe) while a stream holds too much unread data.
 
 Signals: the exec API cannot signal an exec, so each process is started through
 `sh -c 'echo $$ >&2; exec "$@"'`: its first stderr line is its pid inside the
 container, and since runc makes every exec a session leader that pid is also its
-process group. terminate()/kill() send `kill -s SIG -- -<pgid>` in a second exec, which
-also works against a remote engine (a host pid would not).
+session and process group. terminate()/kill() signal that tree (TREE_KILLER) in a
+second exec, which also works against a remote engine (a host pid would not); kill()
+after the leader exited sweeps what it left behind, once.
 
-Exit codes: the engine reports a signalled exec as 128+n, like a shell does, so codes
-129..192 are returned as -n (the contract: negative signal number). An `exit 143` of
-the process itself is indistinguishable and is reported as -15 too. A process whose
-container was removed under it reports -9.
+Exit codes: the engine reports a signalled exec as 128+n, like a shell does (see
+`process_io.exit_code`). A process whose container was removed under it reports -9.
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ import struct
 import threading
 from typing import TYPE_CHECKING, Any
 
-from episodes.runtimes.base import RuntimeProcess
 from episodes.runtimes.docker_engine import call, call_stdin, docker
+from episodes.runtimes.process_io import HIGH_WATER, BufferedStream, StreamedProcess, exit_code
 
 if TYPE_CHECKING:
     from episodes.runtimes.docker import DockerRuntime
@@ -38,58 +37,55 @@ log = logging.getLogger(__name__)
 WRAPPER = ["/bin/sh", "-c", 'echo "$$" >&2; exec "$@"', "sh"]
 _FRAME = struct.Struct(">BxxxL")
 _CHUNK = 64 * 1024
-# Per stream: past this many unread bytes the reader thread stops reading the socket,
-# like a full pipe would block the writer. Bounded memory, whatever the process prints.
-_HIGH_WATER = 4 * 1024 * 1024
+# $1: signal name, $2: the exec's pid, which runc made a session (and group) leader.
+# Signals the exec's tree: its session, its group, and their descendants (a child that
+# called setsid). After the leader exited its orphans stay in its session and group,
+# so this still finds them; pid 1 (docker's init) and this shell are never members.
+TREE_KILLER = r"""s=$1 l=$2 n=0
+while [ "$n" -lt 3 ]; do
+  m=" "
+  while :; do
+    more=
+    for f in /proc/[0-9]*/stat; do
+      p=${f#/proc/}; p=${p%/stat}
+      case "$m" in *" $p "*) continue;; esac
+      [ "$p" = 1 ] || [ "$p" = $$ ] && continue
+      read -r line <"$f" 2>/dev/null || continue
+      set -- ${line##*") "}
+      [ "$1" = Z ] && continue
+      case "$m" in *" $2 "*) ;; *) [ "$3" = "$l" ] || [ "$4" = "$l" ] || continue;; esac
+      m="$m$p "; more=1
+    done
+    [ -n "$more" ] || break
+  done
+  [ "$m" = " " ] && exit 0
+  kill -s "$s" $m 2>/dev/null
+  [ "$s" = KILL ] || exit 0
+  n=$((n+1))  # a member may have forked meanwhile: look again
+done
+exit 0
+"""
 _PID_WAIT_S = 30.0
 _SLOW_POLL_S = 5.0
 _LOST_AFTER_S = 60.0
 
 
-def _exit_code(code: int) -> int:
-    return -(code - 128) if 128 < code <= 128 + 64 else code
+class _Pipe(BufferedStream):
+    """One demultiplexed stream. The reader thread counts what it fed in `pending` and
+    waits on `flow` while that is past the high-water mark; reads count it down."""
 
-
-class _Pipe:
-    """One demultiplexed stream: fed on the event loop by the reader thread, read by tasks."""
-
-    def __init__(self, flow: threading.Condition) -> None:
-        self._buf = bytearray()
-        self._eof = False
-        self._waiter: asyncio.Future[None] | None = None
+    def __init__(self, name: str, flow: threading.Condition, *, header: bool = False) -> None:
+        super().__init__(name, header=header)
         self._flow = flow
         self.pending = 0  # bytes fed but not yet read; guarded by `flow`
 
-    def feed(self, data: bytes) -> None:
-        if data:
-            self._buf += data
-        else:
-            self._eof = True
-        if self._waiter is not None and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    async def read(self, n: int = -1) -> bytes:
-        if n < 0:  # to EOF, chunk by chunk so the flow control keeps moving
-            parts = []
-            while chunk := await self.read(_CHUNK):
-                parts.append(chunk)
-            return b"".join(parts)
-        while not self._buf and not self._eof and n:
-            self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self._waiter
-            finally:
-                self._waiter = None
-        data = bytes(self._buf[:n])
-        del self._buf[:n]
-        if data:
-            with self._flow:
-                self.pending -= len(data)
-                self._flow.notify_all()
-        return data
+    def _consumed(self, n: int) -> None:
+        with self._flow:
+            self.pending -= n
+            self._flow.notify_all()
 
 
-class DockerProcess(RuntimeProcess):
+class DockerProcess(StreamedProcess):
     """One exec in the box; stdout/stderr demultiplexed from its attached socket."""
 
     def __init__(self, runtime: DockerRuntime, exec_id: str, sock: Any) -> None:
@@ -99,16 +95,12 @@ class DockerProcess(RuntimeProcess):
         self._sock: socket.socket = getattr(sock, "_sock", sock)
         self._loop = asyncio.get_running_loop()
         self._flow = threading.Condition()
-        self._out = _Pipe(self._flow)
-        self._err = _Pipe(self._flow)
-        self._pid: int | None = None
-        self._pid_line = bytearray()
-        self._header_done = False  # reader thread only: the pid line has been consumed
-        self._started: asyncio.Future[int | None] = self._loop.create_future()
+        # stderr starts with the wrapper's pid line
+        super().__init__(_Pipe("stdout", self._flow), _Pipe("stderr", self._flow, header=True))
         self._eof = asyncio.Event()
         self._closed = False  # the socket has ended; nothing more can be written
         self._stdin_closed = False
-        self._returncode: int | None = None
+        self._swept = False  # the tree was SIGKILLed after the leader exited: never again
         self._wait_task: asyncio.Future[int] | None = None
         self._write_lock = asyncio.Lock()
         threading.Thread(target=self._pump, name=f"docker-exec-{exec_id[:8]}", daemon=True).start()
@@ -138,69 +130,45 @@ class DockerProcess(RuntimeProcess):
                 self._loop.call_soon_threadsafe(self._on_eof)
 
     def _deliver(self, kind: int, data: bytes) -> None:
-        if kind == 2 and not self._header_done:
-            self._pid_line += data
-            head, sep, data = bytes(self._pid_line).partition(b"\n")
-            if not sep:
-                return
-            self._header_done = True
-            self._pid = int(head) if head.strip().isdigit() else None
-            self._loop.call_soon_threadsafe(self._set_started, self._pid)
         pipe = self._out if kind == 1 else self._err  # 3 is the engine's own error text
         if not data:
             return
         with self._flow:
             # Once the box is stopped nobody may read any more: drain to EOF instead.
-            while pipe.pending > _HIGH_WATER and not self._runtime.stopped:
+            while pipe.pending > HIGH_WATER and not self._runtime.stopped:
                 self._flow.wait(0.5)
             pipe.pending += len(data)
         self._loop.call_soon_threadsafe(pipe.feed, data)
 
     # -- event loop side -------------------------------------------------------------------
-    def _set_started(self, pid: int | None) -> None:
-        if not self._started.done():
-            self._started.set_result(pid)
-
     def _on_eof(self) -> None:
         self._closed = True
-        self._set_started(None)
-        self._out.feed(b"")
-        self._err.feed(b"")
+        self._out.feed_eof()
+        self._err.feed_eof()
         self._eof.set()
 
     async def _wait_started(self) -> None:
         """Return once the process runs; raise OSError if the engine could not start it."""
         try:
-            pid = await asyncio.wait_for(asyncio.shield(self._started), _PID_WAIT_S)
+            line = await asyncio.wait_for(asyncio.shield(self._err.header), _PID_WAIT_S)
         except TimeoutError:
             with contextlib.suppress(OSError):
                 self._sock.shutdown(socket.SHUT_RDWR)
             raise RuntimeError(f"process did not start within {_PID_WAIT_S:.0f}s") from None
-        if pid is None:
+        if line is not None and line.strip().isdigit():
+            self._pid = int(line)
+        else:
             # The engine failed before our shell ran (bad cwd, ...): its message is on stdout.
             text = (await self._out.read()).decode(errors="replace").strip()
             await self.wait()
             raise OSError(text or f"the process could not start (exit code {self.returncode})")
 
-    @property
-    def stdout(self) -> _Pipe:
-        return self._out
-
-    @property
-    def stderr(self) -> _Pipe:
-        return self._err
-
-    @property
-    def pid(self) -> int | None:
-        return self._pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._returncode
+    _out: _Pipe
+    _err: _Pipe
 
     async def write(self, data: bytes) -> None:
         async with self._write_lock:
-            if self._closed or self._stdin_closed or self._returncode is not None:
+            if self._closed or self._stdin_closed or self._exit.done():
                 raise BrokenPipeError("the process has exited; its stdin is closed")
             try:
                 await call_stdin(self._sock.sendall, data)
@@ -216,8 +184,8 @@ class DockerProcess(RuntimeProcess):
                 self._sock.shutdown(socket.SHUT_WR)
 
     async def wait(self) -> int:
-        if self._returncode is not None:
-            return self._returncode
+        if self._exit.done():
+            return self._exit.result()
         if self._wait_task is None:
             self._wait_task = asyncio.ensure_future(self._poll_exit())
         return await asyncio.shield(self._wait_task)
@@ -234,28 +202,30 @@ class DockerProcess(RuntimeProcess):
             try:
                 info = await call(api.exec_inspect, self._exec_id)
             except docker.errors.NotFound:  # the container (and its execs) were removed
-                return self._exited(-9)
+                return self._set_exit(-9)
             except Exception as e:  # engine unreachable: retry for a while, then give up
                 lost_since = lost_since or asyncio.get_running_loop().time()
                 if asyncio.get_running_loop().time() - lost_since > _LOST_AFTER_S:
                     log.warning("lost track of a process in %s: %s", self._runtime.name, e)
-                    return self._exited(-9)
+                    return self._set_exit(-9)
             else:
                 lost_since = None
                 if not info["Running"] and info["ExitCode"] is not None:
-                    return self._exited(_exit_code(info["ExitCode"]))
+                    return self._set_exit(exit_code(info["ExitCode"]))
             if self._eof.is_set():
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
-    def _exited(self, code: int) -> int:
-        self._returncode = code
-        return code
-
     async def _signal(self, sig: str) -> None:
-        if self._returncode is not None or self._pid is None or self._runtime.stopped:
+        if self._swept or self._pid is None or self._runtime.stopped:
             return
-        cmd = ["/bin/sh", "-c", f"kill -s {sig} -- -{self._pid} 2>/dev/null || true"]
+        if self._exit.done():
+            if sig != "KILL":
+                return
+            # One SIGKILL sweep of what the leader left behind (issue 11): once only,
+            # since its pid may be reused by an unrelated process later.
+            self._swept = True
+        cmd = ["/bin/sh", "-c", TREE_KILLER, "sh", sig, str(self._pid)]
         with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
             await self._runtime._exec_quiet(cmd)
 

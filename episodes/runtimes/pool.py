@@ -3,8 +3,9 @@
 `lease(key, config)` hands back the idle box parked under `key` when its config is
 equal, it is not stopped, it has been idle less than `ttl_s` and `alive()` says so;
 otherwise the stale box is stopped and a fresh one is built and started. A normal
-exit parks the box; an exception (cancellation included), a box the caller stopped
-or a closed pool stops it instead.
+exit parks the box once `sweep()` ended every process the episode left in it; an
+exception (cancellation included), a box the caller stopped, a box that could not
+be swept clean or a closed pool stops it instead.
 
 - Keys are exclusive: a second lease of a leased key waits (FIFO) until the first
   is released, so one box never hosts two episodes at once. Re-entering a key
@@ -253,7 +254,7 @@ class RuntimePool:
         self._leased.pop(key, None)
         victims: list[Runtime] = []
         try:
-            if failed or runtime.stopped or self._closed:
+            if failed or runtime.stopped or self._closed or not await self._swept(runtime):
                 # The key stays locked until its own box is gone, so a key never has two.
                 await self._stop(runtime)
                 return
@@ -265,6 +266,24 @@ class RuntimePool:
             self._unlock(key)
         # Evicted boxes belong to other, unlocked keys: stop them without holding any lock.
         await asyncio.gather(*(self._stop(victim) for victim in victims))
+
+    async def _swept(self, runtime: Runtime) -> bool:
+        """End what the episode left running in the box; False if it may not be parked.
+
+        A harness's leftovers (a server it spawned, a daemon) must not act in the next
+        episode's box, so a box that cannot be swept clean is stopped (issue 11).
+        """
+        try:
+            clean = await runtime.sweep()
+        except asyncio.CancelledError:
+            await self._stop(runtime)
+            raise
+        except Exception:
+            log.exception("sweeping pooled box %s failed; stopping it", runtime.id)
+            return False
+        if not clean:
+            log.warning("pooled box %s is not clean after its episode; stopping it", runtime.id)
+        return clean
 
     async def _stop(self, runtime: Runtime) -> None:
         """Stop a box, shielded: a cancelled caller must not leave it half-stopped."""

@@ -14,9 +14,8 @@ reads a FIFO that a `cat` relay fills from the real stdin; close_stdin() waits u
 the relay has passed on every byte we wrote (its /proc io counter), then ends it.
 
 Exit codes: the wrapper shell reports a signalled program as 128+n (so does Modal
-for a signalled exec), so codes 129..192 are returned as -n, the contract's
-negative signal number. A program's own `exit 143` is indistinguishable and reads
-as -15, like on Docker. A process whose box vanished under it reports -9.
+for a signalled exec); see `process_io.exit_code`. A process whose box vanished
+under it reports -9.
 """
 
 from __future__ import annotations
@@ -27,8 +26,12 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
-from episodes.runtimes.base import RuntimeProcess
+from episodes.runtimes.process_io import PumpedStream, StreamedProcess, exit_code
+
+if TYPE_CHECKING:
+    from episodes.runtimes.remote_box import RemoteBox
 
 log = logging.getLogger(__name__)
 
@@ -77,105 +80,28 @@ PID_WAIT_S = 30.0
 WRITE_CHUNK = 1024 * 1024
 _background: set[asyncio.Future[None]] = set()  # strong refs: the loop keeps only weak ones
 CONTROL_TIMEOUT_S = 30.0
-_HIGH_WATER = 4 * 1024 * 1024
 
 
-def exit_code(raw: int) -> int:
-    return -(raw - 128) if 128 < raw <= 128 + 64 else raw
+class RemoteShellProcess(StreamedProcess):
+    """A wrapped process in a remote box; subclasses supply the SDK's stream calls.
 
-
-class PumpedStream:
-    """A ByteStream fed by a background task from an SDK's async chunk iterator.
-
-    Reads are cancellation-safe (a timed-out read loses nothing, which cancelling an
-    SDK generator mid-`__anext__` would), and past `_HIGH_WATER` unread bytes the pump
-    stops pulling, like a full pipe. A failing source ends the stream (EOF); the error
-    is kept in `error` and logged, and `wait()` reports how the process ended. With
-    `header`, the first line is taken off the stream into the `header` future.
+    Control commands and destroying the box (fail closed) go through the box, a
+    `remote_box.RemoteBox`.
     """
 
-    def __init__(self, source: AsyncIterator[bytes], name: str, *, header: bool = False):
-        self.name = name
-        self.error: BaseException | None = None
-        self.header: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
-        if not header:
-            self.header.set_result(None)
-        self._buf = bytearray()
-        self._eof = False
-        self._data = asyncio.Event()
-        self._space = asyncio.Event()
-        self._space.set()
-        self._task = asyncio.ensure_future(self._pump(source))
-
-    async def _pump(self, source: AsyncIterator[bytes]) -> None:
-        try:
-            async for chunk in source:
-                if not chunk:
-                    continue
-                self._buf += chunk
-                if not self.header.done():
-                    end = self._buf.find(b"\n")
-                    if end < 0:
-                        continue
-                    self.header.set_result(bytes(self._buf[:end]))
-                    del self._buf[: end + 1]
-                self._data.set()
-                if len(self._buf) >= _HIGH_WATER:
-                    self._space.clear()
-                    await self._space.wait()
-        except Exception as e:
-            self.error = e
-            log.warning("%s stream failed, treating it as closed: %s", self.name, e)
-        finally:
-            if not self.header.done():
-                self.header.set_result(None)  # what came is the wrapper's own complaint
-            self._eof = True
-            self._data.set()
-
-    async def read(self, n: int = -1) -> bytes:
-        if n == 0:
-            return b""
-        if n < 0:
-            while not self._eof:
-                self._space.set()
-                self._data.clear()
-                await self._data.wait()
-            data = bytes(self._buf)
-            self._buf.clear()
-            return data
-        while not self._buf and not self._eof:
-            self._data.clear()
-            await self._data.wait()
-        data = bytes(self._buf[:n])
-        del self._buf[:n]
-        if len(self._buf) < _HIGH_WATER:
-            self._space.set()
-        return data
-
-    def unread(self, data: bytes) -> None:
-        self._buf[:0] = data
-        self._data.set()
-
-    def close(self) -> None:
-        """Stop pulling; what is buffered stays readable, then EOF."""
-        self._task.cancel()
-
-
-class RemoteShellProcess(RuntimeProcess):
-    """A wrapped process in a remote box; subclasses supply the SDK calls."""
-
     def __init__(
-        self, name: str, stdout: AsyncIterator[bytes], stderr: AsyncIterator[bytes]
+        self, box: RemoteBox, name: str, stdout: AsyncIterator[bytes], stderr: AsyncIterator[bytes]
     ) -> None:
+        super().__init__(
+            PumpedStream(stdout, f"{name} stdout"),
+            PumpedStream(stderr, f"{name} stderr", header=True),
+        )
         self.name = name
-        self._stdout = PumpedStream(stdout, f"{name} stdout")
-        self._stderr = PumpedStream(stderr, f"{name} stderr", header=True)
-        self._pid: int | None = None
+        self._box = box
         self._relay: int | None = None
         self._written = 0
         self._stdin_closed = False
         self._swept = False
-        self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._watch = asyncio.ensure_future(self._watch_exit())
 
     # -- what a backend provides -------------------------------------------------
@@ -190,35 +116,31 @@ class RemoteShellProcess(RuntimeProcess):
     async def _raw_wait(self) -> int:
         """The wrapper's exit code as the SDK reports it."""
 
-    @abc.abstractmethod
+    async def release(self) -> None:
+        """Free the SDK handle once the box is gone (if it holds anything)."""
+
+    # -- through the box -------------------------------------------------------------
     async def _run_control(self, script: str, args: list[str]) -> int:
         """Run `sh -c script sh *args` once in the same box; its exit code."""
+        return await self._box._run_control(script, args)
 
-    @abc.abstractmethod
     async def _fail_closed(self, reason: str) -> None:
         """Destroy the whole box: the process could not be controlled."""
+        await self._box._destroy()
 
     # -- RuntimeProcess ------------------------------------------------------------
-    @property
-    def stdout(self) -> PumpedStream:
-        return self._stdout
+    _out: PumpedStream
+    _err: PumpedStream
 
     @property
-    def stderr(self) -> PumpedStream:
-        return self._stderr
-
-    @property
-    def pid(self) -> int | None:
-        return self._pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._exit.result() if self._exit.done() else None
+    def finished(self) -> bool:
+        """Exited, and nothing of its group is left to sweep (or nothing can be signalled)."""
+        return self._exit.done() and (self._swept or self._pid is None)
 
     async def started(self) -> None:
         """Learn the pid (first stderr line); fail closed if it does not come in time."""
         try:
-            line = await asyncio.wait_for(asyncio.shield(self._stderr.header), PID_WAIT_S)
+            line = await asyncio.wait_for(asyncio.shield(self._err.header), PID_WAIT_S)
         except TimeoutError:
             reason = f"{self.name} did not report its pid within {PID_WAIT_S:.0f}s"
             log.warning("%s; destroying its box (fail closed)", reason)
@@ -228,7 +150,7 @@ class RemoteShellProcess(RuntimeProcess):
         if not pid.isdigit():
             # The wrapper could not start the program; wait() and stderr tell why.
             if line is not None:
-                self._stderr.unread(line + b"\n")
+                self._err.unread(line + b"\n")
             return
         self._pid = int(pid)
         self._relay = int(relay) if relay.isdigit() else None
@@ -316,16 +238,13 @@ class RemoteShellProcess(RuntimeProcess):
             code = -signal.SIGKILL
         self._set_exit(code)
 
-    def _set_exit(self, code: int) -> None:
-        if not self._exit.done():
-            self._exit.set_result(code)
-
     def abandon(self) -> None:
         """The box is gone: report the process as killed with it and stop the pumps."""
         self._set_exit(-signal.SIGKILL)
+        self._swept = True  # everything in the box died with it
         self._watch.cancel()
-        self._stdout.close()
-        self._stderr.close()
+        self._out.close()
+        self._err.close()
 
     async def _signal(self, sig: int) -> None:
         if self._swept:

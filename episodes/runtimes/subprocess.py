@@ -31,8 +31,7 @@ import sys
 import tempfile
 import uuid
 
-from episodes.aio import finish
-from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
+from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess, end_processes
 from episodes.runtimes.config import SubprocessConfig
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -186,12 +185,6 @@ class SubprocessRuntime(Runtime):
         self.workdir: str | None = None
         self._procs: list[SubprocessProcess] = []
         self._started = False
-        self._stopped = False
-        self._stop_task: asyncio.Task[None] | None = None
-
-    @property
-    def stopped(self) -> bool:
-        return self._stopped
 
     async def start(self) -> None:
         if self._stopped:
@@ -240,20 +233,16 @@ class SubprocessRuntime(Runtime):
         self._procs.append(process)
         return process
 
-    async def stop(self) -> None:
-        if self._stop_task is None:
-            self._stopped = True
-            self._stop_task = asyncio.ensure_future(self._stop())
-        await finish(self._stop_task)
+    async def sweep(self) -> bool:
+        procs = list(self._procs)
+        await end_processes(procs, _KILL_WAIT_S)
+        self._procs = [p for p in self._procs if not p.finished]
+        return not self._procs
 
-    async def _stop(self) -> None:
+    async def _teardown(self) -> None:
         procs, self._procs = self._procs, []
+        await end_processes(procs, _KILL_WAIT_S)
         for p in procs:
-            await p.kill()
-        for p in procs:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(p.wait(), _KILL_WAIT_S)
-            await p.kill()  # sweep what the leader left behind in its group
             p.release()
         if self.workdir is not None:
             await asyncio.to_thread(shutil.rmtree, self.workdir, True)

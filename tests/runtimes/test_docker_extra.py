@@ -180,9 +180,9 @@ async def test_a_cancelled_start_leaves_no_container(engine: object) -> None:
 
 
 async def test_unread_output_is_bounded_and_then_delivered_intact(box: object) -> None:
-    from episodes.runtimes import docker_process
+    from episodes.runtimes.process_io import HIGH_WATER
 
-    high = docker_process._HIGH_WATER
+    high = HIGH_WATER
     total = 3 * high
     code = (
         f"import os\nfor i in range({total // 65536}):\n    os.write(1, bytes([i % 256]) * 65536)"
@@ -199,3 +199,43 @@ async def test_unread_output_is_bounded_and_then_delivered_intact(box: object) -
     out = await asyncio.wait_for(proc.stdout.read(), T)
     assert out == b"".join(bytes([i % 256]) * 65536 for i in range(total // 65536))
     assert await asyncio.wait_for(proc.wait(), T) == 0
+
+
+async def test_kill_after_exit_sweeps_the_exec_tree_and_the_pool_sweeps_the_box(
+    engine: object,
+) -> None:
+    from episodes.runtimes.docker import DockerRuntime
+    from episodes.runtimes.pool import RuntimePool
+
+    def factory(config, *, labels=None):  # type: ignore[no-untyped-def]
+        return DockerRuntime(config, labels=backend.labels())
+
+    # A harness that leaves a grandchild in a session of its own (setsid) and a
+    # daemon that double-forked out of its tree, then exits (issue 11).
+    leave = (
+        "import os, subprocess, sys, time\n"
+        "d = subprocess.DEVNULL\n"
+        "s = subprocess.Popen(['sh', '-c', 'setsid sleep 600 & sleep 600'],"
+        " stdin=d, stdout=d, stderr=d)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.closerange(0, 3); time.sleep(600)\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.5)\n"
+    )
+    count = "import os; print(sum(1 for p in os.listdir('/proc') if p.isdigit()))"
+    async with RuntimePool(factory=factory) as pool:
+        async with pool.lease("k", DockerConfig(image=backend.IMAGE)) as box:
+            before = int(await output(box, "python3", "-c", count))
+            proc = await box.open_process(["python3", "-c", leave])
+            assert await asyncio.wait_for(proc.wait(), T) == 0
+            await proc.kill()  # sweeps the exec's tree: session, group and descendants
+            left = int(await output(box, "python3", "-c", count))
+            assert left == before + 1, "only the double-forked daemon may survive kill()"
+        lease = pool.lease("k", DockerConfig(image=backend.IMAGE))
+        async with lease as again:
+            assert lease.hit and again is box
+            assert int(await output(again, "python3", "-c", count)) == before, (
+                "the parked box kept a process of the last episode"
+            )

@@ -14,20 +14,14 @@ from typing import Any
 
 import pytest
 
+from episodes.runtimes import contract_kit
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.config import ModalConfig, PrimeConfig
+from episodes.runtimes.contract_kit import LINE_ECHO, SLEEPER
 
 pytestmark = pytest.mark.live
 
 PYTHON = ["python3", "-u"]
-LINE_ECHO = r"""
-import sys
-for line in sys.stdin:
-    sys.stdout.write(line.upper())
-    sys.stdout.flush()
-sys.stderr.write("stdin closed\n")
-"""
-SLEEPER = 'import time; print("ready", flush=True); time.sleep(600)'
 START_S = 600.0  # a cold image pull or VM boot
 T = 120.0
 
@@ -37,13 +31,7 @@ async def within(aw: Any, timeout: float = T) -> Any:
 
 
 async def read_line(stream: Any) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = await within(stream.read(1))
-        if not chunk:
-            break
-        data += chunk
-    return data
+    return await contract_kit.read_line(stream, T)
 
 
 async def round_trip(runtime: Runtime) -> None:

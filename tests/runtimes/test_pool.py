@@ -128,6 +128,47 @@ async def test_same_key_reuses_the_box_and_its_workdir(factory, clock):
     assert box.stopped and not os.path.exists(workdir)
 
 
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+async def test_what_an_episode_left_running_is_swept_before_the_box_is_parked(factory, clock):
+    # The harness exits and leaves a child in its group; nobody kills it (issue 11).
+    pool = make_pool(factory, clock)
+    leave = (
+        "import subprocess, sys; d = subprocess.DEVNULL\n"
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],"
+        " stdin=d, stdout=d, stderr=d)\n"
+        "print(c.pid)"
+    )
+    async with pool.lease("k", CFG) as box:
+        child = int(await run_py(box, leave))
+        assert _running(child)
+    await until(lambda: not _running(child), "the leftover child is gone once parked")
+    lease = pool.lease("k", CFG)
+    async with lease as again:
+        assert lease.hit and again is box
+
+
+async def test_a_box_that_cannot_be_swept_is_stopped_not_parked(factory, clock):
+    pool = make_pool(factory, clock)
+    async with pool.lease("k", CFG) as box:
+        box.sweep = _unsweepable  # type: ignore[method-assign]
+    assert box.stopped
+    lease = pool.lease("k", CFG)
+    async with lease:
+        assert not lease.hit
+    assert pool.stats.stopped == 1
+
+
+async def _unsweepable() -> bool:
+    return False
+
+
 async def test_drifted_config_gets_a_fresh_box_and_stops_the_old(factory, clock):
     pool = make_pool(factory, clock)
     async with pool.lease("k", DockerConfig(image="a")) as old:
