@@ -7,7 +7,13 @@
 #   2. The stdlib-only harness pieces appended under /opt/episodes (PYTHONPATH):
 #        /opt/episodes/episodes/harness/sdk.py              the harness SDK
 #        /opt/episodes/episodes/harnesses/*.py              reference harnesses
+#        /opt/episodes/episodes/agents/relay.py             the in-box relay (tools, model)
+#        /opt/episodes/episodes/agents/stream.py            SSE assembly (stdlib; the LLM harness)
 #        /opt/episodes/tests/harnesses/*.py                 test harnesses
+#      With EPISODES_IMAGE_FLAVOR=agent (image `episodes-agent:latest`), also the
+#      Python packages the LLM harness needs (openai, mcp) in /opt/episodes/site,
+#      installed with the host's pip: a separate image, because vfs copies every byte
+#      of an image per container and the plain harness image stays small.
 #      Package __init__ files are empty in the image: the host package may import
 #      pydantic there, the image has only the standard library.
 #   3. `docker import` as one layer (vfs storage copies every layer per container, so
@@ -20,7 +26,13 @@
 # (install debootstrap with apt when it is missing; CI sets it).
 set -euo pipefail
 
-IMAGE=${EPISODES_IMAGE:-episodes-harness:latest}
+FLAVOR=${EPISODES_IMAGE_FLAVOR:-harness}
+case $FLAVOR in
+    harness) IMAGE=${EPISODES_IMAGE:-episodes-harness:latest}; SITE_REQS=() ;;
+    agent) IMAGE=${EPISODES_IMAGE:-episodes-agent:latest}; SITE_REQS=("openai>=1.50,<4" "mcp>=2.3,<3") ;;
+    *) echo "build-image: EPISODES_IMAGE_FLAVOR must be harness or agent, not $FLAVOR" >&2; exit 2 ;;
+esac
+PYTHON=${EPISODES_PYTHON:-python3}  # whose pip downloads the agent packages
 CACHE=${EPISODES_CACHE:-$HOME/.cache/episodes}
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SCRIPT=$ROOT/scripts/$(basename "${BASH_SOURCE[0]}")
@@ -39,7 +51,7 @@ cd "$ROOT"
 FILES=()
 # Harness programs import only the SDK (stdlib-only); the host side of the protocol
 # (episodes/harness/protocol.py and what it imports) stays out of the box.
-for f in episodes/harness/sdk.py episodes/harnesses/*.py tests/harnesses/*.py; do
+for f in episodes/harness/sdk.py episodes/harnesses/*.py episodes/agents/relay.py episodes/agents/stream.py tests/harnesses/*.py; do
     [[ -f $f ]] || continue
     case $f in */__init__.py | */test_*.py | */conftest.py) continue ;; esac
     FILES+=("$f")
@@ -50,6 +62,7 @@ done
 # rebuilds the image and nothing else does.
 HASH=$({
     for f in "${FILES[@]}"; do printf '%s\0' "$f"; cat "$f"; done
+    printf '%s\0' "${SITE_REQS[@]}"
     cat "$SCRIPT"
 } | sha256sum | cut -c1-16)
 
@@ -130,13 +143,24 @@ fi
 # --- append /opt/episodes and import ---------------------------------------------------
 STAGE=$WORK/stage
 OPT=$STAGE/opt/episodes
-mkdir -p "$OPT/episodes/harness" "$OPT/episodes/harnesses" "$OPT/tests/harnesses"
+mkdir -p "$OPT/episodes/harness" "$OPT/episodes/harnesses" "$OPT/episodes/agents" "$OPT/tests/harnesses"
 : >"$OPT/episodes/__init__.py"
 : >"$OPT/episodes/harness/__init__.py"
 : >"$OPT/episodes/harnesses/__init__.py"
+: >"$OPT/episodes/agents/__init__.py"
 : >"$OPT/tests/__init__.py"
 : >"$OPT/tests/harnesses/__init__.py"
 for f in "${FILES[@]}"; do cp "$f" "$OPT/$f"; done
+PYPATH=/opt/episodes
+if ((${#SITE_REQS[@]})); then
+    # Wheels only, for the box's CPython 3.11 on this architecture (the host's pip does
+    # the download; the box has no pip and no network).
+    say "installing ${SITE_REQS[*]} into /opt/episodes/site"
+    "$PYTHON" -m pip install -q --root-user-action=ignore --disable-pip-version-check --target "$OPT/site" --only-binary=:all: --no-compile \
+        --python-version 3.11 --implementation cp "${SITE_REQS[@]}" >&2 ||
+        die "could not install ${SITE_REQS[*]} for the agent image"
+    PYPATH=/opt/episodes:/opt/episodes/site
+fi
 chmod -R a+rX "$STAGE/opt"
 
 old_id=$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
@@ -144,16 +168,18 @@ cp "$ROOTFS_TAR" "$WORK/image.tar"
 tar --numeric-owner --owner=0 --group=0 -C "$STAGE" -rf "$WORK/image.tar" ./opt/episodes
 
 docker import \
-    --change 'ENV PYTHONPATH=/opt/episodes' \
+    --change "ENV PYTHONPATH=$PYPATH" \
     --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
     --change 'ENV PYTHONDONTWRITEBYTECODE=1' \
     --change "LABEL $HASH_LABEL=$HASH" \
     --change 'CMD ["sleep", "infinity"]' \
     "$WORK/image.tar" "$IMAGE" >/dev/null
 
-# Fail here, not in a test, when the SDK cannot be imported with only the stdlib.
-if ! out=$(docker run --rm --network none "$IMAGE" \
-    python3 -c 'import episodes.harness.sdk' 2>&1); then
+# Fail here, not in a test, when the SDK cannot be imported with only the stdlib (and,
+# in the agent image, when the LLM harness's packages do not import).
+CHECK='import episodes.harness.sdk'
+((${#SITE_REQS[@]})) && CHECK="$CHECK; import openai, mcp.client.streamable_http"
+if ! out=$(docker run --rm --network none "$IMAGE" python3 -c "$CHECK" 2>&1); then
     docker rmi "$IMAGE" >/dev/null 2>&1 || true
     die "the image cannot import episodes.harness.sdk (it must be stdlib-only): $out"
 fi

@@ -118,9 +118,7 @@ class AgentServices:
 
     async def _relay(self, runtime: Runtime, socket_in_box: str) -> int:
         """Start the in-box relay for one socket; the box's loopback port it listens on."""
-        proc = await runtime.open_process(
-            ["python3", "-I", RELAY_IN_BOX, "--socket", socket_in_box], env={}, cwd=None
-        )
+        proc = await runtime.open_relay(["python3", "-I", RELAY_IN_BOX, "--socket", socket_in_box])
         self._relays.append(proc)
         line = await asyncio.wait_for(_first_line(proc), RELAY_READY_TIMEOUT_S)
         try:

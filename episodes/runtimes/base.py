@@ -80,6 +80,11 @@ class Runtime(abc.ABC):
         relay serves them on its loopback). None: this box has no such directory."""
         return None
 
+    async def open_relay(self, argv: list[str]) -> RuntimeProcess:
+        """Start the in-box relay that serves `channel_dir`'s sockets (a backend may run
+        it as another user, e.g. the directory's owner)."""
+        return await self.open_process(argv, {}, None)
+
     @abc.abstractmethod
     async def start(self) -> None:
         """Create the box. Raises RuntimeUnavailable or an infrastructure error."""

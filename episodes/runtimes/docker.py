@@ -10,8 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import shutil
+import tempfile
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable
@@ -36,6 +40,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_IMAGE = DockerConfig().image
 _QUIET_EXEC_S = 30.0
+# Where the box sees its private host directory (the session's Unix sockets live there).
+CHANNEL_IN_BOX = "/run/episodes"
 
 # SIGKILLs every process in the box but pid 1 (docker's init), the box's own
 # `sleep infinity` (init's oldest child; execs have no parent inside the box) and
@@ -82,6 +88,11 @@ class DockerRuntime(Runtime):
             self.labels[key if key.startswith("episodes.") else f"episodes.{key}"] = value
         self._api: Any = None
         self._start_task: asyncio.Future[None] | None = None
+        self._channel: Path | None = None
+
+    @property
+    def channel_dir(self) -> tuple[Path, str] | None:
+        return (self._channel, CHANNEL_IN_BOX) if self._channel is not None else None
 
     async def start(self) -> None:
         if self._stopped:
@@ -114,6 +125,11 @@ class DockerRuntime(Runtime):
             docker.types.Mount(m.target, m.source, type="bind", read_only=m.read_only)
             for m in cfg.mounts
         ]
+        # The box has no network, so a session's tool bridge and model proxy reach it as
+        # Unix sockets in this private (0700) host directory; the bearer tokens still
+        # guard them. Per box, so a parked box keeps it for the next session.
+        self._channel = Path(tempfile.mkdtemp(prefix="episodes-box-"))
+        mounts.append(docker.types.Mount(CHANNEL_IN_BOX, str(self._channel), type="bind"))
         owned.add(self.name)  # before create: a crash right after must still clean up
         container = client.containers.run(
             cfg.image,
@@ -150,6 +166,8 @@ class DockerRuntime(Runtime):
         argv: list[str],
         env: dict[str, str] | None = None,
         cwd: str | None = None,
+        *,
+        user: str | None = None,
     ) -> DockerProcess:
         if self._stopped or self._api is None:
             raise RuntimeError(f"docker runtime {self.name} is not running")
@@ -168,6 +186,7 @@ class DockerRuntime(Runtime):
                 tty=False,
                 environment=environment,
                 workdir=cwd or self.config.workdir,
+                user=user or "",
             )["Id"]
             return exec_id, self._api.exec_start(exec_id, socket=True, demux=False)
 
@@ -178,6 +197,11 @@ class DockerRuntime(Runtime):
         process = DockerProcess(self, exec_id, sock)
         await process._wait_started()
         return process
+
+    async def open_relay(self, argv: list[str]) -> DockerProcess:
+        # As the channel directory's owner: with every capability dropped, the box's
+        # root gets into a 0700 directory only if it is the same uid (a non-root worker).
+        return await self.open_process(argv, {}, None, user=f"{os.getuid()}:{os.getgid()}")
 
     async def _exec_quiet(self, cmd: list[str]) -> int | None:
         """Run `cmd` in the box to its end; its exit code (None if it did not end in time).
@@ -213,6 +237,8 @@ class DockerRuntime(Runtime):
             return
         with contextlib.suppress(BaseException):
             await self._start_task
+        if self._channel is not None:
+            shutil.rmtree(self._channel, ignore_errors=True)
         if self.name not in owned:
             return  # never created (engine down, image missing)
         try:

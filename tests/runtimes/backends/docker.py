@@ -67,6 +67,40 @@ def _decide() -> str | None:
     return None
 
 
+AGENT_IMAGE = os.environ.get("EPISODES_TEST_AGENT_IMAGE", "episodes-agent:latest")
+_agent_verdict: list[str | None] = []
+
+
+def agent_skip_reason() -> str | None:
+    """Like skip_reason, for the agent image (the LLM harness's packages in the box)."""
+    base = skip_reason()
+    if base or _agent_verdict:
+        return base or _agent_verdict[0]
+    if os.geteuid() == 0 and shutil.which("debootstrap") is not None:
+        proc = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "build-image.sh")],
+            capture_output=True,
+            text=True,
+            timeout=_BUILD_TIMEOUT_S,
+            check=False,
+            env={**os.environ, "EPISODES_IMAGE_FLAVOR": "agent"},
+        )
+        if proc.returncode != 0:
+            tail = "\n".join(proc.stderr.strip().splitlines()[-15:])
+            raise RuntimeError(f"scripts/build-image.sh (agent) failed:\n{tail}")
+    import docker
+
+    try:
+        client().images.get(AGENT_IMAGE)
+        _agent_verdict.append(None)
+    except docker.errors.ImageNotFound:
+        _agent_verdict.append(
+            f"image {AGENT_IMAGE} is missing "
+            "(build it as root: EPISODES_IMAGE_FLAVOR=agent scripts/build-image.sh)"
+        )
+    return _agent_verdict[0]
+
+
 def skip_reason() -> str | None:
     if not _verdict:
         try:

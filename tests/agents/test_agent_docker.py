@@ -1,0 +1,58 @@
+"""An agent episode in a Docker box with `network: none`, on the real engine.
+
+The box cannot reach the worker's loopback, so the tool bridge and the model proxy
+are Unix sockets in the box's private channel directory, served on the box's own
+loopback by the in-box relay. What must hold: the harness in the box lists and calls
+the env's tools and the model through them, the box still has no network, and
+nothing of the session (container, channel directory) outlives it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from episodes.agents.scripted import ScriptedUpstream, kv_policy
+from episodes.session import LiveSession
+from episodes.spec import parse_spec
+from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+from tests.runtimes.backends import docker as backend
+
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _engine() -> None:
+    reason = backend.agent_skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+async def test_kv_agent_in_a_box_without_network(monkeypatch):
+    monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
+    async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:
+        data = agent_spec(upstream.base_url)
+        data["harness"]["runtime"] = {"type": "docker", "image": backend.AGENT_IMAGE}
+        data["harness"]["ready_timeout_s"] = 60
+        spec = parse_spec(data)
+        session = LiveSession(spec, spec.tasks[0], 0, "s-docker-agent", labels=backend.labels())
+        try:
+            await session.open()
+            runtime = session.runtime
+            info = backend.client().api.inspect_container(runtime.name)
+            assert info["HostConfig"]["NetworkMode"] == "none"
+            channel = runtime.channel_dir[0]
+            assert channel.stat().st_mode & 0o077 == 0  # private to the worker's user
+            env = session.services.harness_env
+            assert env["EPISODES_MCP_URL"].startswith("http://127.0.0.1:")
+            assert env["OPENAI_BASE_URL"].startswith("http://127.0.0.1:")
+            result = await session.turn(0)
+            score = await session.score("env_done")
+        finally:
+            await session.close()
+    assert result.termination == "env_done", result.record.error
+    assert session.env.store == {"a": "1", "b": "2"}
+    assert score.reward == 1.0
+    kinds = [e.get("kind") for e in result.record.events]
+    assert kinds.count("tool_call") == 2 and kinds.count("model_call") == 3
+    assert not channel.exists()
+    assert backend.leftovers() == []
