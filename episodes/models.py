@@ -96,6 +96,26 @@ class Transcript(Model):
     termination: Termination | None = None
     error: str | None = None
 
+    def events(self, kind: str | None = None) -> list[Any]:
+        """Every turn's events in order; with `kind`, only dict events of that kind."""
+        found = [e for t in self.turns for e in t.events]
+        return found if kind is None else [e for e in found if _kind(e) == kind]
+
+    def model_calls(self) -> list[dict[str, Any]]:
+        """Every call the harness made through the session's model proxy, in order:
+        `{"kind": "model_call", "request", "response", "usage", "ms", ...}` with the
+        token data the upstream returned (logprobs, token ids) kept in `response`."""
+        return self.events("model_call")
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """Every call of the env's tools over the MCP bridge, in order:
+        `{"kind": "tool_call", "name", "arguments", "result" | "error", "ms"}`."""
+        return self.events("tool_call")
+
+
+def _kind(event: Any) -> Any:
+    return event.get("kind") if isinstance(event, dict) else None
+
 
 class EpisodeResult(Model):
     workflow_id: str

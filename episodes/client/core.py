@@ -24,7 +24,7 @@ from episodes.client.connect import connect
 from episodes.client.interactive import InteractiveSession, open_session
 from episodes.errors import EpisodesError
 from episodes.messages import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, EpisodeInput
-from episodes.models import EpisodeResult, Task
+from episodes.models import EpisodeResult, Task, Transcript
 from episodes.search_attributes import episode_search_attributes
 from episodes.spec import EpisodeSpec, load_spec
 
@@ -90,6 +90,13 @@ class EpisodesClient:
     ) -> EpisodeResult:
         handle = await self.start_episode(spec, task, sample, batch=batch)
         return await _result(handle)
+
+    async def transcript(self, workflow_id: str) -> Transcript:
+        """A finished (or running) episode's transcript from its history, every run of
+        it: `transcript.model_calls()` / `tool_calls()` give the calls in order."""
+        from episodes.client.transcripts import fetch_transcript
+
+        return await fetch_transcript(self.client, workflow_id)
 
     async def open_session(
         self,

@@ -56,3 +56,26 @@ async def test_kv_agent_in_a_box_without_network(monkeypatch):
     assert kinds.count("tool_call") == 2 and kinds.count("model_call") == 3
     assert not channel.exists()
     assert backend.leftovers() == []
+
+
+async def test_kv_agent_on_docker_through_temporal(monkeypatch, client, worker):
+    from episodes.client import EpisodesClient
+
+    monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
+    async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:
+        data = agent_spec(upstream.base_url)
+        data["name"] = f"docker-agent-{backend.RUN_ID}"
+        data["harness"]["runtime"] = {"type": "docker", "image": backend.AGENT_IMAGE}
+        data["harness"]["ready_timeout_s"] = 60
+        spec = parse_spec(data)
+        episodes = EpisodesClient(client, task_queue="episodes-test")
+        result = await episodes.run_episode(spec, spec.tasks[0])
+    assert result.termination == "env_done", result.error
+    assert result.reward == 1.0
+    transcript = await episodes.transcript(result.workflow_id)
+    assert [c["name"] for c in transcript.tool_calls()] == ["put", "put"]
+    assert len(transcript.model_calls()) == 3
+    containers = backend.client().api.containers(
+        all=True, filters={"label": f"episodes.workflow={result.workflow_id}"}
+    )
+    assert containers == []

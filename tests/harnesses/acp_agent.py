@@ -8,6 +8,7 @@ Each prompt's text is a command:
   anything          streams a thought and three message chunks: pid, count, memory
   permission T      asks permission for a tool call titled T (kind "execute")
   mcp TOOL JSON     calls TOOL on the first MCP server offered in session/new
+  ask TEXT          asks the model at OPENAI_BASE_URL (with OPENAI_API_KEY) and says its answer
   crash             streams a chunk, then dies with exit code 7
   hang              never answers until session/cancel (logged to stderr)
   garbage           writes a line that is not JSON to stdout
@@ -86,6 +87,8 @@ class ScriptedAgent:
             await say(f"permission {rest}: {await self._ask(session_id, rest)}")
         elif command == "mcp":
             await say(await self._call_mcp(rest))
+        elif command == "ask":
+            await say(await asyncio.to_thread(_ask_model, rest))
         elif command == "crash":
             await say("about to crash")
             log("crash: dying mid-turn")
@@ -156,6 +159,24 @@ async def main() -> None:
         log("never-init: not reading anything")
         await asyncio.sleep(3600)
     await run_agent(ScriptedAgent())
+
+
+def _ask_model(text: str) -> str:
+    """One chat completion, plain HTTP (what any agent's OpenAI client sends)."""
+    import urllib.request
+
+    body = json.dumps({"model": "any", "messages": [{"role": "user", "content": text}]})
+    req = urllib.request.Request(
+        os.environ["OPENAI_BASE_URL"] + "/chat/completions",
+        data=body.encode(),
+        headers={
+            "Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}",
+            "Content-Type": "application/json",
+        },
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        answer = json.load(resp)
+    return "model: " + answer["choices"][0]["message"]["content"]
 
 
 if __name__ == "__main__":

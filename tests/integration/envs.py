@@ -55,3 +55,52 @@ class Faulty(Environment):
 
 
 FAULTY = f"{__name__}:Faulty"
+
+
+class Toolbox(Environment):
+    """Tools for the bridge's error path: `explode` raises, `note` records a note.
+    Done when the agent says "done"; reward 1.0 once a note was taken."""
+
+    def __init__(self, **env_args: Any) -> None:
+        super().__init__(**env_args)
+        self.notes: list[str] = []
+
+    def tools(self):
+        def explode(why: str) -> str:
+            """Fail on purpose."""
+            raise RuntimeError(f"exploded: {why}")
+
+        def note(text: str) -> str:
+            """Take a note."""
+            self.notes.append(text)
+            return "noted"
+
+        return [explode, note]
+
+    def reset(self, task: Task) -> Any:
+        return "use the tools, then say done"
+
+    def step(self, reply: Any) -> StepOutcome:
+        return StepOutcome(done=str(reply).strip().lower() == "done")
+
+    def score(self, transcript: Transcript) -> ScoreResult:
+        return ScoreResult(reward=1.0 if self.notes else 0.0, details={"notes": self.notes})
+
+
+from episodes.envs.script import ScriptEnv  # noqa: E402  (after the test envs above)
+
+
+class ScriptedToolbox(ScriptEnv):
+    """The `script` env with a `put` tool (ACP agents calling tools over the bridge)."""
+
+    def __init__(self, **env_args: Any) -> None:
+        super().__init__()
+        self.store: dict[str, str] = {}
+
+    def tools(self):
+        def put(key: str, value: str) -> str:
+            """Store a value under a key."""
+            self.store[key] = value
+            return f"stored {key!r}"
+
+        return [put]
