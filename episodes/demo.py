@@ -1,8 +1,11 @@
 """`make demo`: real episodes through the embedded Temporal dev server and a worker.
 
 Runs the guess-number and python-repl examples (and a Docker-backed one when an
-engine answers and the harness image exists), prints a results table and the UI
-address, and leaves the histories in .episodes/ for `episodes dev` to show later.
+engine answers and the harness image exists), then tool-using LLM agent episodes
+(kv-agent: the env's tools over MCP, the model through the session's proxy) against
+a scripted model server the demo starts itself, on subprocess and, with the agent
+image, on Docker. Prints a results table and the UI address, and leaves the
+histories in .episodes/ for `episodes dev` to show later.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.cli.common import console, summary_table
 from episodes.cli.embedded import embedded_stack
 from episodes.client import EpisodesClient
@@ -26,28 +30,41 @@ from episodes.spec import EpisodeSpec, load_spec
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
-def demo_specs() -> list[EpisodeSpec]:
+def demo_specs(model_url: str) -> list[EpisodeSpec]:
     specs = [
         load_spec(EXAMPLES / "guess-number.yaml").model_copy(update={"samples": 6}),
         load_spec(EXAMPLES / "python-repl.yaml").model_copy(update={"samples": 4}),
+        _with_model(load_spec(EXAMPLES / "kv-agent.yaml"), model_url),
     ]
-    docker = EXAMPLES / "docker-repl.yaml"
-    if docker.exists() and _docker_ready():
-        specs.append(load_spec(docker))
+    if _docker_ready("episodes-harness:latest"):
+        specs.append(load_spec(EXAMPLES / "docker-repl.yaml"))
+    if _docker_ready("episodes-agent:latest"):
+        specs.append(_with_model(load_spec(EXAMPLES / "docker-kv-agent.yaml"), model_url))
     return specs
 
 
-def _docker_ready() -> bool:
+def _with_model(spec: EpisodeSpec, url: str) -> EpisodeSpec:
+    """The example's model pointed at the demo's own scripted server."""
+    assert spec.model is not None
+    return spec.model_copy(update={"model": spec.model.model_copy(update={"base_url": url})})
+
+
+def _docker_ready(image: str) -> bool:
     try:
         from episodes.runtimes.docker import image_available
 
-        return image_available("episodes-harness:latest")
+        return image_available(image)
     except Exception:  # no SDK, no engine: the demo runs without Docker
         return False
 
 
 async def run_demo(port: int, keep: bool) -> None:
-    specs = demo_specs()
+    async with ScriptedUpstream(policy=kv_policy) as model:
+        await _run_demo(port, keep, model)
+
+
+async def _run_demo(port: int, keep: bool, model: ScriptedUpstream) -> None:
+    specs = demo_specs(model.base_url)
     batch = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.monotonic()
     with console.status("starting the embedded Temporal dev server and a worker"):
@@ -61,6 +78,11 @@ async def run_demo(port: int, keep: bool) -> None:
         total = sum(len(s.load_tasks()) * s.samples for s in specs)
         console.print(
             f"running {total} episodes ({', '.join(s.name for s in specs)}) as batch {batch}"
+        )
+        console.print(
+            f"[dim]kv-agent: the model is scripted (a rule-based policy on a real HTTP server at "
+            f"{model.base_url}); the tool bridge, the model proxy, the LLM harness and the "
+            "recording are real[/]"
         )
         results: list[EpisodeResult] = []
 
@@ -78,6 +100,9 @@ async def run_demo(port: int, keep: bool) -> None:
         for spec in specs:
             mine = [r for r in results if r.spec_name == spec.name]
             console.print(summary_table(mine, title=spec.name))
+        agents = [r for r in results if r.spec_name.endswith("kv-agent")]
+        if agents:
+            await _show_calls(client, agents[0])
         console.print(_latency_table(results, wall))
         ui = stack.server.ui_url
         if ui:
@@ -92,6 +117,20 @@ async def run_demo(port: int, keep: bool) -> None:
             console.print("histories are kept in .episodes/: `.venv/bin/episodes dev` shows them")
     finally:
         await stack_cm.__aexit__(None, None, None)
+
+
+async def _show_calls(client: EpisodesClient, result: EpisodeResult) -> None:
+    """What one agent transcript records, as a trainer reads it back from history."""
+    transcript = await client.transcript(result.workflow_id)
+    tools, calls = transcript.tool_calls(), transcript.model_calls()
+    tokens = sum((c.get("usage") or {}).get("total_tokens", 0) for c in calls)
+    with_logprobs = sum(1 for c in calls if (c["response"]["choices"][0].get("logprobs")))
+    console.print(
+        f"{result.workflow_id}: {len(tools)} tool calls "
+        f"({', '.join(c['name'] for c in tools)}), {len(calls)} model calls, {tokens} tokens, "
+        f"{with_logprobs} with logprobs and token ids "
+        f"(`episodes show {result.workflow_id}` prints them)"
+    )
 
 
 def _latency_table(results: list[EpisodeResult], wall: float) -> Table:

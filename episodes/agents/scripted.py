@@ -133,8 +133,10 @@ class ScriptedUpstream:
         key: str | None = None,
         model: str = "scripted",
         delay_s: float = 0.0,
+        port: int = 0,
     ) -> None:
         self.script = list(script or [])
+        self._bind_port = port
         self.policy = policy
         self.key = key
         self.model = model
@@ -164,7 +166,7 @@ class ScriptedUpstream:
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", self._bind_port))
         self.port = sock.getsockname()[1]
         await web.SockSite(self._runner, sock).start()
 
@@ -335,8 +337,8 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def _serve(policy: str, key: str | None) -> None:
-    async with ScriptedUpstream(policy=POLICIES[policy], key=key) as up:
+async def _serve(policy: str, key: str | None, port: int) -> None:
+    async with ScriptedUpstream(policy=POLICIES[policy], key=key, port=port) as up:
         print(up.base_url, flush=True)
         await asyncio.Event().wait()
 
@@ -345,9 +347,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m episodes.agents.scripted")
     parser.add_argument("--policy", choices=sorted(POLICIES), default="kv")
     parser.add_argument("--key", default=None, help="require this upstream key")
+    parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free)")
     args = parser.parse_args()
     try:
-        asyncio.run(_serve(args.policy, args.key))
+        asyncio.run(_serve(args.policy, args.key, args.port))
     except KeyboardInterrupt:
         pass
 

@@ -103,6 +103,11 @@ class AgentServices:
                     port = await self._relay(runtime, f"{channel[1]}/model.sock")
                     env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
                 self.harness_env.update(env)
+        except ModelError as e:
+            await self.stop()
+            # The worker lacks what the spec names (the upstream key's variable): a
+            # configuration error, not something a retry on this worker fixes.
+            raise SpecError(f"model: {e}") from None
         except BaseException:
             await self.stop()
             raise

@@ -71,6 +71,16 @@ async def test_kv_agent_records_tool_and_model_calls_for_the_trainer(client, wor
     assert seen == {f"Bearer {UPSTREAM_KEY}"}
     assert UPSTREAM_KEY not in transcript.model_dump_json()
 
+    # A person reads the same calls with `episodes show`: one line per call.
+    from tests.integration.test_cli import episodes as cli
+
+    code, out, err = await cli(
+        "show", result.workflow_id, "--address", client.service_client.config.target_host
+    )
+    assert code == 0, err
+    assert """tool put({"key": "a", "value": "1"}) -> stored 'a'""" in out
+    assert "model scripted: " in out and "tool calls put" in out
+
 
 async def test_tool_error_is_an_mcp_error_and_the_episode_goes_on(client, worker):
     script = [

@@ -266,3 +266,17 @@ async def test_trainer_example_reports_an_unreachable_server() -> None:
     assert proc.returncode == 2
     assert err.decode().startswith("trainer: cannot reach Temporal at 127.0.0.1:1")
     assert "Traceback" not in err.decode()
+
+
+async def test_agent_trainer_example_collects_model_calls(dev_server, worker) -> None:
+    batch = f"agent-trainer-it-{uuid.uuid4().hex[:6]}"
+    code, out, err = await _run_example(
+        dev_server, "examples/agent_trainer.py", "--scripted", "--batch", batch
+    )
+    assert code == 0, err
+    lines = [ln for ln in out.splitlines() if " model calls=" in ln]
+    assert len(lines) == 6  # examples/kv-agent.yaml: 3 tasks x 2 samples
+    assert all(" env_done reward=1.0 " in ln for ln in lines), out
+    # Every rollout carries its sampled tokens (the scripted model sends vLLM's fields).
+    assert all(int(ln.rsplit("sampled tokens=", 1)[1]) > 0 for ln in lines), out
+    assert out.splitlines()[-1] == f"done: 6 rollouts, batch {batch}"

@@ -10,7 +10,7 @@ from episodes.envs import check_env_ref, load_env
 from episodes.spec import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-REQUIRED = {"guess-number.yaml", "python-repl.yaml", "script.yaml"}
+REQUIRED = {"guess-number.yaml", "python-repl.yaml", "script.yaml", "kv-agent.yaml"}
 
 
 def test_the_reference_examples_exist():
@@ -32,4 +32,6 @@ def test_example_loads_and_its_env_accepts_every_task(name):
 
 
 def _harness_for(env: str) -> str:
-    return {"script": "echo", "guess-number": "guesser", "python-repl": "repl"}[env]
+    return {"script": "echo", "guess-number": "guesser", "python-repl": "repl", "kv-store": "llm"}[
+        env
+    ]

@@ -1,0 +1,100 @@
+"""An RL trainer loop over agent episodes: every model call, with its tokens, per rollout.
+
+    .venv/bin/episodes dev &                                   # Temporal + UI + a worker
+    .venv/bin/python examples/agent_trainer.py --scripted      # a scripted model, started here
+    .venv/bin/python examples/agent_trainer.py --model-url http://gpu-box:8000/v1 --model my-policy
+
+Episodes stream in as they finish (`EpisodesClient.run_batch`); for each, the trainer
+reads the transcript back from history and takes what a policy-gradient step needs
+from `transcript.model_calls()`: the prompt's token ids, the sampled token ids and
+their logprobs (vLLM returns them when `model.token_data` is on), and the reward.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from episodes.agents.scripted import ScriptedUpstream, kv_policy
+from episodes.client import EpisodesClient
+from episodes.errors import EpisodesError
+from episodes.models import EpisodeResult, Transcript
+from episodes.spec import load_spec
+
+HERE = Path(__file__).resolve().parent
+
+
+def rollout(result: EpisodeResult, transcript: Transcript) -> dict[str, Any]:
+    """One rollout for the trainer: the sampled sequences of every model call, in order."""
+    steps = []
+    for call in transcript.model_calls():
+        resp = call.get("response") or {}
+        choice = (resp.get("choices") or [{}])[0]
+        logprobs = (choice.get("logprobs") or {}).get("content") or []
+        steps.append(
+            {
+                "prompt_token_ids": resp.get("prompt_token_ids"),
+                "token_ids": choice.get("token_ids"),
+                "logprobs": [t.get("logprob") for t in logprobs],
+            }
+        )
+    return {"episode": result.workflow_id, "reward": result.reward, "steps": steps}
+
+
+async def train(args: argparse.Namespace, model_url: str) -> int:
+    spec = load_spec(args.spec)
+    assert spec.model is not None, f"{args.spec} names no model"
+    model = spec.model.model_copy(update={"base_url": model_url, "model": args.model})
+    spec = spec.model_copy(update={"model": model})
+    batch = args.batch or f"agent-trainer-{time.strftime('%Y%m%d-%H%M%S')}"
+    client = await EpisodesClient.connect(args.address, task_queue=args.task_queue)
+    rollouts = []
+    results = client.run_batch(spec, batch=batch, concurrency=args.concurrency)
+    async with contextlib.aclosing(results):
+        async for result in results:
+            r = rollout(result, await client.transcript(result.workflow_id))
+            rollouts.append(r)
+            tokens = sum(len(s["token_ids"] or []) for s in r["steps"])
+            print(
+                f"{result.task_id}#{result.sample} {result.termination} reward={result.reward} "
+                f"model calls={len(r['steps'])} sampled tokens={tokens}",
+                flush=True,
+            )
+    print(f"done: {len(rollouts)} rollouts, batch {batch}", flush=True)
+    return 0
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    if not args.scripted:
+        return await train(args, args.model_url)
+    async with ScriptedUpstream(policy=kv_policy) as upstream:
+        return await train(args, upstream.base_url)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--address", default="127.0.0.1:7233")
+    p.add_argument("--task-queue", default="episodes")
+    p.add_argument("--spec", type=Path, default=HERE / "kv-agent.yaml")
+    p.add_argument("--batch", help="batch id (default: a fresh one per run)")
+    p.add_argument("--concurrency", type=int)
+    p.add_argument("--model-url", default="http://127.0.0.1:8765/v1")
+    p.add_argument("--model", default="scripted")
+    p.add_argument("--scripted", action="store_true", help="start a scripted model here")
+    args = p.parse_args(argv)
+    try:
+        return asyncio.run(main_async(args))
+    except EpisodesError as e:
+        print(f"agent_trainer: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    from episodes.client.exit import run_main
+
+    run_main(main)
