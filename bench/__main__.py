@@ -28,6 +28,7 @@ BENCHMARKS = {
     "throughput": "bench.throughput",
     "density": "bench.density",
     "pool": "bench.pool",
+    "agents": "bench.agent_overhead",
 }
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 
