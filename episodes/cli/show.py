@@ -11,7 +11,8 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.cli.common import console
-from episodes.client.connect import connect
+from episodes.client.connect import connect_config
+from episodes.config import Config
 from episodes.errors import EpisodesError
 from episodes.messages import SessionRef
 from episodes.models import EpisodeResult, TurnResult
@@ -79,8 +80,8 @@ def _fmt(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, indent=1, ensure_ascii=False)
 
 
-async def show_episode(workflow_id: str, *, address: str, namespace: str, as_json: bool) -> None:
-    client = await connect(address, namespace=namespace)
+async def show_episode(workflow_id: str, *, cfg: Config, as_json: bool) -> None:
+    client = await connect_config(cfg)
     data = await load_transcript(client, workflow_id)
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
