@@ -71,7 +71,7 @@ async def open_client(cfg: Config, timeout_s: float = 8.0) -> Client | Check:
             Client.connect(address, data_converter=pydantic_data_converter, **kwargs), timeout_s
         )
     except Exception as e:
-        first = (str(e).splitlines() or [type(e).__name__])[0][:200]
+        first = _short(e)
         return Check(
             "server",
             False,
@@ -79,6 +79,17 @@ async def open_client(cfg: Config, timeout_s: float = 8.0) -> Client | Check:
             "start one (`episodes dev`) or set --address / TEMPORAL_ADDRESS / a profile"
             " (Cloud: TEMPORAL_API_KEY or --tls-cert/--tls-key)",
         )
+
+
+def _short(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    if "Connection refused" in text or "ConnectionRefused" in text:
+        return "connection refused"
+    if "dns error" in text.lower():
+        return "the host name does not resolve"
+    if isinstance(e, TimeoutError):
+        return "no answer in time"
+    return text.splitlines()[0][:160]
 
 
 async def check_namespace(client: Client) -> Check:
