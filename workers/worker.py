@@ -122,7 +122,8 @@ class EpisodeWorker:
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@session",
             interceptors=interceptors,
-            deployment_config=deployment,
+            # Not versioned: the queue is this process's alone (its name routes), and a
+            # version would keep every dead worker's queue as one the next must poll.
         )
 
     async def run(self) -> None:
@@ -205,7 +206,7 @@ class EpisodeWorker:
 
 
 def deployment_config(opts: WorkerOptions) -> WorkerDeploymentConfig | None:
-    """Worker Versioning for both of a process's workers, or None (unversioned).
+    """Worker Versioning for the shared-queue worker, or None (unversioned).
 
     Workflows are pinned by default: an episode's session lives in this process, so
     its workflow finishes on the build that provisioned it. EvalBatchWorkflow
