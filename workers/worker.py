@@ -208,9 +208,10 @@ class EpisodeWorker:
 def deployment_config(opts: WorkerOptions) -> WorkerDeploymentConfig | None:
     """Worker Versioning for the shared-queue worker, or None (unversioned).
 
-    Workflows are pinned by default: an episode's session lives in this process, so
-    its workflow finishes on the build that provisioned it. EvalBatchWorkflow
-    declares auto-upgrade itself (it holds nothing in a worker's memory).
+    Every workflow is pinned: an episode's session lives in this process, so its
+    workflow finishes on the build that provisioned it. (EvalBatchWorkflow could
+    auto-upgrade, but a `versioning_behavior` on its defn makes unversioned workers
+    fail its tasks, so it stays pinned: the old build serves a batch to its end.)
     """
     if opts.deployment_name is None or opts.build_id is None:
         return None

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, VersioningBehavior, WorkflowIDReusePolicy
+from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
@@ -57,10 +57,7 @@ class _Outcome:
     error: str | None = None
 
 
-# Auto-upgrade under Worker Versioning: a batch holds nothing in a worker's memory and
-# runs for hours, so its next task runs on the current build (changes need
-# workflow.patched); the episodes it starts are pinned to the build that runs them.
-@workflow.defn(name=contract.BATCH_WORKFLOW, versioning_behavior=VersioningBehavior.AUTO_UPGRADE)
+@workflow.defn(name=contract.BATCH_WORKFLOW)
 class EvalBatchWorkflow:
     def __init__(self) -> None:
         self._status = "running"
