@@ -9,6 +9,7 @@ interactive session's steps) and `release` run on that worker's own queue.
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -17,9 +18,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.recorder import TurnRecorder
-from episodes import contract
+from episodes import contract, telemetry
 from episodes.envs import load_env
 from episodes.errors import HarnessFailure, SpecError
+from episodes.logs import bind
 from episodes.messages import (
     DriveInput,
     DriveResult,
@@ -34,6 +36,8 @@ from episodes.models import ScoreResult, Termination, TurnResult
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
 from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
+
+log = logging.getLogger("episodes.activities")
 
 
 class SessionActivities:
@@ -53,6 +57,7 @@ class SessionActivities:
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
         session_id = f"{inp.workflow_id}:{uuid.uuid4().hex[:10]}"
+        bind(workflow_id=inp.workflow_id, session_id=session_id)
         pool = None
         if inp.spec.reuse_key and self.pools is not None:
             pool = await self.pools.get(inp.spec.pool)
@@ -67,10 +72,19 @@ class SessionActivities:
         try:
             first = await session.open()
         except HarnessFailure as e:
+            telemetry.PROVISIONS.labels(outcome="harness_failure").inc()
             raise ApplicationError(str(e), type=e.error_type, non_retryable=True) from None
         except SpecError as e:
+            telemetry.PROVISIONS.labels(outcome="spec_error").inc()
             raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
+        except BaseException:
+            telemetry.PROVISIONS.labels(outcome="error").inc()
+            raise
         self.registry.add(session, inp.workflow_id, inp.run_id)
+        telemetry.PROVISIONS.labels(outcome="ok").inc()
+        if session.pool_hit is not None:
+            telemetry.POOL_LEASES.labels(result="hit" if session.pool_hit else "miss").inc()
+        log.info("provisioned session %s on %s", session_id, self.worker_id)
         return SessionRef(
             session_id=session_id,
             task_queue=self.session_queue,
@@ -92,11 +106,14 @@ class SessionActivities:
 
     @activity.defn(name=contract.TURN)
     async def turn(self, inp: TurnInput) -> TurnResult:
+        bind(session_id=inp.session_id, turn=inp.turn)
         session = self._session(inp.session_id)
         beat = asyncio.create_task(_heartbeat_until_cancelled())
         try:
             override = {"message": inp.message} if inp.has_message else {}
-            return await session.turn(inp.turn, **override)
+            result = await session.turn(inp.turn, **override)
+            _observe_turn(result)
+            return result
         except TurnOutOfOrder as e:
             raise _out_of_order(e) from None
         finally:
@@ -110,6 +127,7 @@ class SessionActivities:
         A retried drive starts again at `first_turn`: the session answers the turns it
         already ran from its record, unsent, and the workflow ignores what it holds.
         """
+        bind(workflow_id=inp.workflow_id, session_id=inp.session_id)
         session = self._session(inp.session_id)
         # The reaper checks the run that drives the session (a long episode's latest).
         self.registry.follow(inp.session_id, inp.run_id)
@@ -123,10 +141,12 @@ class SessionActivities:
             termination: Termination | None = None
             error: str | None = None
             while next_turn < inp.max_turns:
+                bind(turn=next_turn)
                 try:
                     result = await session.turn(next_turn)
                 except TurnOutOfOrder as e:
                     raise _out_of_order(e) from None
+                _observe_turn(result)
                 next_turn += 1
                 recorder.add(result)
                 await recorder.wait_until_within(inp.pipeline, inp.max_lag_s)
@@ -141,6 +161,8 @@ class SessionActivities:
             if termination is None:
                 return DriveResult(next_turn=next_turn)
             score = await session.score(termination)
+            telemetry.TERMINATIONS.labels(kind=termination).inc()
+            log.info("episode ended %s after %d turns", termination, next_turn)
             return DriveResult(
                 termination=termination, error=error, next_turn=next_turn, score=score
             )
@@ -150,13 +172,19 @@ class SessionActivities:
 
     @activity.defn(name=contract.SCORE)
     async def score(self, inp: ScoreInput) -> ScoreResult:
-        return await self._session(inp.session_id).score(inp.termination)
+        bind(session_id=inp.session_id)
+        result = await self._session(inp.session_id).score(inp.termination)
+        if inp.termination is not None:
+            telemetry.TERMINATIONS.labels(kind=inp.termination).inc()
+        return result
 
     @activity.defn(name=contract.RELEASE)
     async def release(self, inp: ReleaseInput) -> None:
+        bind(session_id=inp.session_id)
         session = self.registry.pop(inp.session_id)
         if session is not None:
             await session.close()
+            log.info("released session %s", inp.session_id)
 
 
 @activity.defn(name=contract.SCORE_TRANSCRIPT)
@@ -166,6 +194,11 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
     except SpecError as e:
         raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
     return await score_transcript(env, inp.transcript)
+
+
+def _observe_turn(result: TurnResult) -> None:
+    telemetry.TURN_SECONDS.observe(result.record.duration_ms / 1000)
+    log.debug("turn %d: %.1f ms", result.record.turn, result.record.duration_ms)
 
 
 def _out_of_order(e: TurnOutOfOrder) -> ApplicationError:

@@ -22,11 +22,19 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, WorkerTuner
+from temporalio.worker import (
+    FixedSizeSlotSupplier,
+    Interceptor,
+    Worker,
+    WorkerDeploymentConfig,
+    WorkerTuner,
+)
 
 from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
+from episodes import telemetry
 from episodes.messages import DEFAULT_TASK_QUEUE
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
@@ -47,6 +55,12 @@ class WorkerOptions:
     max_concurrent_workflow_tasks: int = 100
     graceful_shutdown_s: float = 5.0
     worker_id: str | None = None
+    # Caps on what specs ask of this worker's box pools (None: the spec decides).
+    pool_ttl_s: float | None = None
+    pool_max_idle: int | None = None
+    # Worker Versioning (both or neither): README "Rolling deploys".
+    deployment_name: str | None = None
+    build_id: str | None = None
 
 
 class EpisodeWorker:
@@ -64,7 +78,7 @@ class EpisodeWorker:
         )
         self.session_queue = f"{opts.task_queue}-session-{self.worker_id}"
         self.registry = SessionRegistry(opts.max_sessions)
-        self.pools = WorkerPools()
+        self.pools = WorkerPools(max_ttl_s=opts.pool_ttl_s, max_idle=opts.pool_max_idle)
         self.activities = SessionActivities(
             self.registry,
             session_queue=self.session_queue,
@@ -72,6 +86,11 @@ class EpisodeWorker:
             pools=self.pools,
         )
         self.slots = SessionSlots(self.registry)
+        telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(
+            lambda: len(self.registry)
+        )
+        telemetry.MAX_SESSIONS.labels(worker=self.worker_id).set(opts.max_sessions)
+        deployment = deployment_config(opts)
         self.reaped = 0
         self._stop = asyncio.Event()
         self._shared = Worker(
@@ -87,6 +106,7 @@ class EpisodeWorker:
             ),
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@shared",
+            deployment_config=deployment,
         )
         self._sessions = Worker(
             client,
@@ -102,6 +122,8 @@ class EpisodeWorker:
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@session",
             interceptors=interceptors,
+            # Not versioned: the queue is this process's alone (its name routes), and a
+            # version would keep every dead worker's queue as one the next must poll.
         )
 
     async def run(self) -> None:
@@ -181,6 +203,25 @@ class EpisodeWorker:
         }
         stats["pool"] = self.pools.stats.model_dump()
         return stats
+
+
+def deployment_config(opts: WorkerOptions) -> WorkerDeploymentConfig | None:
+    """Worker Versioning for the shared-queue worker, or None (unversioned).
+
+    Every workflow is pinned: an episode's session lives in this process, so its
+    workflow finishes on the build that provisioned it. (EvalBatchWorkflow could
+    auto-upgrade, but a `versioning_behavior` on its defn makes unversioned workers
+    fail its tasks, so it stays pinned: the old build serves a batch to its end.)
+    """
+    if opts.deployment_name is None or opts.build_id is None:
+        return None
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=opts.deployment_name, build_id=opts.build_id
+        ),
+        use_worker_versioning=True,
+        default_versioning_behavior=VersioningBehavior.PINNED,
+    )
 
 
 def _seconds(s: float) -> timedelta:

@@ -22,8 +22,9 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from episodes.agents.model import ModelError, ModelSpec
 from episodes.errors import SpecError
@@ -42,6 +43,10 @@ RELAY_READY_TIMEOUT_S = 20.0
 
 class AgentServices:
     """The tool bridge and the model proxy of one session (either may be absent)."""
+
+    # An optional process-wide hook told of every call served (the worker's metrics
+    # count them by kind); it must be quick and never fails a call.
+    observer: ClassVar[Callable[[dict[str, Any]], None] | None] = None
 
     def __init__(self, tools: Any, model: ModelSpec | None, *, session_id: str) -> None:
         self.session_id = session_id
@@ -148,6 +153,11 @@ class AgentServices:
         return failure
 
     def _record(self, event: dict[str, Any]) -> None:
+        if AgentServices.observer is not None:
+            try:
+                AgentServices.observer(event)
+            except Exception:
+                log.exception("AgentServices.observer failed")
         (self._sink if self._sink is not None else self._between).append(event)
 
     def _failed(self, error: ModelError) -> None:

@@ -21,6 +21,7 @@ from episodes.client.batches import (
     total_episodes,
     wait_batch,
 )
+from episodes.config import Config
 from episodes.metrics import BatchMetrics, report_ks
 from episodes.spec import load_spec
 
@@ -28,9 +29,7 @@ from episodes.spec import load_spec
 async def run_spec_batch(
     path: Path,
     *,
-    address: str | None,
-    namespace: str,
-    task_queue: str,
+    cfg: Config,
     out: Path | None,
     batch: str | None,
     concurrency: int | None,
@@ -44,9 +43,8 @@ async def run_spec_batch(
     total = total_episodes(inp)
 
     async with contextlib.AsyncExitStack() as stack:
-        client, ui_url = await client_for(
-            stack, address=address, namespace=namespace, task_queue=task_queue
-        )
+        client, ui_url = await client_for(stack, cfg)
+        task_queue = cfg.settings.task_queue
         handle = await start_batch(client, inp, task_queue=task_queue)
         console.print(f"batch workflow [bold]{handle.id}[/]", highlight=False, soft_wrap=True)
         with progress_bar() as progress:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import statistics
 from collections import Counter
-from collections.abc import Coroutine
-from typing import Any, NoReturn
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -15,6 +18,9 @@ from rich.table import Table
 
 from episodes.errors import EpisodesError
 from episodes.models import EpisodeResult
+
+if TYPE_CHECKING:
+    from episodes.config import Config
 
 console = Console()
 err_console = Console(stderr=True)
@@ -81,3 +87,151 @@ def progress_bar() -> Progress:
         TimeElapsedColumn(),
         console=console,
     )
+
+
+# -- the shared option set ---------------------------------------------------------
+# Every command that talks to Temporal takes these (`@with_config`), resolved once by
+# `episodes.config.load_config`: flags > environment > config file > defaults.
+
+_CONN = "Temporal connection (else TEMPORAL_* variables, then the config file's profile)"
+_SET = "Settings (else EPISODES_* variables, then the config file's \\[episodes] table)"
+
+CONFIG_OPTIONS: dict[str, Any] = {
+    "config": Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="TOML file: \\[profile.NAME] (Temporal's envconfig) and \\[episodes]. "
+            "Else EPISODES_CONFIG_FILE, TEMPORAL_CONFIG_FILE, ./episodes.toml.",
+            rich_help_panel=_CONN,
+        ),
+    ],
+    "profile": Annotated[
+        str | None,
+        typer.Option(
+            help="Profile in the config file (else TEMPORAL_PROFILE, default).",
+            rich_help_panel=_CONN,
+        ),
+    ],
+    "address": Annotated[
+        str | None, typer.Option(help="Temporal frontend host:port.", rich_help_panel=_CONN)
+    ],
+    "namespace": Annotated[
+        str | None, typer.Option(help="Temporal namespace.", rich_help_panel=_CONN)
+    ],
+    "api_key": Annotated[
+        str | None,
+        typer.Option(
+            help="API key (turns TLS on). Prefer TEMPORAL_API_KEY: flags show in `ps`.",
+            rich_help_panel=_CONN,
+            show_default=False,
+        ),
+    ],
+    "tls": Annotated[
+        bool | None,
+        typer.Option("--tls/--no-tls", help="Force TLS on or off.", rich_help_panel=_CONN),
+    ],
+    "tls_cert": Annotated[
+        Path | None, typer.Option(help="mTLS client certificate (PEM).", rich_help_panel=_CONN)
+    ],
+    "tls_key": Annotated[
+        Path | None, typer.Option(help="mTLS client private key (PEM).", rich_help_panel=_CONN)
+    ],
+    "tls_ca": Annotated[
+        Path | None, typer.Option(help="CA certificate of the server (PEM).", rich_help_panel=_CONN)
+    ],
+    "tls_server_name": Annotated[
+        str | None, typer.Option(help="TLS server name (SNI) override.", rich_help_panel=_CONN)
+    ],
+    "task_queue": Annotated[
+        str | None, typer.Option(help="The shared task queue workers poll.", rich_help_panel=_SET)
+    ],
+    "max_sessions": Annotated[
+        int | None, typer.Option(help="Live sessions a worker holds.", rich_help_panel=_SET)
+    ],
+    "session_idle_ttl_s": Annotated[
+        float | None,
+        typer.Option(
+            "--session-idle-ttl", help="Stop a session idle this long (s).", rich_help_panel=_SET
+        ),
+    ],
+    "pool_ttl_s": Annotated[
+        float | None,
+        typer.Option(
+            "--pool-ttl", help="Longest a pooled box idles on a worker (s).", rich_help_panel=_SET
+        ),
+    ],
+    "pool_max_idle": Annotated[
+        int | None, typer.Option(help="Most idle boxes per pool on a worker.", rich_help_panel=_SET)
+    ],
+    "log_level": Annotated[
+        str | None, typer.Option(help="DEBUG, INFO, WARNING or ERROR.", rich_help_panel=_SET)
+    ],
+    "log_format": Annotated[
+        str | None, typer.Option(help="text or json (one object a line).", rich_help_panel=_SET)
+    ],
+    "metrics_port": Annotated[
+        int | None,
+        typer.Option(
+            help="Serve Prometheus metrics (SDK + episodes) on this port.", rich_help_panel=_SET
+        ),
+    ],
+    "metrics_host": Annotated[
+        str | None, typer.Option(help="Address the metrics endpoint binds.", rich_help_panel=_SET)
+    ],
+    "deployment_name": Annotated[
+        str | None, typer.Option(help="Worker Versioning: deployment name.", rich_help_panel=_SET)
+    ],
+    "build_id": Annotated[
+        str | None,
+        typer.Option(help="Worker Versioning: this worker's build id.", rich_help_panel=_SET),
+    ],
+}
+_TEMPORAL_FLAGS = (
+    "address",
+    "namespace",
+    "api_key",
+    "tls",
+    "tls_cert",
+    "tls_key",
+    "tls_ca",
+    "tls_server_name",
+)
+
+
+def resolve(flags: dict[str, Any]) -> Config:
+    """The command's configuration from its flags; a bad setting is one line and exit 2."""
+    from episodes.config import TemporalFlags, load_config
+
+    conn = TemporalFlags(**{k: flags.pop(k) for k in _TEMPORAL_FLAGS})
+    try:
+        return load_config(conn, flags, config=flags.pop("config"), profile=flags.pop("profile"))
+    except EpisodesError as e:
+        fail(str(e))
+
+
+def with_config(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Give a command the shared option set; it receives the resolved `cfg: Config`."""
+    sig = inspect.signature(func)
+    own = [p for p in sig.parameters.values() if p.name != "cfg"]
+    extra = [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)
+        for name, ann in CONFIG_OPTIONS.items()
+    ]
+
+    @functools.wraps(func)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        flags = {name: kwargs.pop(name) for name in CONFIG_OPTIONS}
+        return func(*args, cfg=resolve(flags), **kwargs)
+
+    hints = {
+        k: eval(v, func.__globals__) if isinstance(v, str) else v  # postponed annotations
+        for k, v in func.__annotations__.items()
+        if k not in ("cfg", "return")
+    }
+    command.__annotations__ = {**hints, **CONFIG_OPTIONS}
+    command.__signature__ = sig.replace(  # type: ignore[attr-defined]
+        parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in own] + extra
+    )
+    del command.__wrapped__  # typer must read the signature above, not the function's
+    return command

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from episodes.client.connect import connect
+from episodes.client.connect import connect, connect_config
 from episodes.client.devserver import DevServer
+from episodes.config import Config
 
 STATE_DIR = Path(".episodes")
 
@@ -59,15 +60,15 @@ async def embedded_stack(
         await asyncio.to_thread(server.stop)
 
 
-async def client_for(
-    stack: contextlib.AsyncExitStack, *, address: str | None, namespace: str, task_queue: str
-) -> tuple[Client, str | None]:
-    """A client for `address`, or (no address) the embedded stack entered on `stack`.
+async def client_for(stack: contextlib.AsyncExitStack, cfg: Config) -> tuple[Client, str | None]:
+    """A client for the configured server, or (no address configured anywhere) the
+    embedded stack entered on `stack`.
 
     Returns the client and the UI address when we started the server.
     """
-    if address is not None:
-        return await connect(address, namespace=namespace), None
+    if cfg.address is not None:
+        return await connect_config(cfg), None
+    task_queue, namespace = cfg.settings.task_queue, cfg.namespace
     from episodes.cli.common import console
 
     with console.status("starting the embedded Temporal dev server and a worker"):

@@ -13,8 +13,10 @@ from typing import Annotated
 import typer
 
 from episodes.cli import common
+from episodes.cli.doctor import doctor, setup
 from episodes.cli.schedule import app as schedule_app
 from episodes.client.exit import run_main
+from episodes.config import Config
 from episodes.messages import DEFAULT_TASK_QUEUE
 
 app = typer.Typer(
@@ -24,11 +26,6 @@ app = typer.Typer(
     help="Durable multi-turn agent episodes on Temporal.",
 )
 
-Address = Annotated[
-    str | None,
-    typer.Option(help="Temporal frontend host:port. Default: start the embedded dev server."),
-]
-Namespace = Annotated[str, typer.Option(help="Temporal namespace.")]
 TaskQueue = Annotated[str, typer.Option(help="The shared task queue workers poll.")]
 
 
@@ -61,48 +58,19 @@ def dev(
 
 
 @app.command()
-def worker(
-    address: Annotated[str, typer.Option(help="Temporal frontend host:port.")] = "127.0.0.1:7233",
-    namespace: Namespace = "default",
-    task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
-    max_sessions: Annotated[int, typer.Option(help="Live sessions this worker holds.")] = 256,
-    session_idle_ttl: Annotated[
-        float, typer.Option(help="Stop a session idle this long (s).")
-    ] = 3600.0,
-) -> None:
+@common.with_config
+def worker(cfg: Config) -> None:
     """Run a worker against any Temporal server; SIGTERM/SIGINT stop it gracefully."""
-    from episodes.client.connect import connect
-    from workers.worker import EpisodeWorker, WorkerOptions
+    from episodes.cli.worker import run_worker
 
-    async def main() -> None:
-        client = await connect(address, namespace=namespace)
-        w = EpisodeWorker(
-            client,
-            WorkerOptions(
-                task_queue=task_queue,
-                max_sessions=max_sessions,
-                session_idle_ttl_s=session_idle_ttl,
-            ),
-        )
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, w.request_stop)
-        common.console.print(
-            f"worker {w.worker_id}: queue {task_queue!r}, sessions on {w.session_queue!r}",
-            highlight=False,
-        )
-        await w.run()
-        common.console.print("worker stopped; every live harness was stopped", highlight=False)
-
-    common.run(main())
+    common.run(run_worker(cfg))
 
 
 @app.command("run")
+@common.with_config
 def run_cmd(
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
-    address: Address = None,
-    namespace: Namespace = "default",
-    task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
+    cfg: Config,
     out: Annotated[Path | None, typer.Option(help="Write one EpisodeResult JSON per line.")] = None,
     batch_id: Annotated[
         str | None,
@@ -121,7 +89,10 @@ def run_cmd(
         float, typer.Option(help="With --batch: an episode passes when reward >= this.")
     ] = 1.0,
 ) -> None:
-    """Run every task x sample of SPEC, show progress, print a summary."""
+    """Run every task x sample of SPEC, show progress, print a summary.
+
+    With no address configured (flag, TEMPORAL_ADDRESS or a profile) it brings up the
+    embedded dev server and a worker for the run."""
     from episodes.cli.run import run_spec
 
     if batch:
@@ -130,9 +101,7 @@ def run_cmd(
         common.run(
             run_spec_batch(
                 spec,
-                address=address,
-                namespace=namespace,
-                task_queue=task_queue,
+                cfg=cfg,
                 out=out,
                 batch=batch_id,
                 concurrency=concurrency,
@@ -140,33 +109,25 @@ def run_cmd(
             )
         )
         return
-    common.run(
-        run_spec(
-            spec,
-            address=address,
-            namespace=namespace,
-            task_queue=task_queue,
-            out=out,
-            batch=batch_id,
-            concurrency=concurrency,
-        )
-    )
+    common.run(run_spec(spec, cfg=cfg, out=out, batch=batch_id, concurrency=concurrency))
 
 
 app.add_typer(schedule_app, name="schedule")
+app.command()(doctor)
+app.command()(setup)
 
 
 @app.command()
+@common.with_config
 def show(
     workflow_id: Annotated[str, typer.Argument(help="The episode's workflow id.")],
-    address: Annotated[str, typer.Option(help="Temporal frontend host:port.")] = "127.0.0.1:7233",
-    namespace: Namespace = "default",
+    cfg: Config,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Print an episode's transcript turn by turn (read from its history)."""
     from episodes.cli.show import show_episode
 
-    common.run(show_episode(workflow_id, address=address, namespace=namespace, as_json=as_json))
+    common.run(show_episode(workflow_id, cfg=cfg, as_json=as_json))
 
 
 @app.command()

@@ -8,6 +8,7 @@ from pathlib import Path
 from episodes.cli.common import console, progress_bar, summary_table
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
+from episodes.config import Config
 from episodes.models import EpisodeResult
 from episodes.spec import load_spec
 
@@ -15,9 +16,7 @@ from episodes.spec import load_spec
 async def run_spec(
     path: Path,
     *,
-    address: str | None,
-    namespace: str,
-    task_queue: str,
+    cfg: Config,
     out: Path | None,
     batch: str | None,
     concurrency: int | None,
@@ -31,9 +30,8 @@ async def run_spec(
     total = len(tasks) * spec.samples
 
     async with contextlib.AsyncExitStack() as stack:
-        client, ui_url = await client_for(
-            stack, address=address, namespace=namespace, task_queue=task_queue
-        )
+        client, ui_url = await client_for(stack, cfg)
+        task_queue = cfg.settings.task_queue
         sink = stack.enter_context(out.open("w")) if out else None
         results: list[EpisodeResult] = []
         episodes = EpisodesClient(client, task_queue=task_queue)

@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from temporalio.client import Client
 
 from episodes.cli import common
-from episodes.messages import DEFAULT_TASK_QUEUE
+from episodes.config import Config
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -18,8 +19,6 @@ app = typer.Typer(
 )
 
 Name = Annotated[str, typer.Argument(help="The schedule's name (its id).")]
-Address = Annotated[str, typer.Option(help="Temporal frontend host:port.")]
-Namespace = Annotated[str, typer.Option(help="Temporal namespace.")]
 Note = Annotated[str | None, typer.Option(help="A note shown with the schedule.")]
 OVERLAP_HELP = (
     "When a run is due while the last one still runs: skip, buffer-one, buffer-all, "
@@ -27,16 +26,18 @@ OVERLAP_HELP = (
 )
 
 
-async def _client(address: str, namespace: str):  # type: ignore[no-untyped-def]
-    from episodes.client.connect import connect
+async def _client(cfg: Config) -> Client:
+    from episodes.client.connect import connect_config
 
-    return await connect(address, namespace=namespace)
+    return await connect_config(cfg)
 
 
 @app.command()
+@common.with_config
 def create(
     name: Name,
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    cfg: Config,
     cron: Annotated[str | None, typer.Option(help="Cron expression, e.g. '0 3 * * *'.")] = None,
     every: Annotated[str | None, typer.Option(help="Interval, e.g. 6h, 30m, 1h30m.")] = None,
     overlap: Annotated[str, typer.Option(help=OVERLAP_HELP)] = "skip",
@@ -44,11 +45,6 @@ def create(
     pass_threshold: Annotated[
         float, typer.Option(help="An episode passes when its reward is at least this.")
     ] = 1.0,
-    address: Address = "127.0.0.1:7233",
-    namespace: Namespace = "default",
-    task_queue: Annotated[str, typer.Option(help="The shared task queue workers poll.")] = (
-        DEFAULT_TASK_QUEUE
-    ),
 ) -> None:
     """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
     from episodes.client.schedules import create_schedule
@@ -58,12 +54,12 @@ def create(
     async def main() -> None:
         s = load_spec(spec)
         check_env_ref(s.env)
-        client = await _client(address, namespace)
+        client = await _client(cfg)
         await create_schedule(
             client,
             name,
             s,
-            task_queue=task_queue,
+            task_queue=cfg.settings.task_queue,
             cron=cron,
             every=every,
             overlap=overlap,
@@ -80,12 +76,13 @@ def create(
 
 
 @app.command("list")
-def list_cmd(address: Address = "127.0.0.1:7233", namespace: Namespace = "default") -> None:
+@common.with_config
+def list_cmd(cfg: Config) -> None:
     """List the schedules that start batches."""
     from episodes.client.schedules import list_schedules
 
     async def main() -> None:
-        schedules = await list_schedules(await _client(address, namespace))
+        schedules = await list_schedules(await _client(cfg))
         if not schedules:
             common.console.print("no schedules")
             return
@@ -110,14 +107,13 @@ def list_cmd(address: Address = "127.0.0.1:7233", namespace: Namespace = "defaul
 
 
 @app.command()
-def describe(
-    name: Name, address: Address = "127.0.0.1:7233", namespace: Namespace = "default"
-) -> None:
+@common.with_config
+def describe(name: Name, cfg: Config) -> None:
     """Show a schedule: its spec, timing, state, recent and next runs."""
     from episodes.client.schedules import describe_schedule
 
     async def main() -> None:
-        s = await describe_schedule(await _client(address, namespace), name)
+        s = await describe_schedule(await _client(cfg), name)
         table = Table(title=f"schedule {s.name}", show_header=False, title_justify="left")
         table.add_column("what", style="bold")
         table.add_column("value")
@@ -144,53 +140,53 @@ def describe(
 
 
 @app.command()
+@common.with_config
 def pause(
     name: Name,
+    cfg: Config,
     note: Note = None,
-    address: Address = "127.0.0.1:7233",
-    namespace: Namespace = "default",
 ) -> None:
     """Pause a schedule (runs already started continue)."""
     from episodes.client.schedules import pause_schedule
 
     async def main() -> None:
-        await pause_schedule(await _client(address, namespace), name, note)
+        await pause_schedule(await _client(cfg), name, note)
         common.console.print(f"[green]✓[/] paused {name}", highlight=False)
 
     common.run(main())
 
 
 @app.command()
+@common.with_config
 def unpause(
     name: Name,
+    cfg: Config,
     note: Note = None,
-    address: Address = "127.0.0.1:7233",
-    namespace: Namespace = "default",
 ) -> None:
     """Resume a paused schedule."""
     from episodes.client.schedules import unpause_schedule
 
     async def main() -> None:
-        await unpause_schedule(await _client(address, namespace), name, note)
+        await unpause_schedule(await _client(cfg), name, note)
         common.console.print(f"[green]✓[/] unpaused {name}", highlight=False)
 
     common.run(main())
 
 
 @app.command()
+@common.with_config
 def trigger(
     name: Name,
+    cfg: Config,
     overlap: Annotated[
         str | None, typer.Option(help="Override the overlap policy for this run.")
     ] = None,
-    address: Address = "127.0.0.1:7233",
-    namespace: Namespace = "default",
 ) -> None:
     """Start a run now."""
     from episodes.client.schedules import trigger_schedule
 
     async def main() -> None:
-        await trigger_schedule(await _client(address, namespace), name, overlap)
+        await trigger_schedule(await _client(cfg), name, overlap)
         common.console.print(
             f"[green]✓[/] triggered {name}; find it with EpisodeSchedule = '{name}'",
             highlight=False,
@@ -200,14 +196,13 @@ def trigger(
 
 
 @app.command()
-def delete(
-    name: Name, address: Address = "127.0.0.1:7233", namespace: Namespace = "default"
-) -> None:
+@common.with_config
+def delete(name: Name, cfg: Config) -> None:
     """Delete a schedule (the batches it started stay, findable by EpisodeSchedule)."""
     from episodes.client.schedules import delete_schedule
 
     async def main() -> None:
-        await delete_schedule(await _client(address, namespace), name)
+        await delete_schedule(await _client(cfg), name)
         common.console.print(f"[green]✓[/] deleted {name}", highlight=False)
 
     common.run(main())

@@ -9,8 +9,9 @@ from rich.markup import escape
 from rich.panel import Panel
 
 from episodes.cli.common import console
-from episodes.client.connect import connect
+from episodes.client.connect import connect_config
 from episodes.client.transcripts import load_transcript
+from episodes.config import Config
 
 
 def _fmt(value: Any) -> str:
@@ -48,8 +49,8 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-async def show_episode(workflow_id: str, *, address: str, namespace: str, as_json: bool) -> None:
-    client = await connect(address, namespace=namespace)
+async def show_episode(workflow_id: str, *, cfg: Config, as_json: bool) -> None:
+    client = await connect_config(cfg)
     data = await load_transcript(client, workflow_id)
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))

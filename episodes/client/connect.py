@@ -1,14 +1,25 @@
-"""Connecting to Temporal with the pydantic data converter, with one clear error."""
+"""Connecting to Temporal with the pydantic data converter, with one clear error.
+
+`connect(address)` is the plain form (a dev server, tests). `connect_config(config)`
+connects with a resolved `episodes.config.Config`: the SDK's envconfig profile
+(address, namespace, API key, TLS / mTLS), so Temporal Cloud works by setting those
+alone. Both take further `Client.connect` keyword arguments (`runtime=`,
+`data_converter=`, ...), passed through.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 
 from episodes.errors import EpisodesError
+
+if TYPE_CHECKING:
+    from episodes.config import Config
 
 
 class ServerUnreachable(EpisodesError):
@@ -16,16 +27,23 @@ class ServerUnreachable(EpisodesError):
 
 
 async def connect(
-    address: str = "127.0.0.1:7233", *, namespace: str = "default", timeout_s: float = 10.0
+    address: str = "127.0.0.1:7233",
+    *,
+    namespace: str = "default",
+    timeout_s: float = 10.0,
+    **client_options: Any,
 ) -> Client:
-    """Connect and wait until the namespace answers (a fresh dev server needs a moment)."""
+    """Connect and wait until the namespace answers (a fresh dev server needs a moment).
+
+    `client_options` go to `Client.connect` (api_key, tls, rpc_metadata, runtime,
+    data_converter, ...); the data converter defaults to the pydantic one.
+    """
+    client_options.setdefault("data_converter", pydantic_data_converter)
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while True:
         try:
-            client = await Client.connect(
-                address, namespace=namespace, data_converter=pydantic_data_converter
-            )
+            client = await Client.connect(address, namespace=namespace, **client_options)
             await client.count_workflows()  # proves the namespace and visibility are up
             return client
         except Exception as e:  # RuntimeError from the bridge, RPCError from the call
@@ -36,3 +54,14 @@ async def connect(
                 f"cannot reach Temporal at {address} (namespace {namespace!r}): {first}"
             )
         await asyncio.sleep(0.25)
+
+
+async def connect_config(
+    config: Config, *, timeout_s: float = 10.0, **client_options: Any
+) -> Client:
+    """Connect with a resolved configuration (its envconfig profile); flags already applied."""
+    kwargs: dict[str, Any] = dict(config.connect_config())
+    address = kwargs.pop("target_host")
+    namespace = kwargs.pop("namespace")
+    kwargs.update(client_options)
+    return await connect(address, namespace=namespace, timeout_s=timeout_s, **kwargs)

@@ -73,6 +73,9 @@ class DevServer:
     headless: bool = False
     log_file: Path | None = None
     extra_dynamic_config: dict[str, str] = field(default_factory=dict)
+    # False: a bare server without this project's search attributes (like a fresh
+    # self-hosted cluster), for `episodes setup` and `episodes doctor` to find so.
+    search_attributes: bool = True
     # Tests and benchmarks: pick free ports (and pick again if one is taken between
     # choosing it and the server binding it; many servers start on one machine).
     auto_port: bool = False
@@ -98,8 +101,9 @@ class DevServer:
             argv += ["--ui-port", str(self.ui_port)]
         if self.db_file is not None:
             argv += ["--db-filename", str(self.db_file)]
-        for name, kind in CLI_TYPES.items():
-            argv += ["--search-attribute", f"{name}={kind}"]
+        if self.search_attributes:
+            for name, kind in CLI_TYPES.items():
+                argv += ["--search-attribute", f"{name}={kind}"]
         argv += TUNING_FLAGS
         for key, value in self.extra_dynamic_config.items():
             argv += ["--dynamic-config-value", f"{key}={value}"]

@@ -17,7 +17,10 @@ log = logging.getLogger("episodes.worker")
 
 
 class WorkerPools:
-    def __init__(self) -> None:
+    def __init__(self, *, max_ttl_s: float | None = None, max_idle: int | None = None) -> None:
+        # The worker's caps (settings pool_ttl_s, pool_max_idle) on what a spec asks for.
+        self.max_ttl_s = max_ttl_s
+        self.max_idle = max_idle
         self._pools: dict[PoolSpec, RuntimePool] = {}
         self._lock = asyncio.Lock()
         # A pool runs its TTL sweeper while entered; `close` exits every pool.
@@ -29,7 +32,9 @@ class WorkerPools:
             return pool
         async with self._lock:
             if spec not in self._pools:
-                pool = RuntimePool(RuntimePoolConfig(ttl_s=spec.ttl_s, max_idle=spec.max_idle))
+                ttl = min(spec.ttl_s, self.max_ttl_s or spec.ttl_s)
+                idle = spec.max_idle if self.max_idle is None else min(spec.max_idle, self.max_idle)
+                pool = RuntimePool(RuntimePoolConfig(ttl_s=ttl, max_idle=idle))
                 self._pools[spec] = await self._entered.enter_async_context(pool)
             return self._pools[spec]
 

@@ -1,0 +1,62 @@
+"""`episodes worker`: logs, metrics and Worker Versioning from the settings, then poll."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from episodes.cli import common
+from episodes.config import Config
+
+log = logging.getLogger("episodes.worker")
+
+
+async def run_worker(cfg: Config) -> None:
+    from episodes.agents.services import AgentServices
+    from episodes.client.connect import connect_config
+    from episodes.logs import configure_logging
+    from episodes.telemetry import MetricsServer, count_agent_call
+    from workers.worker import EpisodeWorker, WorkerOptions
+
+    s = cfg.settings
+    configure_logging(s.log_level, s.log_format)
+    AgentServices.observer = count_agent_call
+    metrics: MetricsServer | None = None
+    extra = {}
+    if s.metrics_port is not None:
+        metrics = MetricsServer(s.metrics_port, s.metrics_host)
+        extra["runtime"] = metrics.runtime
+    try:
+        client = await connect_config(cfg, **extra)
+        w = EpisodeWorker(
+            client,
+            WorkerOptions(
+                task_queue=s.task_queue,
+                max_sessions=s.max_sessions,
+                session_idle_ttl_s=s.session_idle_ttl_s,
+                pool_ttl_s=s.pool_ttl_s,
+                pool_max_idle=s.pool_max_idle,
+                deployment_name=s.deployment_name,
+                build_id=s.build_id,
+            ),
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, w.request_stop)
+        version = f", build {s.deployment_name}/{s.build_id}" if s.build_id else ""
+        where = f", metrics {metrics.url}" if metrics else ""
+        common.console.print(
+            f"worker {w.worker_id}: {cfg.describe()}, queue {s.task_queue!r}, "
+            f"sessions on {w.session_queue!r}{version}{where}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        log.info("worker %s started (max %d sessions)", w.worker_id, s.max_sessions)
+        await w.run()
+        common.console.print("worker stopped; every live harness was stopped", highlight=False)
+    finally:
+        if metrics is not None:
+            with contextlib.suppress(Exception):
+                metrics.close()

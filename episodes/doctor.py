@@ -1,0 +1,336 @@
+"""`episodes doctor`: check a configuration end to end; `episodes setup`: fix what it can.
+
+Each check is one line: what was found, and when something is missing, how to fix
+it. Required checks decide the exit code; optional ones (a runtime nobody asked
+for) are shown but do not fail. Secret values (API keys, tokens, payload keys) are
+never printed: only whether they are set.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio.api.enums.v1 import IndexedValueType, TaskQueueKind, TaskQueueType
+from temporalio.api.operatorservice.v1 import (
+    AddSearchAttributesRequest,
+    ListSearchAttributesRequest,
+)
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import (
+    DescribeNamespaceRequest,
+    DescribeTaskQueueRequest,
+    RegisterNamespaceRequest,
+)
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
+
+from episodes.config import Config
+from episodes.search_attributes import CLI_TYPES
+
+RUNTIMES = ("subprocess", "docker", "modal", "prime")
+HARNESS_IMAGE = "episodes-harness:latest"
+INDEXED = {
+    "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+    "Double": IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
+    "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
+}
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+    @property
+    def failed(self) -> bool:
+        return self.required and not self.ok
+
+    def line(self) -> str:
+        mark = "✓" if self.ok else ("✗" if self.required else "·")
+        fix = f" — fix: {self.fix}" if self.fix and not self.ok else ""
+        return f"{mark} {self.name}: {self.detail}{fix}"
+
+
+async def open_client(cfg: Config, timeout_s: float = 8.0) -> Client | Check:
+    """A client, or the failed check saying why the server cannot be reached."""
+    from temporalio.contrib.pydantic import pydantic_data_converter
+
+    kwargs = dict(cfg.connect_config())
+    address = kwargs.pop("target_host")
+    try:
+        return await asyncio.wait_for(
+            Client.connect(address, data_converter=pydantic_data_converter, **kwargs), timeout_s
+        )
+    except Exception as e:
+        first = _short(e)
+        return Check(
+            "server",
+            False,
+            f"cannot reach {address}: {first}",
+            "start one (`episodes dev`) or set --address / TEMPORAL_ADDRESS / a profile"
+            " (Cloud: TEMPORAL_API_KEY or --tls-cert/--tls-key)",
+        )
+
+
+def _short(e: BaseException) -> str:
+    text = str(e) or type(e).__name__
+    if "Connection refused" in text or "ConnectionRefused" in text:
+        return "connection refused"
+    if "dns error" in text.lower():
+        return "the host name does not resolve"
+    if isinstance(e, TimeoutError):
+        return "no answer in time"
+    return text.splitlines()[0][:160]
+
+
+async def check_namespace(client: Client) -> Check:
+    ns = client.namespace
+    try:
+        await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=ns))
+    except RPCError as e:
+        if e.status == RPCStatusCode.NOT_FOUND:
+            return Check(
+                "namespace", False, f"{ns!r} does not exist", "`episodes setup` creates it"
+            )
+        return Check("namespace", False, f"{ns!r}: {e.message}", "check the API key's permissions")
+    return Check("namespace", True, f"{ns!r} exists")
+
+
+async def missing_search_attributes(client: Client) -> tuple[list[str], list[str]]:
+    """(missing names, names registered with another type)."""
+    resp = await client.operator_service.list_search_attributes(
+        ListSearchAttributesRequest(namespace=client.namespace)
+    )
+    have = dict(resp.custom_attributes)
+    missing = [n for n in CLI_TYPES if n not in have]
+    wrong = [n for n, t in CLI_TYPES.items() if n in have and have[n] != INDEXED[t]]
+    return missing, wrong
+
+
+async def check_search_attributes(client: Client) -> Check:
+    try:
+        missing, wrong = await missing_search_attributes(client)
+    except RPCError as e:
+        return Check("search attributes", False, f"cannot list them: {e.message}")
+    if wrong:
+        return Check(
+            "search attributes",
+            False,
+            f"registered with another type: {', '.join(wrong)}",
+            "remove them (`temporal operator search-attribute remove`) and run `episodes setup`",
+        )
+    if missing:
+        return Check(
+            "search attributes",
+            False,
+            f"missing {', '.join(missing)}",
+            "`episodes setup` (Temporal Cloud: `tcld namespace search-attributes add`)",
+        )
+    return Check("search attributes", True, f"all {len(CLI_TYPES)} registered")
+
+
+async def check_workers(client: Client, task_queue: str) -> Check:
+    pollers = []
+    for kind in (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY):
+        resp = await client.workflow_service.describe_task_queue(
+            DescribeTaskQueueRequest(
+                namespace=client.namespace,
+                task_queue=TaskQueue(name=task_queue, kind=TaskQueueKind.TASK_QUEUE_KIND_NORMAL),
+                task_queue_type=kind,
+            )
+        )
+        pollers.append({p.identity for p in resp.pollers})
+    workflow_pollers, activity_pollers = pollers
+    if not workflow_pollers or not activity_pollers:
+        return Check(
+            "workers",
+            False,
+            f"no worker polls queue {task_queue!r}",
+            f"start `episodes worker --task-queue {task_queue}` with this configuration",
+        )
+    names = sorted({p.removesuffix("@shared") for p in workflow_pollers | activity_pollers})
+    return Check("workers", True, f"{len(names)} polling {task_queue!r}: {', '.join(names[:5])}")
+
+
+def check_runtime(name: str, required: bool) -> Check:
+    label = f"runtime {name}"
+    if name == "subprocess":
+        return Check(label, True, "always available", required=required)
+    if name == "docker":
+        try:
+            from episodes.runtimes.docker_engine import shared_client
+
+            api = shared_client().api
+            api.ping()
+        except Exception as e:
+            first = (str(e).splitlines() or [type(e).__name__])[0][:160]
+            return Check(
+                label,
+                False,
+                f"no Docker engine answers ({first})",
+                "start Docker, or give the worker the engine socket "
+                "(docker-compose.docker-runtime.yml)",
+                required,
+            )
+        try:
+            api.inspect_image(HARNESS_IMAGE)
+        except Exception:
+            return Check(
+                label,
+                False,
+                f"engine up, image {HARNESS_IMAGE} missing",
+                "scripts/build-image.sh on the worker's host",
+                required,
+            )
+        return Check(label, True, f"engine up, image {HARNESS_IMAGE} present", required=required)
+    dist = {"modal": "modal", "prime": "prime-sandboxes"}[name]
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return Check(
+            label, False, f"{dist} not installed", f"pip install 'episodes[{name}]'", required
+        )
+    try:
+        if name == "modal":
+            from modal.config import config
+
+            creds = bool(config.get("token_id") and config.get("token_secret"))
+            how = "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or `modal token new`)"
+        else:
+            import prime_sandboxes
+
+            creds = bool(prime_sandboxes.Config().api_key)
+            how = "set PRIME_API_KEY (or `prime login`)"
+    except Exception as e:
+        return Check(
+            label, False, f"{dist} {version} fails to load: {type(e).__name__}", "", required
+        )
+    if not creds:
+        return Check(label, False, f"{dist} {version}, no credentials", how, required)
+    return Check(label, True, f"{dist} {version}, credentials set", required=required)
+
+
+async def check_payloads() -> list[Check]:
+    from episodes.payloads.config import LocalStorage, PayloadsConfigError, S3Storage
+    from episodes.payloads.config import payloads_config_from_env as from_env
+
+    try:
+        cfg = from_env()
+    except PayloadsConfigError as e:
+        return [Check("payloads", False, str(e), "fix the variable it names")]
+    out = []
+    enc = cfg.encryption
+    if enc.type == "aes-gcm":
+        n = len(enc.load_keys())
+        out.append(Check("payload encryption", True, f"aes-gcm, {n} key(s) (values not shown)"))
+    s = cfg.storage
+    if isinstance(s, LocalStorage):
+        out.append(await asyncio.to_thread(_check_local, s.path))
+    elif isinstance(s, S3Storage):
+        out.append(await _check_s3(s))
+    else:
+        out.append(
+            Check(
+                "blob store", True, "none configured (payloads stay in the history)", required=False
+            )
+        )
+    return out
+
+
+def _check_local(path: Path) -> Check:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
+            pass
+    except OSError as e:
+        return Check(
+            "blob store",
+            False,
+            f"local {path}: not writable ({e.strerror})",
+            "EPISODES_PAYLOADS_PATH must be a directory the worker can write",
+        )
+    return Check("blob store", True, f"local {path} writable")
+
+
+async def _check_s3(s: object) -> Check:
+    bucket = getattr(s, "bucket", "?")
+    try:
+        import aioboto3
+
+        session = aioboto3.Session()
+        kwargs = {
+            "endpoint_url": getattr(s, "endpoint_url", None),
+            "region_name": getattr(s, "region", None),
+        }
+        async with session.client("s3", **{k: v for k, v in kwargs.items() if v}) as s3:
+            await asyncio.wait_for(s3.head_bucket(Bucket=bucket), 10)
+    except ImportError:
+        return Check("blob store", False, "s3 needs aioboto3", "pip install 'episodes[s3]'")
+    except Exception as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0][:160]
+        return Check(
+            "blob store",
+            False,
+            f"s3 bucket {bucket!r} not reachable: {first}",
+            "check the bucket, EPISODES_S3_ENDPOINT_URL and the AWS credentials",
+        )
+    return Check("blob store", True, f"s3 bucket {bucket!r} reachable")
+
+
+async def run_checks(
+    cfg: Config, *, runtimes: Iterable[str] = (), workers: bool = True
+) -> list[Check]:
+    wanted = set(runtimes)
+    checks = [Check("config", True, cfg.describe())]
+    client = await open_client(cfg)
+    if isinstance(client, Check):
+        checks.append(client)
+    else:
+        checks.append(Check("server", True, f"{cfg.connect_config()['target_host']} answers"))
+        ns = await check_namespace(client)
+        checks.append(ns)
+        if ns.ok:
+            checks.append(await check_search_attributes(client))
+            if workers:
+                checks.append(await check_workers(client, cfg.settings.task_queue))
+    for name in RUNTIMES:
+        checks.append(await asyncio.to_thread(check_runtime, name, name in wanted))
+    checks += await check_payloads()
+    return checks
+
+
+async def setup(client: Client, *, retention: timedelta = timedelta(days=7)) -> list[str]:
+    """Create the namespace when missing and register missing search attributes."""
+    done = []
+    ns = client.namespace
+    if not (await check_namespace(client)).ok:
+        await client.workflow_service.register_namespace(
+            RegisterNamespaceRequest(namespace=ns, workflow_execution_retention_period=retention)
+        )
+        done.append(f"created namespace {ns!r}")
+        for _ in range(50):  # a new namespace takes a moment to answer everywhere
+            if (await check_namespace(client)).ok:
+                break
+            await asyncio.sleep(0.2)
+    missing, wrong = await missing_search_attributes(client)
+    if wrong:
+        from episodes.errors import EpisodesError
+
+        raise EpisodesError(f"search attributes registered with another type: {', '.join(wrong)}")
+    if missing:
+        await client.operator_service.add_search_attributes(
+            AddSearchAttributesRequest(
+                namespace=ns, search_attributes={n: INDEXED[CLI_TYPES[n]] for n in missing}
+            )
+        )
+        done.append(f"registered search attributes {', '.join(missing)}")
+    return done

@@ -1,0 +1,126 @@
+"""Prometheus metrics of a worker: the Temporal SDK's and this project's, on one port.
+
+`--metrics-port P` serves one scrape target at `http://HOST:P/metrics`:
+- the SDK runtime's own Prometheus exporter (`temporalio.runtime.PrometheusConfig`:
+  `temporal_*` series: task slots, poll latencies, activity/workflow outcomes) runs
+  on a private loopback port, and each scrape of P reads it and serves its families;
+- this project's `episodes_*` series from `prometheus-client` (below).
+
+One target means one scrape config and one `instance` label for both halves.
+"""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.registry import Collector
+
+REGISTRY = CollectorRegistry()
+
+LIVE_SESSIONS = Gauge(
+    "episodes_live_sessions", "Sessions this worker holds.", ["worker"], registry=REGISTRY
+)
+MAX_SESSIONS = Gauge(
+    "episodes_max_sessions", "Sessions this worker may hold.", ["worker"], registry=REGISTRY
+)
+PROVISIONS = Counter(
+    "episodes_provisions",
+    "Provision attempts by outcome (ok, harness_failure, spec_error, error).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+POOL_LEASES = Counter(
+    "episodes_pool_leases",
+    "Boxes taken from a pool (hit) or started for it (miss).",
+    ["result"],
+    registry=REGISTRY,
+)
+TURN_SECONDS = Histogram(
+    "episodes_turn_seconds",
+    "Wall time of a turn on the worker (harness reply + env step).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+    registry=REGISTRY,
+)
+TERMINATIONS = Counter(
+    "episodes_terminations",
+    "Episodes ended on this worker, by termination kind.",
+    ["kind"],
+    registry=REGISTRY,
+)
+RESTARTS = Counter(
+    "episodes_restarts",
+    "Sessions restarted (re-provisioned after a loss), by what was lost.",
+    ["kind"],
+    registry=REGISTRY,
+)
+AGENT_CALLS = Counter(
+    "episodes_agent_calls",
+    "Calls a session's services served: tool_call (MCP bridge), model_call (proxy).",
+    ["kind"],
+    registry=REGISTRY,
+)
+
+
+def count_agent_call(event: dict[str, Any]) -> None:
+    AGENT_CALLS.labels(kind=str(event.get("kind", "unknown"))).inc()
+
+
+def record_restart(kind: str) -> None:
+    """For the restart path: one session re-provisioned after `kind` was lost."""
+    RESTARTS.labels(kind=kind).inc()
+
+
+class SdkMetrics(Collector):
+    """The SDK runtime's Prometheus text, re-served from our registry on each scrape."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+    def collect(self) -> Iterator[Any]:
+        try:
+            with urllib.request.urlopen(self.url, timeout=2) as resp:
+                text = resp.read().decode()
+        except OSError:
+            return  # the runtime's exporter is not up (yet): serve our own series only
+        yield from text_string_to_metric_families(text)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class MetricsServer:
+    """The runtime to connect with and the HTTP endpoint serving both halves."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1") -> None:
+        from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+
+        sdk = f"127.0.0.1:{free_port()}"
+        self.runtime = Runtime(
+            telemetry=TelemetryConfig(
+                metrics=PrometheusConfig(
+                    bind_address=sdk, counters_total_suffix=True, durations_as_seconds=True
+                )
+            )
+        )
+        self._sdk = SdkMetrics(f"http://{sdk}/metrics")
+        REGISTRY.register(self._sdk)
+        self.port = port or free_port(host)
+        self.host = host
+        self._server, self._thread = start_http_server(self.port, addr=host, registry=REGISTRY)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        REGISTRY.unregister(self._sdk)

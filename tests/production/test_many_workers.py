@@ -1,0 +1,100 @@
+"""Three real `episodes worker` processes share one queue: spread, stickiness, backpressure."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections import defaultdict
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from episodes import contract
+from episodes.client import EpisodesClient
+from tests.conftest import scripted_command
+from tests.integration.helpers import spec as make_spec
+from tests.production.procs import WorkerProc, value
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+MAX_SESSIONS = 3
+
+
+async def activity_workers(client, workflow_id: str) -> dict[str, set[str]]:  # type: ignore[no-untyped-def]
+    """activity name -> the identities that ran it, and the task queues it was sent to."""
+    scheduled: dict[int, tuple[str, str]] = {}
+    out: dict[str, set[str]] = defaultdict(set)
+    async for ev in client.get_workflow_handle(workflow_id).fetch_history_events():
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            a = ev.activity_task_scheduled_event_attributes
+            scheduled[ev.event_id] = (a.activity_type.name, a.task_queue.name)
+        elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            a = ev.activity_task_started_event_attributes
+            name, queue = scheduled[a.scheduled_event_id]
+            out[name].add(a.identity)
+            out[f"{name}:queue"].add(queue)
+    return out
+
+
+async def test_batch_spreads_sticks_and_holds_backpressure(dev_server, client, tmp_path):
+    queue = f"many-{uuid.uuid4().hex[:6]}"
+    workers = [
+        WorkerProc(
+            dev_server.address, queue, tmp_path / f"w{i}.log", "--max-sessions", str(MAX_SESSIONS)
+        )
+        for i in range(3)
+    ]
+    peak: dict[str, float] = defaultdict(float)
+    stop = threading.Event()
+
+    def sample() -> None:  # each worker's live sessions, from its metrics endpoint
+        while not stop.is_set():
+            for w in workers:
+                live = value(w.metrics(), "episodes_live_sessions", worker=w.worker_id)
+                peak[w.worker_id] = max(peak[w.worker_id], live)
+            stop.wait(0.02)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    try:
+        spec = make_spec(
+            name=f"many-{uuid.uuid4().hex[:6]}",
+            command=scripted_command("slow-start", "delay=0.4"),
+            tasks=[{"id": f"t{i}", "data": {"messages": ["a", "b", "c"]}} for i in range(5)],
+            samples=4,
+        )
+        sampler.start()
+        results = [
+            r
+            async for r in EpisodesClient(client, task_queue=queue).run_batch(spec, concurrency=20)
+        ]
+        stop.set()
+        sampler.join(5)
+        assert len(results) == 20
+        assert all(r.termination == "env_done" and r.turns == 3 for r in results), results
+
+        ids = {w.worker_id for w in workers}
+        provisioned_by: dict[str, int] = defaultdict(int)
+        for r in results:
+            wid = contract.episode_id(spec.name, r.task_id, r.sample)
+            ran = await activity_workers(client, wid)
+            [prov] = ran[contract.PROVISION]
+            owner = prov.removesuffix("@shared")
+            assert owner in ids
+            provisioned_by[owner] += 1
+            # Every later step of the session ran on that worker, through its own queue.
+            for step in (contract.DRIVE, contract.RELEASE):
+                assert ran[step] == {f"{owner}@session"}, (wid, step, ran)
+                assert ran[f"{step}:queue"] == {f"{queue}-session-{owner}"}
+        print("provisions per worker", dict(provisioned_by), "peak live", dict(peak))
+        assert len(provisioned_by) >= 2, provisioned_by  # the batch spread
+        assert sum(provisioned_by.values()) == 20
+        assert peak and all(p <= MAX_SESSIONS for p in peak.values()), dict(peak)
+        assert max(peak.values()) >= 2, dict(peak)  # sessions did overlap on a worker
+        for w in workers:
+            m = w.metrics()
+            assert (
+                value(m, "episodes_provisions_total", outcome="ok") == provisioned_by[w.worker_id]
+            )
+    finally:
+        stop.set()
+        for w in workers:
+            w.stop()
