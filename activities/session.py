@@ -17,11 +17,12 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import telemetry
+from activities.logs import bind
 from activities.recorder import TurnRecorder
-from episodes import contract, telemetry
+from episodes import contract
 from episodes.envs import load_env
 from episodes.errors import HarnessFailure, SpecError
-from episodes.logs import bind
 from episodes.messages import (
     DriveInput,
     DriveResult,

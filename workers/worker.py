@@ -32,9 +32,9 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
+from activities import telemetry
 from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
-from episodes import telemetry
 from episodes.messages import DEFAULT_TASK_QUEUE
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools

@@ -21,7 +21,7 @@ from episodes.client.batches import (
     total_episodes,
     wait_batch,
 )
-from episodes.config import Config
+from episodes.client.config import Config
 from episodes.metrics import BatchMetrics, report_ks
 from episodes.spec import load_spec
 

@@ -20,7 +20,7 @@ from episodes.errors import EpisodesError
 from episodes.models import EpisodeResult
 
 if TYPE_CHECKING:
-    from episodes.config import Config
+    from episodes.client.config import Config
 
 console = Console()
 err_console = Console(stderr=True)
@@ -91,7 +91,7 @@ def progress_bar() -> Progress:
 
 # -- the shared option set ---------------------------------------------------------
 # Every command that talks to Temporal takes these (`@with_config`), resolved once by
-# `episodes.config.load_config`: flags > environment > config file > defaults.
+# `episodes.client.config.load_config`: flags > environment > config file > defaults.
 
 _CONN = "Temporal connection (else TEMPORAL_* variables, then the config file's profile)"
 _SET = "Settings (else EPISODES_* variables, then the config file's \\[episodes] table)"
@@ -201,7 +201,7 @@ _TEMPORAL_FLAGS = (
 
 def resolve(flags: dict[str, Any]) -> Config:
     """The command's configuration from its flags; a bad setting is one line and exit 2."""
-    from episodes.config import TemporalFlags, load_config
+    from episodes.client.config import TemporalFlags, load_config
 
     conn = TemporalFlags(**{k: flags.pop(k) for k in _TEMPORAL_FLAGS})
     try:

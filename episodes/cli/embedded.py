@@ -10,9 +10,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
+from episodes.client.config import Config
 from episodes.client.connect import connect, connect_config
 from episodes.client.devserver import DevServer
-from episodes.config import Config
 
 STATE_DIR = Path(".episodes")
 

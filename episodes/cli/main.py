@@ -15,8 +15,8 @@ import typer
 from episodes.cli import common
 from episodes.cli.doctor import doctor, setup
 from episodes.cli.schedule import app as schedule_app
+from episodes.client.config import Config
 from episodes.client.exit import run_main
-from episodes.config import Config
 from episodes.messages import DEFAULT_TASK_QUEUE
 
 app = typer.Typer(

@@ -8,7 +8,7 @@ from pathlib import Path
 from episodes.cli.common import console, progress_bar, summary_table
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
-from episodes.config import Config
+from episodes.client.config import Config
 from episodes.models import EpisodeResult
 from episodes.spec import load_spec
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from temporalio.client import Client
 
 from episodes.cli import common
-from episodes.config import Config
+from episodes.client.config import Config
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -9,9 +9,9 @@ from rich.markup import escape
 from rich.panel import Panel
 
 from episodes.cli.common import console
+from episodes.client.config import Config
 from episodes.client.connect import connect_config
 from episodes.client.transcripts import load_transcript
-from episodes.config import Config
 
 
 def _fmt(value: Any) -> str:

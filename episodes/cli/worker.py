@@ -8,16 +8,16 @@ import logging
 import signal
 
 from episodes.cli import common
-from episodes.config import Config
+from episodes.client.config import Config
 
 log = logging.getLogger("episodes.worker")
 
 
 async def run_worker(cfg: Config) -> None:
+    from activities.logs import configure_logging
+    from activities.telemetry import MetricsServer, count_agent_call
     from episodes.agents.services import AgentServices
     from episodes.client.connect import connect_config
-    from episodes.logs import configure_logging
-    from episodes.telemetry import MetricsServer, count_agent_call
     from workers.worker import EpisodeWorker, WorkerOptions
 
     s = cfg.settings

@@ -1,7 +1,7 @@
 """Connecting to Temporal with the pydantic data converter, with one clear error.
 
 `connect(address)` is the plain form (a dev server, tests). `connect_config(config)`
-connects with a resolved `episodes.config.Config`: the SDK's envconfig profile
+connects with a resolved `episodes.client.config.Config`: the SDK's envconfig profile
 (address, namespace, API key, TLS / mTLS), so Temporal Cloud works by setting those
 alone. Both take further `Client.connect` keyword arguments (`runtime=`,
 `data_converter=`, ...), passed through.
@@ -19,7 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from episodes.errors import EpisodesError
 
 if TYPE_CHECKING:
-    from episodes.config import Config
+    from episodes.client.config import Config
 
 
 class ServerUnreachable(EpisodesError):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from episodes.telemetry import free_port
+from activities.telemetry import free_port
 from tests.conftest import ROOT
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from episodes.config import ConfigError, TemporalFlags, load_config
+from episodes.client.config import ConfigError, TemporalFlags, load_config
 
 FILE = """
 [profile.default]

@@ -83,7 +83,7 @@ async def test_scrape_after_episodes_and_json_log_lines(dev_server, client, tmp_
 
 
 def test_restart_counter_is_defined() -> None:
-    from episodes import telemetry
+    from activities import telemetry
 
     telemetry.record_restart("worker_lost")
     from prometheus_client import generate_latest

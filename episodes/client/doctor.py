@@ -30,7 +30,7 @@ from temporalio.api.workflowservice.v1 import (
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from episodes.config import Config
+from episodes.client.config import Config
 from episodes.search_attributes import CLI_TYPES
 
 RUNTIMES = ("subprocess", "docker", "modal", "prime")
