@@ -69,10 +69,28 @@ def worker(
     session_idle_ttl: Annotated[
         float, typer.Option(help="Stop a session idle this long (s).")
     ] = 3600.0,
+    drain_timeout_s: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout-s",
+            help="On SIGTERM/SIGINT: how long live sessions may finish before they are "
+            "abandoned (a second signal abandons them at once).",
+        ),
+    ] = 30.0,
 ) -> None:
-    """Run a worker against any Temporal server; SIGTERM/SIGINT stop it gracefully."""
+    """Run a worker against any Temporal server; SIGTERM/SIGINT drain it, then stop it."""
+    import logging
+
     from episodes.client.connect import connect
     from workers.worker import EpisodeWorker, WorkerOptions
+
+    # The worker's own notices (draining, abandoned sessions, reaped boxes) on stderr.
+    wlog = logging.getLogger("episodes.worker")
+    if not wlog.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        wlog.addHandler(handler)
+        wlog.setLevel(logging.INFO)
 
     async def main() -> None:
         client = await connect(address, namespace=namespace)
@@ -82,6 +100,7 @@ def worker(
                 task_queue=task_queue,
                 max_sessions=max_sessions,
                 session_idle_ttl_s=session_idle_ttl,
+                drain_timeout_s=drain_timeout_s,
             ),
         )
         loop = asyncio.get_running_loop()
@@ -92,7 +111,12 @@ def worker(
             highlight=False,
         )
         await w.run()
-        common.console.print("worker stopped; every live harness was stopped", highlight=False)
+        gone = (
+            f"; abandoned {len(w.abandoned)} session(s) at the drain timeout" if w.abandoned else ""
+        )
+        common.console.print(
+            f"worker stopped; every live harness was stopped{gone}", highlight=False
+        )
 
     common.run(main())
 
