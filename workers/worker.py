@@ -49,6 +49,10 @@ class WorkerOptions:
     reap_interval_s: float = 30.0
     max_concurrent_workflow_tasks: int = 100
     graceful_shutdown_s: float = 5.0
+    # How long a workflow task waits on this worker's sticky queue before any worker
+    # may take it. A lost worker's workflows wait this long too before they can notice
+    # the loss, so it adds to worker_lost detection (SDK default: 10 s).
+    sticky_timeout_s: float = 2.0
     # On stop (SIGTERM): how long live sessions may run on before they are abandoned.
     drain_timeout_s: float = 30.0
     worker_id: str | None = None
@@ -92,6 +96,7 @@ class EpisodeWorker:
             activities=[score_transcript_activity],
             no_remote_activities=True,
             max_concurrent_workflow_tasks=opts.max_concurrent_workflow_tasks,
+            sticky_queue_schedule_to_start_timeout=_seconds(opts.sticky_timeout_s),
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@shared",
         )
