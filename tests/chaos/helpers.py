@@ -26,10 +26,35 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from episodes import contract
 from episodes.client import EpisodesClient
 from episodes.models import EpisodeResult
+from episodes.runtimes.config import DockerConfig
 from episodes.spec import EpisodeSpec, parse_spec
 from tests.conftest import ROOT
 
 HARNESS = ROOT / "tests" / "harnesses" / "chaos_harness.py"
+
+
+def docker_api() -> tuple[Any, str | None]:
+    """(the engine's low-level API, None), or (None, why not). Unlike the runtime tests'
+    backend check, never rebuilds the shared image: the chaos harness is bind-mounted."""
+    try:
+        import docker
+    except ImportError:
+        return None, "the docker SDK is not installed (pip install 'episodes[docker]')"
+    try:
+        client = docker.from_env(timeout=30)
+        client.ping()
+    except docker.errors.DockerException:
+        return None, "no Docker engine answers (run scripts/start-docker.sh as root)"
+    try:
+        client.images.get(DockerConfig().image)
+    except docker.errors.ImageNotFound:
+        return None, f"image {DockerConfig().image} is missing (scripts/build-image.sh)"
+    return client.api, None
+
+
+def containers_of(api: Any, worker_id: str) -> list[str]:
+    found = api.containers(all=True, filters={"label": f"episodes.worker={worker_id}"})
+    return [c["Names"][0] for c in found]
 
 
 def new_tag() -> str:

@@ -15,6 +15,8 @@ from episodes.messages import EpisodeProgress
 from tests.chaos.helpers import (
     HARNESS,
     WorkerProc,
+    containers_of,
+    docker_api,
     new_tag,
     provisions,
     results,
@@ -25,7 +27,6 @@ from tests.chaos.helpers import (
     wait_closed,
 )
 from tests.integration.helpers import wait_until
-from tests.runtimes.backends import docker as backend
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -128,11 +129,9 @@ async def test_sigkill_one_of_two_workers_mid_batch(chaos_server, chaos_client, 
         b.signal(signal.SIGTERM)
         assert b.wait(60) == 0, b.text()
         assert not tagged_processes(tag)
-        if backend.skip_reason() is None:  # no container of A's either (there should be none)
-            api = backend.client().api
-            assert (
-                api.containers(all=True, filters={"label": f"episodes.worker={a.worker_id}"}) == []
-            )
+        api, _ = docker_api()
+        if api is not None:  # no container of A's either (there should be none)
+            assert containers_of(api, a.worker_id) == []
     finally:
         a.kill()
         b.kill()
