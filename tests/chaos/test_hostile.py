@@ -85,14 +85,18 @@ async def _run_beside(
 ) -> tuple[dict[str, Any], WorkerRss, WorkerProc]:
     queue = f"hostile-{uuid.uuid4().hex[:6]}"
     worker = WorkerProc(chaos_server.address, queue, tmp_path / "worker.log").start()
-    await worker.ready()
-    ids: dict[str, str] = {}
-    with WorkerRss(worker.pid) as rss:
-        for kind, spec in specs.items():
-            [ids[kind]] = await start_all(client, queue, spec)
-        closed = await wait_closed(client, list(ids.values()), timeout_s=120)
-        assert len(closed) == len(ids), f"stuck: {set(ids.values()) - set(closed)}"
-    by_id = await results(client, list(ids.values()))
+    try:
+        await worker.ready()
+        ids: dict[str, str] = {}
+        with WorkerRss(worker.pid) as rss:
+            for kind, spec in specs.items():
+                [ids[kind]] = await start_all(client, queue, spec)
+            closed = await wait_closed(client, list(ids.values()), timeout_s=120)
+            assert len(closed) == len(ids), f"stuck: {set(ids.values()) - set(closed)}"
+        by_id = await results(client, list(ids.values()))
+    except BaseException:
+        worker.kill()  # the caller never gets it to clean up
+        raise
     out = {kind: by_id[wid] for kind, wid in ids.items()}
     for kind, r in out.items():
         print(f"  {kind}: {r.termination} after {r.duration_s:.1f} s; {(r.error or '')[:90]!r}")
