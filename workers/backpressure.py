@@ -27,8 +27,15 @@ class SessionSlots(CustomSlotSupplier):
     def __init__(self, registry: SessionRegistry) -> None:
         self.registry = registry
         self.permits = 0
+        self.stopped = False
+
+    def stop(self) -> None:
+        """A draining worker: no more permits, ever."""
+        self.stopped = True
 
     def _has_room(self) -> bool:
+        if self.stopped:
+            return False
         return len(self.registry) + self.permits < self.registry.max_sessions
 
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:

@@ -1,11 +1,13 @@
 """The worker process: shared queue (workflows + provision) and its own session queue.
 
-One `EpisodeWorker` runs two Temporal workers in one process:
-- on the shared queue: EpisodeWorkflow and `provision` (gated by `max_sessions`);
+One `EpisodeWorker` runs three Temporal workers in one process:
+- on the shared queue: the workflows (and the batch's activities), and, as a worker
+  of its own so that it can stop polling alone, `provision` (gated by `max_sessions`);
 - on a queue unique to this process: `drive` (an episode's turn loop), `turn` and
   `score` (interactive steps), `release` for the sessions it holds in memory.
-A reaper stops sessions whose workflow has closed or that sat idle past a TTL;
-shutdown stops every live harness.
+A reaper stops sessions whose workflow has closed or that sat idle past a TTL.
+Stopping drains (workers/drain.py): provisions stop at once, live sessions get up
+to `drain_timeout_s` to finish, the rest are abandoned; every live harness is stopped.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from episodes.messages import DEFAULT_TASK_QUEUE
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
 from workers.backpressure import SessionSlots
+from workers.drain import DrainInterceptor, DrainState
 from workers.orphans import reap_orphan_containers
 from workflows import WORKFLOWS
 
@@ -54,6 +57,12 @@ class WorkerOptions:
     reap_interval_s: float = 30.0
     max_concurrent_workflow_tasks: int = 100
     graceful_shutdown_s: float = 5.0
+    # How long a workflow task waits on this worker's sticky queue before any worker
+    # may take it. A lost worker's workflows wait this long too before they can notice
+    # the loss, so it adds to worker_lost detection (SDK default: 10 s).
+    sticky_timeout_s: float = 2.0
+    # On stop (SIGTERM): how long live sessions may run on before they are abandoned.
+    drain_timeout_s: float = 30.0
     worker_id: str | None = None
     # Caps on what specs ask of this worker's box pools (None: the spec decides).
     pool_ttl_s: float | None = None
@@ -91,21 +100,44 @@ class EpisodeWorker:
         )
         telemetry.MAX_SESSIONS.labels(worker=self.worker_id).set(opts.max_sessions)
         deployment = deployment_config(opts)
+        self.drain = DrainState(self.worker_id)
+        self.drain.drain_timeout_s = opts.drain_timeout_s
+        drain = [DrainInterceptor(self.drain)]
         self.reaped = 0
+        self.abandoned: list[str] = []  # session ids given up when a drain timed out
         self._stop = asyncio.Event()
+        self._stop_now = asyncio.Event()
+        # Workflows and their local activity only (one worker per queue and task type).
         self._shared = Worker(
             client,
             task_queue=opts.task_queue,
             workflows=WORKFLOWS,
-            activities=[self.activities.provision, score_transcript_activity, await_episode],
-            tuner=WorkerTuner.create_composite(
-                workflow_supplier=FixedSizeSlotSupplier(opts.max_concurrent_workflow_tasks),
-                activity_supplier=self.slots,
-                local_activity_supplier=FixedSizeSlotSupplier(100),
-                nexus_supplier=FixedSizeSlotSupplier(1),
-            ),
+            activities=[score_transcript_activity],
+            no_remote_activities=True,
+            max_concurrent_workflow_tasks=opts.max_concurrent_workflow_tasks,
+            sticky_queue_schedule_to_start_timeout=_seconds(opts.sticky_timeout_s),
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@shared",
+            deployment_config=deployment,
+        )
+        # The shared queue's activities, in a worker of their own so that a drain can
+        # stop their polls (a poll in flight would still be handed a provision) while
+        # workflows and sessions go on.
+        self._provisions = Worker(
+            client,
+            task_queue=opts.task_queue,
+            activities=[self.activities.provision, await_episode],
+            tuner=WorkerTuner.create_composite(
+                workflow_supplier=FixedSizeSlotSupplier(1),
+                activity_supplier=self.slots,
+                local_activity_supplier=FixedSizeSlotSupplier(1),
+                nexus_supplier=FixedSizeSlotSupplier(1),
+            ),
+            # A provision already running when the drain starts may finish in its time.
+            graceful_shutdown_timeout=_seconds(max(opts.drain_timeout_s, 1.0)),
+            identity=f"{self.worker_id}@provision",
+            interceptors=drain,
+            # The shared queue is versioned: its activity pollers carry the same build.
             deployment_config=deployment,
         )
         self._sessions = Worker(
@@ -121,13 +153,13 @@ class EpisodeWorker:
             max_concurrent_activities=max(8, opts.max_sessions * 2),
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@session",
-            interceptors=interceptors,
+            interceptors=[*interceptors, *drain],
             # Not versioned: the queue is this process's alone (its name routes), and a
             # version would keep every dead worker's queue as one the next must poll.
         )
 
     async def run(self) -> None:
-        """Poll until `request_stop()`; then stop polling and stop every live harness."""
+        """Poll until `request_stop()`; then drain, stop polling and stop every live harness."""
         log.info(
             "worker %s: shared queue %r, session queue %r",
             self.worker_id,
@@ -138,16 +170,64 @@ class EpisodeWorker:
         await asyncio.to_thread(reap_orphan_containers)
         reaper = asyncio.create_task(self._reap_forever())
         try:
-            async with self._shared, self._sessions:
+            async with self._shared, self._provisions, self._sessions:
                 await self._stop.wait()
+                await self._drain()
         finally:
             reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reaper
             await asyncio.shield(self.close_all())
 
-    def request_stop(self) -> None:
+    def request_stop(self, *, drain: bool = True) -> None:
+        """Stop: drain first (up to `drain_timeout_s`); a second call, or drain=False,
+        abandons the live sessions at once."""
+        if self._stop.is_set() or not drain:
+            self._stop_now.set()
         self._stop.set()
+
+    async def _drain(self) -> None:
+        """No new provisions; live sessions run until released or the drain timeout."""
+        self.drain.draining = True
+        self.slots.stop()
+        stopping = asyncio.create_task(self._provisions.shutdown())
+        timeout = self.options.drain_timeout_s
+        log.info(
+            "worker %s draining: no new sessions; %d live session(s) get up to %g s",
+            self.worker_id,
+            len(self.registry),
+            timeout,
+        )
+        deadline = time.monotonic() + timeout
+        next_reap = time.monotonic() + self.options.reap_interval_s
+        # A provision in flight adds a session: wait for it too.
+        while (len(self.registry) or self.drain.provisioning) and not self._stop_now.is_set():
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            if now >= next_reap:  # a closed workflow's session must not hold the drain
+                with contextlib.suppress(Exception):
+                    await self.reap_once()
+                next_reap = now + self.options.reap_interval_s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop_now.wait(), min(0.1, max(0.0, deadline - now)))
+        left = self.registry.entries()
+        if left:
+            self.abandoned = [e.session.session_id for e in left]
+            log.warning(
+                "worker %s: drain ended with %d session(s) still live; abandoning them "
+                "(their episodes see the worker as lost): %s",
+                self.worker_id,
+                len(left),
+                ", ".join(f"{e.session.session_id} (workflow {e.workflow_id})" for e in left),
+            )
+        else:
+            log.info("worker %s drained: every session finished", self.worker_id)
+        # In-flight drives, turns and scores fail now (SessionNotFound), not after a
+        # heartbeat timeout; then their harnesses are stopped.
+        self.drain.abandon()
+        await self.close_all()
+        await stopping
 
     async def close_all(self) -> None:
         entries = self.registry.entries()

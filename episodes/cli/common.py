@@ -155,6 +155,15 @@ CONFIG_OPTIONS: dict[str, Any] = {
             "--session-idle-ttl", help="Stop a session idle this long (s).", rich_help_panel=_SET
         ),
     ],
+    "drain_timeout_s": Annotated[
+        float | None,
+        typer.Option(
+            "--drain-timeout-s",
+            help="On SIGTERM/SIGINT: how long live sessions may finish before they are "
+            "abandoned (a second signal abandons them at once).",
+            rich_help_panel=_SET,
+        ),
+    ],
     "pool_ttl_s": Annotated[
         float | None,
         typer.Option(

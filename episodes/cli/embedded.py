@@ -53,7 +53,8 @@ async def embedded_stack(
         try:
             yield Embedded(server, client, worker)
         finally:
-            worker.request_stop()
+            # No drain: this stack's server stops next, and no other worker takes over.
+            worker.request_stop(drain=False)
             with contextlib.suppress(asyncio.CancelledError):
                 await running
     finally:

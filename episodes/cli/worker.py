@@ -36,6 +36,7 @@ async def run_worker(cfg: Config) -> None:
                 task_queue=s.task_queue,
                 max_sessions=s.max_sessions,
                 session_idle_ttl_s=s.session_idle_ttl_s,
+                drain_timeout_s=s.drain_timeout_s,
                 pool_ttl_s=s.pool_ttl_s,
                 pool_max_idle=s.pool_max_idle,
                 deployment_name=s.deployment_name,
@@ -55,7 +56,12 @@ async def run_worker(cfg: Config) -> None:
         )
         log.info("worker %s started (max %d sessions)", w.worker_id, s.max_sessions)
         await w.run()
-        common.console.print("worker stopped; every live harness was stopped", highlight=False)
+        gone = (
+            f"; abandoned {len(w.abandoned)} session(s) at the drain timeout" if w.abandoned else ""
+        )
+        common.console.print(
+            f"worker stopped; every live harness was stopped{gone}", highlight=False
+        )
     finally:
         if metrics is not None:
             with contextlib.suppress(Exception):

@@ -47,6 +47,8 @@ class Settings(BaseModel):
     """The shared queue; each worker's session queue is `<task_queue>-session-<worker>`."""
     max_sessions: int = Field(256, ge=1)
     session_idle_ttl_s: float = Field(3600.0, gt=0)
+    drain_timeout_s: float = Field(30.0, ge=0)
+    """On SIGTERM/SIGINT: how long live sessions may finish before they are abandoned."""
     pool_ttl_s: float = Field(600.0, gt=0)
     """The longest a spec's pool may keep an idle box on this worker (a cap)."""
     pool_max_idle: int = Field(16, ge=0)

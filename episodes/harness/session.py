@@ -52,6 +52,14 @@ class _Exited(Exception):
     """The process exited (or closed stdout) while we waited for a packet."""
 
 
+class _Unread(TimeoutError):
+    """The turn's deadline passed while its message was still being written to stdin."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
 class HarnessSession:
     def __init__(
         self,
@@ -212,7 +220,11 @@ class HarnessSession:
     async def _exchange(self, n, data, events, on_event, deadline) -> Any:
         assert self._proc is not None
         try:
-            await self._proc.write(data)
+            # Bounded too: a harness that stops reading stdin fills the pipe, and a large
+            # message then blocks here, not in the wait for the reply.
+            await asyncio.wait_for(self._proc.write(data), max(0.0, deadline - time.monotonic()))
+        except TimeoutError:
+            raise _Unread(len(data)) from None
         except (BrokenPipeError, ConnectionError) as e:
             assert self._exit_task is not None
             await asyncio.wait({self._exit_task}, timeout=_EXIT_DRAIN_S)
@@ -240,6 +252,11 @@ class HarnessSession:
 
     def _turn_failure(self, n: int, e: BaseException, timeout_s: float) -> HarnessFailure:
         tail, code = self.stderr_tail, self.returncode
+        if isinstance(e, _Unread):
+            return TurnTimeout(
+                f"harness did not read turn {n} ({e.size} bytes) within {timeout_s:g} s",
+                stderr_tail=tail,
+            )
         if isinstance(e, TimeoutError):
             return TurnTimeout(
                 f"harness sent no reply to turn {n} within {timeout_s:g} s", stderr_tail=tail

@@ -1,0 +1,99 @@
+"""Harnesses for the chaos tests: a deterministic one that logs every turn it sees, and
+hostile ones. Stdlib and the harness SDK only, so it also runs in the Docker image
+(bind-mounted: tests/chaos mounts this folder read-only).
+
+Run by file path: `python chaos_harness.py MODE [key=value ...]`; `tag=...` is ignored
+(the tests put a unique tag in the argv to find their processes by command line).
+Modes:
+  log delay=S dir=D   echo each message after S seconds; with `dir`, first append
+                      {"turn", "message", "pid"} as a JSON line to D/<key>.log, where
+                      <key> is the message up to its first ':' (the task id). A message
+                      ending in ':hang' is never answered.
+  hog                 echo; at turn 1 allocate (and touch) memory until killed
+  fork-bomb           echo; at turn 1 every process forks forever (retrying on EAGAIN)
+  deaf                echo turn 0, then never read stdin again and never answer
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from episodes.harness import sdk
+
+MIB = 1024 * 1024
+
+
+def sleep_forever() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def logging_echo(delay: float, folder: str | None):
+    def handle(turn, message, emit):
+        if folder is not None:
+            key = str(message).split(":", 1)[0]
+            line = json.dumps({"turn": turn, "message": message, "pid": os.getpid()})
+            with open(os.path.join(folder, f"{key}.log"), "a") as f:
+                f.write(line + "\n")
+        time.sleep(delay)
+        if isinstance(message, str) and message.endswith(":hang"):
+            sleep_forever()
+        return message
+
+    return handle
+
+
+def hog() -> None:
+    hoard = []
+    while True:
+        block = bytearray(8 * MIB)
+        for i in range(0, len(block), 4096):  # touch every page: RSS, not just address space
+            block[i] = 1
+        hoard.append(block)
+        sys.stderr.write(f"hog: holding {len(hoard) * 8} MiB\n")
+        sys.stderr.flush()
+
+
+def fork_bomb() -> None:
+    sys.stderr.write("fork-bomb: forking\n")
+    sys.stderr.flush()
+    while True:
+        try:
+            os.fork()  # parent and child both go on forking
+        except OSError:
+            time.sleep(0.05)  # the pids limit: keep pressing
+
+
+def main(argv: list[str]) -> None:
+    mode = argv[0] if argv else "log"
+    opts = dict(arg.split("=", 1) for arg in argv[1:])
+    if mode == "log":
+        sdk.serve(logging_echo(float(opts.get("delay", "0")), opts.get("dir")))
+    elif mode in ("hog", "fork-bomb"):
+        act = hog if mode == "hog" else fork_bomb
+        sdk.serve(lambda turn, message, emit: act() if turn == 1 else message)
+    elif mode == "deaf":
+        # By hand, not sdk.serve: the SDK reads a whole turn before its handler runs.
+        sdk.die_with_parent()
+        out = sys.stdout.buffer
+        out.write(sdk.encode({"type": "ready"}))
+        out.flush()
+        packet = sdk.read_packet(sys.stdin.buffer)
+        if packet is not None and packet.get("type") == "turn":
+            out.write(sdk.encode({"type": "reply", "turn": 0, "message": packet["message"]}))
+            out.flush()
+        sys.stderr.write("deaf: not reading stdin any more\n")
+        sys.stderr.flush()
+        sleep_forever()
+    else:
+        sys.exit(f"chaos_harness: unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
