@@ -157,7 +157,9 @@ async def check_workers(client: Client, task_queue: str) -> Check:
             f"no worker polls queue {task_queue!r}",
             f"start `episodes worker --task-queue {task_queue}` with this configuration",
         )
-    names = sorted({p.removesuffix("@shared") for p in workflow_pollers | activity_pollers})
+    # One worker process polls the shared queue as `<id>@shared` (workflows) and
+    # `<id>@provision` (provisions): count processes, not pollers.
+    names = sorted({p.rsplit("@", 1)[0] for p in workflow_pollers | activity_pollers})
     return Check("workers", True, f"{len(names)} polling {task_queue!r}: {', '.join(names[:5])}")
 
 

@@ -77,7 +77,7 @@ async def test_batch_spreads_sticks_and_holds_backpressure(dev_server, client, t
             wid = contract.episode_id(spec.name, r.task_id, r.sample)
             ran = await activity_workers(client, wid)
             [prov] = ran[contract.PROVISION]
-            owner = prov.removesuffix("@shared")
+            owner = prov.rsplit("@", 1)[0]  # `<id>@provision`: the worker process
             assert owner in ids
             provisioned_by[owner] += 1
             # Every later step of the session ran on that worker, through its own queue.
