@@ -169,6 +169,35 @@ def show(
     common.run(show_episode(workflow_id, address=address, namespace=namespace, as_json=as_json))
 
 
+@app.command("codec-server")
+def codec_server(
+    host: Annotated[str, typer.Option(help="Listen address (non-loopback needs auth).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Listen port.")] = 8081,
+    ui_origin: Annotated[
+        str, typer.Option(help="The Temporal UI's origin, the only one CORS answers.")
+    ] = "http://localhost:8233",
+    auth_env: Annotated[
+        str, typer.Option(help="Variable holding the exact Authorization header value.")
+    ] = "EPISODES_CODEC_SERVER_AUTH",
+) -> None:
+    """Serve /encode and /decode for the Temporal UI and CLI with this process's payload
+    settings (EPISODES_PAYLOAD_KEYS*, EPISODES_PAYLOADS_*): decrypts, resolves references."""
+    from episodes.errors import EpisodesError
+    from episodes.payloads.codec_server import codec_server_command
+    from episodes.payloads.settings import existing_dev_storage, payloads_config
+
+    try:
+        # Like `episodes show`: with no storage set, resolve what `episodes dev` stored.
+        config = payloads_config(default_storage=existing_dev_storage())
+        codec_server_command(
+            host=host, port=port, ui_origin=ui_origin, auth_env=auth_env, config=config
+        )
+    except EpisodesError as e:
+        common.fail(str(e))
+
+
 @app.command()
 def cleanup(
     worker_id: Annotated[

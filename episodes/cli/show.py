@@ -8,6 +8,7 @@ from typing import Any
 from rich.panel import Panel
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
+from temporalio.converter import DataConverter
 
 from episodes import contract
 from episodes.cli.common import console
@@ -15,6 +16,7 @@ from episodes.client.connect import connect
 from episodes.errors import EpisodesError
 from episodes.messages import SessionRef
 from episodes.models import EpisodeResult, TurnResult
+from episodes.payloads.settings import configured_data_converter, existing_dev_storage
 
 
 async def load_transcript(client: Client, workflow_id: str) -> dict[str, Any]:
@@ -79,8 +81,15 @@ def _fmt(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, indent=1, ensure_ascii=False)
 
 
+def show_converter() -> DataConverter:
+    """The configured converter; with no storage set and `.episodes/payloads/` present
+    (what `episodes dev` writes), that directory, so its histories' references resolve.
+    Reading only: `show` never stores anything."""
+    return configured_data_converter(default_storage=existing_dev_storage())
+
+
 async def show_episode(workflow_id: str, *, address: str, namespace: str, as_json: bool) -> None:
-    client = await connect(address, namespace=namespace)
+    client = await connect(address, namespace=namespace, data_converter=show_converter())
     data = await load_transcript(client, workflow_id)
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))

@@ -1,4 +1,9 @@
-"""Connecting to Temporal with the pydantic data converter, with one clear error."""
+"""Connecting to Temporal with the project's data converter, with one clear error.
+
+The converter is pydantic JSON plus, when configured, encryption and external storage
+(`episodes.payloads.settings`: EPISODES_PAYLOADS_* today). Pass `data_converter=` to
+override it (the embedded stack's local storage, a test's own keys).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +11,7 @@ import asyncio
 import time
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
 
 from episodes.errors import EpisodesError
 
@@ -16,15 +21,27 @@ class ServerUnreachable(EpisodesError):
 
 
 async def connect(
-    address: str = "127.0.0.1:7233", *, namespace: str = "default", timeout_s: float = 10.0
+    address: str = "127.0.0.1:7233",
+    *,
+    namespace: str = "default",
+    timeout_s: float = 10.0,
+    data_converter: DataConverter | None = None,
 ) -> Client:
-    """Connect and wait until the namespace answers (a fresh dev server needs a moment)."""
+    """Connect and wait until the namespace answers (a fresh dev server needs a moment).
+
+    `data_converter` None: the configured one (`configured_data_converter()`); a bad
+    payload setting is a one-line `PayloadsConfigError` naming the variable.
+    """
+    if data_converter is None:
+        from episodes.payloads.settings import configured_data_converter
+
+        data_converter = configured_data_converter()
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while True:
         try:
             client = await Client.connect(
-                address, namespace=namespace, data_converter=pydantic_data_converter
+                address, namespace=namespace, data_converter=data_converter
             )
             await client.count_workflows()  # proves the namespace and visibility are up
             return client
