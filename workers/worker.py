@@ -28,8 +28,10 @@ from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, Worker
 from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
 from episodes.messages import DEFAULT_TASK_QUEUE
+from episodes.payloads.settings import stores_externally
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
+from episodes.truncate import HISTORY_TURN_LIMIT
 from workers.backpressure import SessionSlots
 from workers.orphans import reap_orphan_containers
 from workflows import WORKFLOWS
@@ -70,6 +72,10 @@ class EpisodeWorker:
             session_queue=self.session_queue,
             worker_id=self.worker_id,
             pools=self.pools,
+            # With external storage a turn is recorded whole; without, it must fit inline.
+            history_limit_bytes=None
+            if stores_externally(client.data_converter)
+            else (HISTORY_TURN_LIMIT),
         )
         self.slots = SessionSlots(self.registry)
         self.reaped = 0

@@ -224,7 +224,25 @@ async def _until_signalled() -> None:
     await stop.wait()
 
 
+def _one_line_spec_warnings() -> None:
+    """A spec warning (an inline secret) is one `warning:` line on stderr, not a traceback."""
+    import warnings
+
+    from episodes.spec import SpecWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, SpecWarning):
+            common.err_console.print(f"[yellow]warning:[/] {message}", highlight=False)
+            return
+        default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main() -> None:
+    _one_line_spec_warnings()
     # `env: my_envs:MyEnv` in a spec should find my_envs.py where the user runs us.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
