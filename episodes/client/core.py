@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -94,6 +95,13 @@ class EpisodesClient:
     ) -> EpisodeResult:
         handle = await self.start_episode(spec, task, sample, batch=batch)
         return await _result(handle)
+
+    async def transcript(self, workflow_id: str) -> dict[str, Any]:
+        """The episode's session, every recorded turn (whole: stored payloads are fetched)
+        and its result, from the histories of all its runs (`episodes show --json`)."""
+        from episodes.client.transcript import load_transcript
+
+        return await load_transcript(self.client, workflow_id)
 
     async def open_session(
         self,
