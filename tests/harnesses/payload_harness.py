@@ -1,6 +1,8 @@
 """A harness for payload and secret tests: each message says what to produce.
 
-Run by file path: `python payload_harness.py`. Standard library and the harness SDK only.
+Run by file path: `python payload_harness.py [crash-at-start]`. Standard library and the
+harness SDK only. `crash-at-start` prints the whole environment to stderr and exits 4
+before `ready` (the stderr tail becomes the provision failure's message).
 A message is a dict:
   {"seed": S, "reply_bytes": N, "event_bytes": M}   reply {"turn", "blob": blob(S, N)},
                                                      after one event {"blob": blob(S-event, M)}
@@ -51,4 +53,9 @@ def handle(turn, message, emit):  # type: ignore[no-untyped-def]
 
 
 if __name__ == "__main__":
+    if "crash-at-start" in sys.argv[1:]:
+        for k, v in sorted(os.environ.items()):
+            print(f"{k}={v}", file=sys.stderr)
+        sys.stderr.flush()
+        sys.exit(4)
     sdk.serve(handle)
