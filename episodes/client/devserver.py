@@ -73,6 +73,8 @@ class DevServer:
     headless: bool = False
     log_file: Path | None = None
     extra_dynamic_config: dict[str, str] = field(default_factory=dict)
+    # The UI's codec server (`episodes codec-server`): the UI shows decrypted payloads.
+    ui_codec_endpoint: str | None = None
     # Tests and benchmarks: pick free ports (and pick again if one is taken between
     # choosing it and the server binding it; many servers start on one machine).
     auto_port: bool = False
@@ -96,6 +98,8 @@ class DevServer:
             argv.append("--headless")
         elif self.ui_port:
             argv += ["--ui-port", str(self.ui_port)]
+        if self.ui_codec_endpoint and not self.headless:
+            argv += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         if self.db_file is not None:
             argv += ["--db-filename", str(self.db_file)]
         for name, kind in CLI_TYPES.items():
