@@ -37,6 +37,7 @@ from episodes.models import ScoreResult, Termination, TurnResult
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
 from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
+from episodes.truncate import HISTORY_TURN_LIMIT
 
 log = logging.getLogger("episodes.activities")
 
@@ -49,8 +50,12 @@ class SessionActivities:
         session_queue: str,
         worker_id: str,
         pools: WorkerPools | None = None,
+        history_limit_bytes: int | None = HISTORY_TURN_LIMIT,
     ) -> None:
+        """`history_limit_bytes`: None when the worker's converter stores large payloads
+        externally (turns are recorded whole); else what one turn may take inline."""
         self.registry = registry
+        self.history_limit_bytes = history_limit_bytes
         self.session_queue = session_queue
         self.worker_id = worker_id
         self.pools = pools
@@ -69,15 +74,25 @@ class SessionActivities:
             session_id,
             pool=pool,
             labels={"worker": self.worker_id, "workflow": inp.workflow_id},
+            history_limit_bytes=self.history_limit_bytes,
         )
+        # Every message leaving here is scrubbed of the session's secrets (a harness that
+        # echoes its environment to stderr puts them in its stderr tail).
         try:
             first = await session.open()
         except HarnessFailure as e:
             telemetry.PROVISIONS.labels(outcome="harness_failure").inc()
-            raise ApplicationError(str(e), type=e.error_type, non_retryable=True) from None
+            message = session.scrub_error(e)
+            raise ApplicationError(message, type=e.error_type, non_retryable=True) from None
         except SpecError as e:
             telemetry.PROVISIONS.labels(outcome="spec_error").inc()
-            raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
+            message = session.scrub_error(e)
+            raise ApplicationError(message, type=type(e).__name__, non_retryable=True) from None
+        except Exception as e:
+            telemetry.PROVISIONS.labels(outcome="error").inc()
+            if session.scrub_error(e) == str(e):
+                raise
+            raise ApplicationError(session.scrub_error(e), type=type(e).__name__) from None
         except BaseException:
             telemetry.PROVISIONS.labels(outcome="error").inc()
             raise

@@ -33,8 +33,9 @@ from episodes.models import (
     TurnResult,
 )
 from episodes.runtimes import Runtime, SubprocessConfig, make_runtime
+from episodes.secret_values import Scrubber, resolve_secrets
 from episodes.spec import EpisodeSpec
-from episodes.truncate import cap, cap_record
+from episodes.truncate import fit_result
 
 if TYPE_CHECKING:
     from episodes.runtimes.pool import RuntimePool
@@ -71,10 +72,12 @@ def harness_argv(spec: EpisodeSpec) -> list[str]:
     return [part.replace("{python}", python) for part in spec.harness.command]
 
 
-def harness_env(spec: EpisodeSpec) -> dict[str, str]:
-    """The harness's whole environment: what the spec sets plus host variables it names."""
+def harness_env(spec: EpisodeSpec, secrets: dict[str, str] | None = None) -> dict[str, str]:
+    """The harness's whole environment: what the spec sets, host variables it names and
+    its secrets (`resolve_secrets(spec)`, read on this worker; resolved here if not given)."""
     env = {k: os.environ[k] for k in spec.harness.inherit_env if k in os.environ}
     env.update(spec.harness.env)
+    env.update(resolve_secrets(spec) if secrets is None else secrets)
     return env
 
 
@@ -88,13 +91,20 @@ class LiveSession:
         *,
         pool: RuntimePool | None = None,
         labels: dict[str, str] | None = None,
+        history_limit_bytes: int | None = None,
     ) -> None:
+        """`history_limit_bytes`: the most one turn may take in the history when it is
+        recorded whole (no external storage); None: no limit (storage on, or no history)."""
         self.spec = spec
         self.task = task
         self.sample = sample
         self.session_id = session_id
         self.labels = {"session": session_id, **(labels or {})}
         self._pool = pool
+        self.history_limit_bytes = history_limit_bytes
+        # Known secret values (the spec's secrets, the model's upstream key), set by open():
+        # scrubbed from every record, error and stderr tail the episode keeps.
+        self.scrubber = Scrubber()
         # Holds the box (a pool lease or a runtime of our own) until close().
         self._box = AsyncExitStack()
         self.pool_hit: bool | None = None
@@ -122,6 +132,8 @@ class LiveSession:
 
         env = load_env(self.spec.env, self.spec.env_args)
         try:
+            secrets = resolve_secrets(self.spec)
+            self.scrubber = Scrubber([*secrets.values(), self._upstream_key()])
             self.runtime = await self._acquire_runtime()
             try:
                 tools = env.tools()
@@ -135,7 +147,7 @@ class LiveSession:
                 self.spec,
                 self.runtime,
                 harness_argv(self.spec),
-                {**harness_env(self.spec), **extra},
+                {**harness_env(self.spec, secrets), **extra},
                 mcp_url=self.services.mcp_url,
                 mcp_token=bridge.token if bridge else None,
             )
@@ -151,6 +163,21 @@ class LiveSession:
         self._pending = self.first_message
         self.last_used = time.monotonic()
         return self.first_message
+
+    def _upstream_key(self) -> str | None:
+        """The model proxy's upstream key, to scrub (a missing one fails in the proxy)."""
+        from episodes.agents.model import ModelError
+
+        if self.spec.model is None:
+            return None
+        try:
+            return self.spec.model.upstream_key()
+        except ModelError:
+            return None
+
+    def scrub_error(self, e: BaseException) -> str:
+        """An exception's message with known secrets masked: what may leave the worker."""
+        return self.scrubber.text(str(e))
 
     async def _acquire_runtime(self) -> Runtime:
         """A parked or fresh box, entered into `_box` so close() gives it back (or stops it)."""
@@ -251,11 +278,6 @@ class LiveSession:
             extra = [e for e in record.events if not any(e is seen for seen in events)]
             record = record.model_copy(update={"events": events + extra})
             full_reply = record.reply
-            record = cap_record(
-                record,
-                max_value_bytes=self.spec.record_max_value_bytes,
-                max_turn_bytes=self.spec.record_max_turn_bytes,
-            )
             if model_failure is not None:
                 # The harness saw a failed model call; however it answered, the episode
                 # cannot go on as the trainer meant it: `model_error`, with the reason.
@@ -272,6 +294,14 @@ class LiveSession:
                 )
             else:
                 result = await self._step_env(record, full_reply)
+            result = fit_result(
+                self.scrubber.model(result),
+                mode=self.spec.record,
+                max_value_bytes=self.spec.record_max_value_bytes,
+                max_turn_bytes=self.spec.record_max_turn_bytes,
+                history_limit_bytes=self.history_limit_bytes,
+                where=f"session {self.session_id} turn {n}",
+            )
             if result.observation.done:
                 self._finished = True
             self._results[n] = result
@@ -297,11 +327,10 @@ class LiveSession:
                 observation=StepOutcome(done=True),
                 termination="env_error",
             )
-        recorded, _ = cap(outcome.message, self.spec.record_max_value_bytes)
         self._pending = outcome.message
         return TurnResult(
             record=record,
-            observation=outcome.model_copy(update={"message": recorded}),
+            observation=outcome,
             termination="env_done" if outcome.done else None,
         )
 

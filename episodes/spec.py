@@ -8,11 +8,22 @@ import these models.
 from __future__ import annotations
 
 import json
+import re
 import shlex
+import warnings
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from episodes.agents.model import ModelSpec
 from episodes.errors import SpecError
@@ -43,6 +54,45 @@ class AcpAllowList(_Spec):
 AcpPermissions = Literal["allow", "deny"] | AcpAllowList
 
 
+class EnvSecret(_Spec):
+    """A secret read from the worker's environment variable `env` when the session starts."""
+
+    env: Annotated[str, Field(min_length=1)]
+
+
+class FileSecret(_Spec):
+    """A secret read from the worker's file `file` (one trailing newline dropped)."""
+
+    file: Annotated[str, Field(min_length=1)]
+
+
+def _secret_kind(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return "env" if "env" in value else "file" if "file" in value else None
+    if isinstance(value, BaseModel):
+        return "env" if isinstance(value, EnvSecret) else "file"
+    return None
+
+
+# `{env: HOST_VAR}` or `{file: PATH}`, told apart by the key (a discriminated union).
+SecretRef = Annotated[
+    Annotated[EnvSecret, Tag("env")] | Annotated[FileSecret, Tag("file")],
+    Discriminator(
+        _secret_kind,
+        custom_error_type="secret_ref",
+        custom_error_message="a secret is {env: HOST_VARIABLE} or {file: PATH}",
+    ),
+]
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Names under which a value written inline in `harness.env` is probably a secret.
+_SECRET_LOOKING = re.compile(r"(_KEY|_TOKEN|_SECRET)$|PASSWORD", re.IGNORECASE)
+
+
+class SpecWarning(UserWarning):
+    """Something in a spec works but is unwise (an inline secret)."""
+
+
 class HarnessSpec(_Spec):
     """The agent program and where it runs."""
 
@@ -52,6 +102,10 @@ class HarnessSpec(_Spec):
     env: dict[str, str] = Field(default_factory=dict)
     # Host variables passed through by name. Nothing else from the host leaks in.
     inherit_env: list[str] = Field(default_factory=list)
+    # Variables the harness gets whose values are secrets: only the reference travels
+    # (workflow inputs, history); the worker reads the value when the session starts,
+    # and scrubs it (as ***) from everything the episode records.
+    secrets: dict[str, SecretRef] = Field(default_factory=dict)
     cwd: str | None = None
     runtime: RuntimeConfig = Field(default_factory=SubprocessConfig)
     ready_timeout_s: float = Field(default=30.0, gt=0)
@@ -71,6 +125,21 @@ class HarnessSpec(_Spec):
         if isinstance(v, list) and not v:
             raise ValueError("command must not be empty")
         return v
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, v: dict[str, Any]) -> dict[str, Any]:
+        for name in v:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return v
+
+    @model_validator(mode="after")
+    def _secrets_apart(self) -> HarnessSpec:
+        both = sorted(set(self.secrets) & set(self.env))
+        if both:
+            raise ValueError(f"{', '.join(both)}: set in both env and secrets; keep only secrets")
+        return self
 
 
 class PoolSpec(_Spec):
@@ -99,8 +168,12 @@ class EpisodeSpec(_Spec):
     # episode ends with `worker_lost`. Detection takes at most about twice this.
     worker_lost_timeout_s: float = Field(default=10.0, gt=0)
     score_timeout_s: float = Field(default=300.0, gt=0)
-    # What a turn may put into workflow history (Temporal rejects payloads over 2 MB):
-    # larger messages, replies and events are recorded as a marker with their size.
+    # `full`: every turn recorded whole (large payloads go to external storage; with no
+    # storage configured, a turn too big for the history is truncated anyway, with a
+    # marker and a warning). `truncate`: always cap with the two limits below.
+    record: Literal["full", "truncate"] = "full"
+    # With `record: truncate` (or no storage): larger messages, replies and events are
+    # recorded as a marker with their size.
     record_max_value_bytes: int = Field(default=256 * 1024, ge=1024)
     record_max_turn_bytes: int = Field(default=1024 * 1024, ge=4096, le=1536 * 1024)
     concurrency: int = Field(default=16, ge=1)
@@ -192,9 +265,23 @@ def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = Non
         spec = EpisodeSpec.model_validate(data)
     except ValidationError as e:
         raise SpecError(f"{source}: {_describe(e)}") from None
+    for message in inline_secret_warnings(spec, source=source):
+        warnings.warn(message, SpecWarning, stacklevel=2)
     if spec.dataset is not None and base_dir is not None and not spec.dataset.is_absolute():
         spec = spec.model_copy(update={"dataset": (base_dir / spec.dataset).resolve()})
     return spec
+
+
+def inline_secret_warnings(spec: EpisodeSpec, *, source: str = "<spec>") -> list[str]:
+    """One line per `harness.env` entry whose name looks like a secret (its value would
+    travel in workflow inputs and history), naming the field and the better way."""
+    return [
+        f"{source}: harness.env.{name} looks like a secret written inline (it would be "
+        f"stored in workflow history); use harness.secrets: {{{name}: {{env: HOST_VARIABLE}}}}"
+        " or {file: PATH}, read on the worker"
+        for name in spec.harness.env
+        if _SECRET_LOOKING.search(name)
+    ]
 
 
 def load_spec(path: str | Path) -> EpisodeSpec:

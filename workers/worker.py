@@ -38,8 +38,10 @@ from activities import telemetry
 from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
 from episodes.messages import DEFAULT_TASK_QUEUE
+from episodes.payloads.settings import stores_externally
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
+from episodes.truncate import HISTORY_TURN_LIMIT
 from workers.backpressure import SessionSlots
 from workers.drain import DrainInterceptor, DrainState
 from workers.orphans import reap_orphan_containers
@@ -93,6 +95,10 @@ class EpisodeWorker:
             session_queue=self.session_queue,
             worker_id=self.worker_id,
             pools=self.pools,
+            # With external storage a turn is recorded whole; without, it must fit inline.
+            history_limit_bytes=None
+            if stores_externally(client.data_converter)
+            else (HISTORY_TURN_LIMIT),
         )
         self.slots = SessionSlots(self.registry)
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(

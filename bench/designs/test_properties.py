@@ -26,7 +26,6 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, OutboundInterceptor, StartWorkflowUpdateInput
 from temporalio.client import Interceptor as ClientInterceptor
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
@@ -34,6 +33,7 @@ from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
 from episodes.messages import EpisodeInput, EpisodeProgress
 from episodes.models import EpisodeResult
+from episodes.payloads.settings import configured_data_converter
 from episodes.spec import EpisodeSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -236,7 +236,7 @@ async def test_lost_acknowledgement_does_not_resend_a_turn(dev_server, design) -
     queue = f"once-{uuid.uuid4().hex[:6]}"
     chaos = _LoseTurnOneOnce()
     worker_client = await Client.connect(
-        dev_server.address, data_converter=pydantic_data_converter, interceptors=[chaos]
+        dev_server.address, data_converter=configured_data_converter(), interceptors=[chaos]
     )
     async with _workers([worker_client], queue, interceptors=[chaos]):
         client = await connect(dev_server.address)

@@ -6,15 +6,15 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 from temporalio.client import Client
 
 from episodes.client.config import Config
 from episodes.client.connect import connect, connect_config
 from episodes.client.devserver import DevServer
+from episodes.payloads.settings import DEV_STATE_DIR, configured_data_converter, dev_storage
 
-STATE_DIR = Path(".episodes")
+STATE_DIR = DEV_STATE_DIR
 
 
 @dataclass
@@ -33,7 +33,11 @@ async def embedded_stack(
     max_sessions: int = 256,
     namespace: str = "default",
 ) -> AsyncIterator[Embedded]:
-    """Start (or reuse) the dev server on `port`, run a worker here, tear both down after."""
+    """Start (or reuse) the dev server on `port`, run a worker here, tear both down after.
+
+    Large payloads go to `.episodes/payloads/` unless EPISODES_PAYLOADS_STORAGE says
+    otherwise; the client and the worker share that one converter.
+    """
     from workers.worker import EpisodeWorker, WorkerOptions
 
     STATE_DIR.mkdir(exist_ok=True)
@@ -45,7 +49,10 @@ async def embedded_stack(
     )
     await asyncio.to_thread(server.start)
     try:
-        client = await connect(server.address, namespace=namespace, timeout_s=30)
+        converter = configured_data_converter(default_storage=dev_storage(STATE_DIR))
+        client = await connect(
+            server.address, namespace=namespace, timeout_s=30, data_converter=converter
+        )
         worker = EpisodeWorker(
             client, WorkerOptions(task_queue=task_queue, max_sessions=max_sessions)
         )

@@ -130,6 +130,35 @@ def show(
     common.run(show_episode(workflow_id, cfg=cfg, as_json=as_json))
 
 
+@app.command("codec-server")
+def codec_server(
+    host: Annotated[str, typer.Option(help="Listen address (non-loopback needs auth).")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[int, typer.Option(help="Listen port.")] = 8081,
+    ui_origin: Annotated[
+        str, typer.Option(help="The Temporal UI's origin, the only one CORS answers.")
+    ] = "http://localhost:8233",
+    auth_env: Annotated[
+        str, typer.Option(help="Variable holding the exact Authorization header value.")
+    ] = "EPISODES_CODEC_SERVER_AUTH",
+) -> None:
+    """Serve /encode and /decode for the Temporal UI and CLI with this process's payload
+    settings (EPISODES_PAYLOAD_KEYS*, EPISODES_PAYLOADS_*): decrypts, resolves references."""
+    from episodes.errors import EpisodesError
+    from episodes.payloads.codec_server import codec_server_command
+    from episodes.payloads.settings import existing_dev_storage, payloads_config
+
+    try:
+        # Like `episodes show`: with no storage set, resolve what `episodes dev` stored.
+        config = payloads_config(default_storage=existing_dev_storage())
+        codec_server_command(
+            host=host, port=port, ui_origin=ui_origin, auth_env=auth_env, config=config
+        )
+    except EpisodesError as e:
+        common.fail(str(e))
+
+
 @app.command()
 def cleanup(
     worker_id: Annotated[
@@ -156,7 +185,25 @@ async def _until_signalled() -> None:
     await stop.wait()
 
 
+def _one_line_spec_warnings() -> None:
+    """A spec warning (an inline secret) is one `warning:` line on stderr, not a traceback."""
+    import warnings
+
+    from episodes.spec import SpecWarning
+
+    default = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+        if issubclass(category, SpecWarning):
+            common.err_console.print(f"[yellow]warning:[/] {message}", highlight=False)
+            return
+        default(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+
+
 def main() -> None:
+    _one_line_spec_warnings()
     # `env: my_envs:MyEnv` in a spec should find my_envs.py where the user runs us.
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())

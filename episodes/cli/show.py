@@ -7,11 +7,13 @@ from typing import Any
 
 from rich.markup import escape
 from rich.panel import Panel
+from temporalio.converter import DataConverter
 
 from episodes.cli.common import console
 from episodes.client.config import Config
 from episodes.client.connect import connect_config
 from episodes.client.transcripts import load_transcript
+from episodes.payloads.settings import configured_data_converter, existing_dev_storage
 
 
 def _fmt(value: Any) -> str:
@@ -49,8 +51,15 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def show_converter() -> DataConverter:
+    """The configured converter; with no storage set and `.episodes/payloads/` present
+    (what `episodes dev` writes), that directory, so its histories' references resolve.
+    Reading only: `show` never stores anything."""
+    return configured_data_converter(default_storage=existing_dev_storage())
+
+
 async def show_episode(workflow_id: str, *, cfg: Config, as_json: bool) -> None:
-    client = await connect_config(cfg)
+    client = await connect_config(cfg, data_converter=show_converter())
     data = await load_transcript(client, workflow_id)
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))

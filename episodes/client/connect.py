@@ -1,10 +1,12 @@
-"""Connecting to Temporal with the pydantic data converter, with one clear error.
+"""Connecting to Temporal with the project's data converter, with one clear error.
 
 `connect(address)` is the plain form (a dev server, tests). `connect_config(config)`
 connects with a resolved `episodes.client.config.Config`: the SDK's envconfig profile
 (address, namespace, API key, TLS / mTLS), so Temporal Cloud works by setting those
-alone. Both take further `Client.connect` keyword arguments (`runtime=`,
-`data_converter=`, ...), passed through.
+alone. Both take further `Client.connect` keyword arguments (`runtime=`, ...), passed
+through. The data converter is pydantic JSON plus, when configured, encryption and
+external storage (`episodes.payloads.settings`: EPISODES_PAYLOADS_* today); pass
+`data_converter=` to override it (the embedded stack's local storage, a test's keys).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from episodes.errors import EpisodesError
 
@@ -36,9 +37,14 @@ async def connect(
     """Connect and wait until the namespace answers (a fresh dev server needs a moment).
 
     `client_options` go to `Client.connect` (api_key, tls, rpc_metadata, runtime,
-    data_converter, ...); the data converter defaults to the pydantic one.
+    data_converter, ...). Without `data_converter`: the configured one
+    (`configured_data_converter()`); a bad payload setting is a one-line
+    `PayloadsConfigError` naming the variable.
     """
-    client_options.setdefault("data_converter", pydantic_data_converter)
+    if client_options.get("data_converter") is None:
+        from episodes.payloads.settings import configured_data_converter
+
+        client_options["data_converter"] = configured_data_converter()
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
     while True:

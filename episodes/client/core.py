@@ -14,9 +14,11 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.converter import DataConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
@@ -50,8 +52,11 @@ class EpisodesClient:
         *,
         namespace: str = "default",
         task_queue: str = DEFAULT_TASK_QUEUE,
+        data_converter: DataConverter | None = None,
     ) -> EpisodesClient:
-        return cls(await connect(address, namespace=namespace), task_queue=task_queue)
+        """`data_converter` None: the configured one (EPISODES_PAYLOADS_*, see README)."""
+        client = await connect(address, namespace=namespace, data_converter=data_converter)
+        return cls(client, task_queue=task_queue)
 
     async def start_episode(
         self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None

@@ -76,6 +76,8 @@ class DevServer:
     # False: a bare server without this project's search attributes (like a fresh
     # self-hosted cluster), for `episodes setup` and `episodes doctor` to find so.
     search_attributes: bool = True
+    # The UI's codec server (`episodes codec-server`): the UI shows decrypted payloads.
+    ui_codec_endpoint: str | None = None
     # Tests and benchmarks: pick free ports (and pick again if one is taken between
     # choosing it and the server binding it; many servers start on one machine).
     auto_port: bool = False
@@ -99,6 +101,8 @@ class DevServer:
             argv.append("--headless")
         elif self.ui_port:
             argv += ["--ui-port", str(self.ui_port)]
+        if self.ui_codec_endpoint and not self.headless:
+            argv += ["--ui-codec-endpoint", self.ui_codec_endpoint]
         if self.db_file is not None:
             argv += ["--db-filename", str(self.db_file)]
         if self.search_attributes:

@@ -19,6 +19,8 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
+from temporalio.converter import DataConverter
+
 from episodes.client.core import EpisodesClient
 from episodes.client.interactive import InteractiveSession
 from episodes.messages import (
@@ -82,11 +84,17 @@ class SyncEpisodesClient:
         *,
         namespace: str = "default",
         task_queue: str = DEFAULT_TASK_QUEUE,
+        data_converter: DataConverter | None = None,
     ) -> SyncEpisodesClient:
         loop = _LoopThread()
         try:
             client = loop.run(
-                EpisodesClient.connect(address, namespace=namespace, task_queue=task_queue)
+                EpisodesClient.connect(
+                    address,
+                    namespace=namespace,
+                    task_queue=task_queue,
+                    data_converter=data_converter,
+                )
             )
         except BaseException:
             loop.stop()

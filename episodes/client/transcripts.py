@@ -3,6 +3,8 @@
 The history is the transcript: the provision's SessionRef (first message), the turns
 the drive recorded with `record_turns` Updates (or an interactive session's `turn`
 activities), the result, across every continue-as-new run. No worker is needed.
+Turns are decoded through the client's data converter, so turns kept in external
+storage come back whole.
 
     transcript = await client.transcript("guess-number.secret-42.s0")
     for call in transcript.model_calls():          # in the order the harness made them

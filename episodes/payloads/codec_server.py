@@ -267,12 +267,14 @@ def codec_server_command(
     port: int = DEFAULT_PORT,
     ui_origin: str = DEFAULT_UI_ORIGIN,
     auth_env: str = AUTH_ENV,
+    config: PayloadsConfig | None = None,
 ) -> None:
-    """For `episodes codec-server`: config from EPISODES_* variables, auth from `auth_env`.
+    """For `episodes codec-server`: `config` (default: EPISODES_* variables), auth from
+    `auth_env`.
 
     Raises PayloadsConfigError / CodecServerError (EpisodesError) with one-line messages.
     """
-    config = payloads_config_from_env()
+    config = config or payloads_config_from_env()
     auth = os.environ.get(auth_env) or None
     try:
         asyncio.run(serve_codec_server(config, host, port, ui_origin, auth))

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import yaml
 from temporalio.client import WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import is_cancelled_exception
 from temporalio.worker import Replayer
 
@@ -24,6 +23,7 @@ from episodes.client.devserver import DevServer
 from episodes.contract import batch_workflow_id
 from episodes.metrics import BatchMetrics
 from episodes.models import EpisodeResult
+from episodes.payloads.settings import configured_data_converter
 from tests.conftest import scripted_command
 from tests.integration.helpers import spec, wait_until
 from tests.integration.test_cli import episodes
@@ -150,7 +150,7 @@ async def test_300_episodes_continue_as_new_metrics_by_hand(can_client, can_work
     assert len(can_worker.registry) == 0  # every session released
 
     # Every run of the chain replays deterministically from its recorded history.
-    replayer = Replayer(workflows=[EvalBatchWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[EvalBatchWorkflow], data_converter=configured_data_converter())
     async for wf in can_client.list_workflows(f"WorkflowId = '{handle.id}'"):
         history = await can_client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
         await replayer.replay_workflow(history)

@@ -49,8 +49,10 @@ async def test_max_turns(client, worker) -> None:
 
 
 async def test_oversized_reply_is_truncated_in_history(client, worker) -> None:
-    """A 3 MB reply would exceed Temporal's 2 MB payload limit; it is recorded as a marker."""
+    """A 3 MB reply would exceed Temporal's 2 MB payload limit: with `record: full` but no
+    external storage on this worker, it is recorded as a marker that says why."""
     from episodes.messages import EpisodeProgress
+    from episodes.truncate import NO_STORAGE_REASON
 
     s = spec(
         name=f"big-{uuid.uuid4().hex[:6]}",
@@ -64,4 +66,5 @@ async def test_oversized_reply_is_truncated_in_history(client, worker) -> None:
     progress = await handle.query("progress", result_type=EpisodeProgress)
     first = progress.turns[0].reply
     assert first["__truncated__"] is True and first["bytes"] >= 3_000_000
+    assert first["reason"] == NO_STORAGE_REASON
     assert progress.turns[1].reply.strip() == "2"

@@ -25,7 +25,6 @@ from temporalio.client import (
     WorkflowUpdateHandle,
 )
 from temporalio.client import Interceptor as ClientInterceptor
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import (
     ActivityInboundInterceptor,
@@ -37,6 +36,7 @@ from temporalio.worker import (
 from episodes.client import EpisodesClient
 from episodes.messages import EpisodeProgress
 from episodes.models import EpisodeResult, TurnResult
+from episodes.payloads.settings import configured_data_converter
 from tests.conftest import ROOT
 from tests.integration.helpers import spec
 from workers.worker import EpisodeWorker, WorkerOptions
@@ -133,7 +133,7 @@ async def _assert_each_turn_sent_once(handle: WorkflowHandle) -> None:
     assert [t.reply["message"] for t in progress.turns] == ["m0", "m1", "m2"]
     assert len({t.reply["pid"] for t in progress.turns}) == 1  # one live harness
     # The history with its retried drive (and repeated Updates) replays deterministically.
-    replayer = Replayer(workflows=[EpisodeWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[EpisodeWorkflow], data_converter=configured_data_converter())
     await replayer.replay_workflow(await handle.fetch_history())
 
 
@@ -154,7 +154,7 @@ async def test_lost_update_response_retries_the_drive_without_resending(client, 
     chaos = LoseUpdateResponseOnce()
     # The drive sends its Updates through its worker's client: that one loses the answer.
     lossy = await Client.connect(
-        dev_server.address, data_converter=pydantic_data_converter, interceptors=[chaos]
+        dev_server.address, data_converter=configured_data_converter(), interceptors=[chaos]
     )
     async with _worker(lossy, queue) as w:
         result, handle = await _run_counting_episode(client, queue)

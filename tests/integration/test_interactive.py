@@ -13,12 +13,12 @@ import uuid
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from episodes.client import EpisodesClient
 from episodes.client.interactive import StepRejected
 from episodes.messages import StepInput, StepReply
+from episodes.payloads.settings import configured_data_converter
 from tests.conftest import ROOT, scripted_command
 from tests.integration.helpers import pid_alive, spec, wait_until
 from workflows import WORKFLOWS
@@ -208,7 +208,7 @@ async def test_session_histories_replay_deterministically(client, worker) -> Non
     await idle.step("m0")
     await idle.handle.result()
 
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=WORKFLOWS, data_converter=configured_data_converter())
     for handle in (session.handle, idle.handle):
         history = await handle.fetch_history()
         await replayer.replay_workflow(history)  # raises on any nondeterminism

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from episodes.cli.show import load_transcript
@@ -28,6 +27,7 @@ from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
 from episodes.messages import EpisodeInput, EpisodeProgress
 from episodes.models import EpisodeResult
+from episodes.payloads.settings import configured_data_converter
 from tests.conftest import ROOT
 from tests.integration.envs import ENDLESS
 from tests.integration.helpers import pid_alive, spec, wait_until
@@ -143,7 +143,7 @@ async def test_a_2000_turn_episode_continues_as_new_on_one_live_session(
 
     assert can_worker.registry.entries() == [] and can_worker.reaped == 0
     # Every run (its Updates, its pause, its continue-as-new) replays deterministically.
-    replayer = Replayer(workflows=[EpisodeWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[EpisodeWorkflow], data_converter=configured_data_converter())
     for run_id in run_ids:
         history = await can_client.get_workflow_handle(handle.id, run_id=run_id).fetch_history()
         await replayer.replay_workflow(history)
