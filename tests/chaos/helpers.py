@@ -128,7 +128,7 @@ class WorkerProc:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             assert self.proc is not None and self.proc.poll() is None, self.text()
-            found = re.search(r"worker (\S+): queue", self.text())
+            found = re.search(r"^worker (\S+): ", self.text(), re.MULTILINE)
             if found:
                 self.worker_id = found.group(1)
                 return self
