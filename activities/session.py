@@ -25,15 +25,18 @@ from episodes.messages import (
     DriveResult,
     ProvisionInput,
     ReleaseInput,
+    RestoreInput,
+    RestoreResult,
     ScoreInput,
     ScoreTranscriptInput,
     SessionRef,
     TurnInput,
 )
-from episodes.models import ScoreResult, Termination, TurnResult
+from episodes.models import ScoreResult, Task, Termination, TurnResult
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
-from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
+from episodes.session import EnvironmentFailed, LiveSession, TurnOutOfOrder, score_transcript
+from episodes.spec import EpisodeSpec
 
 
 class SessionActivities:
@@ -52,27 +55,61 @@ class SessionActivities:
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
-        session_id = f"{inp.workflow_id}:{uuid.uuid4().hex[:10]}"
         pool = None
         if inp.spec.reuse_key and self.pools is not None:
             pool = await self.pools.get(inp.spec.pool)
-        session = LiveSession(
-            inp.spec,
-            inp.task,
-            inp.sample,
-            session_id,
-            pool=pool,
-            labels={"worker": self.worker_id, "workflow": inp.workflow_id},
-        )
-        try:
-            first = await session.open()
-        except HarnessFailure as e:
-            raise ApplicationError(str(e), type=e.error_type, non_retryable=True) from None
-        except SpecError as e:
-            raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
+        session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool)
+        first = await _opened(session)
         self.registry.add(session, inp.workflow_id, inp.run_id)
+        return self._ref(session, first)
+
+    @activity.defn(name=contract.RESTORE)
+    async def restore(self, inp: RestoreInput) -> RestoreResult:
+        """A new session for an episode whose worker was lost: open it (a fresh box and
+        harness, env.reset) and replay the first `inp.turns` recorded turns into it."""
+        from episodes.client.history import recorded_turns
+
+        records = await recorded_turns(activity.client(), inp.workflow_id, inp.turns)
+        session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
+        first = await _opened(session)
+        beat = asyncio.create_task(_heartbeat_until_cancelled())
+        try:
+            divergent, resumed = await session.restore(records)
+        except BaseException as e:
+            await session.close(failed=True)
+            raise _as_outcome(e) from None
+        finally:
+            beat.cancel()
+        self.registry.add(session, inp.workflow_id, inp.run_id)
+        if divergent:
+            activity.logger.warning(
+                "restore of %s: replies differ from the record at turns %s",
+                inp.workflow_id,
+                divergent[:20],
+            )
+        return RestoreResult(
+            session=self._ref(session, first),
+            turns_replayed=len(records),
+            divergent_turns=divergent[:20],
+            divergences=len(divergent),
+            resumed=resumed,
+        )
+
+    def _new_session(
+        self, spec: EpisodeSpec, task: Task, sample: int, workflow_id: str, pool: Any = None
+    ) -> LiveSession:
+        return LiveSession(
+            spec,
+            task,
+            sample,
+            f"{workflow_id}:{uuid.uuid4().hex[:10]}",
+            pool=pool,
+            labels={"worker": self.worker_id, "workflow": workflow_id},
+        )
+
+    def _ref(self, session: LiveSession, first: Any) -> SessionRef:
         return SessionRef(
-            session_id=session_id,
+            session_id=session.session_id,
             task_queue=self.session_queue,
             worker_id=self.worker_id,
             first_message=first,
@@ -165,7 +202,33 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
         env = load_env(inp.env, inp.env_args)
     except SpecError as e:
         raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
-    return await score_transcript(env, inp.transcript)
+    transcript = inp.transcript
+    if inp.workflow_id is not None and inp.earlier_turns:
+        # A continued run: the earlier runs' turns are in their histories, not the input.
+        from episodes.client.history import recorded_turns
+
+        earlier = await recorded_turns(activity.client(), inp.workflow_id, inp.earlier_turns)
+        transcript = transcript.model_copy(update={"turns": [*earlier, *transcript.turns]})
+    return await score_transcript(env, transcript)
+
+
+async def _opened(session: LiveSession) -> Any:
+    """Open the session; a harness or env that fails is the episode's outcome (typed,
+    not retried); a bad spec is not retried either."""
+    try:
+        return await session.open()
+    except BaseException as e:
+        raise _as_outcome(e) from None
+
+
+def _as_outcome(e: BaseException) -> BaseException:
+    if isinstance(e, HarnessFailure):
+        return ApplicationError(str(e), type=e.error_type, non_retryable=True)
+    if isinstance(e, EnvironmentFailed):
+        return ApplicationError(str(e), type=contract.ENV_ERROR, non_retryable=True)
+    if isinstance(e, SpecError):
+        return ApplicationError(str(e), type=type(e).__name__, non_retryable=True)
+    return e
 
 
 def _out_of_order(e: TurnOutOfOrder) -> ApplicationError:

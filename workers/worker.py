@@ -3,7 +3,9 @@
 One `EpisodeWorker` runs two Temporal workers in one process:
 - on the shared queue: EpisodeWorkflow and `provision` (gated by `max_sessions`);
 - on a queue unique to this process: `drive` (an episode's turn loop), `turn` and
-  `score` (interactive steps), `release` for the sessions it holds in memory.
+  `score` (interactive steps), `release` for the sessions it holds in memory;
+- on the side queue (`contract.side_queue`): `await_episode`, which holds no session
+  and may wait a day, so it has slots of its own and never takes provision's.
 A reaper stops sessions whose workflow has closed or that sat idle past a TTL;
 shutdown stops every live harness.
 """
@@ -27,6 +29,7 @@ from temporalio.worker import FixedSizeSlotSupplier, Interceptor, Worker, Worker
 
 from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
+from episodes import contract
 from episodes.messages import DEFAULT_TASK_QUEUE
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
@@ -45,6 +48,8 @@ class WorkerOptions:
     session_idle_ttl_s: float = 3600.0
     reap_interval_s: float = 30.0
     max_concurrent_workflow_tasks: int = 100
+    # `await_episode` (a re-run batch waiting for an existing episode) in flight at once.
+    max_side_activities: int = 1000
     graceful_shutdown_s: float = 5.0
     worker_id: str | None = None
 
@@ -78,7 +83,12 @@ class EpisodeWorker:
             client,
             task_queue=opts.task_queue,
             workflows=WORKFLOWS,
-            activities=[self.activities.provision, score_transcript_activity, await_episode],
+            activities=[
+                self.activities.provision,
+                self.activities.restore,
+                score_transcript_activity,
+                await_episode,  # histories from before the side queue schedule it here
+            ],
             tuner=WorkerTuner.create_composite(
                 workflow_supplier=FixedSizeSlotSupplier(opts.max_concurrent_workflow_tasks),
                 activity_supplier=self.slots,
@@ -104,6 +114,15 @@ class EpisodeWorker:
             interceptors=interceptors,
         )
 
+        self._side = Worker(
+            client,
+            task_queue=contract.side_queue(opts.task_queue),
+            activities=[await_episode],
+            max_concurrent_activities=opts.max_side_activities,
+            graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
+            identity=f"{self.worker_id}@side",
+        )
+
     async def run(self) -> None:
         """Poll until `request_stop()`; then stop polling and stop every live harness."""
         log.info(
@@ -116,7 +135,7 @@ class EpisodeWorker:
         await asyncio.to_thread(reap_orphan_containers)
         reaper = asyncio.create_task(self._reap_forever())
         try:
-            async with self._shared, self._sessions:
+            async with self._shared, self._sessions, self._side:
                 await self._stop.wait()
         finally:
             reaper.cancel()

@@ -6,73 +6,12 @@ import json
 from typing import Any
 
 from rich.panel import Panel
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
 
-from episodes import contract
 from episodes.cli.common import console
 from episodes.client.connect import connect
-from episodes.errors import EpisodesError
-from episodes.messages import SessionRef
-from episodes.models import EpisodeResult, TurnResult
+from episodes.client.history import load_transcript
 
-
-async def load_transcript(client: Client, workflow_id: str) -> dict[str, Any]:
-    """Every run of the episode (a long one continues-as-new), oldest first."""
-    from temporalio.service import RPCError
-
-    out: dict[str, Any] = {"workflow_id": workflow_id, "session": None, "turns": [], "result": None}
-    run_id: str | None = None
-    try:
-        latest = client.get_workflow_handle(workflow_id)
-        async for ev in latest.fetch_history_events(page_size=1):
-            run_id = ev.workflow_execution_started_event_attributes.first_execution_run_id
-            break
-        while run_id:
-            history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-            run_id = await _read_run(client, history.events, out)
-    except RPCError as e:
-        raise EpisodesError(f"no episode {workflow_id!r}: {e.message}") from None
-    return out
-
-
-async def _read_run(client: Client, events: Any, out: dict[str, Any]) -> str | None:
-    """Add one run's session, turns and result to `out`; the next run's id, if any."""
-    conv = client.data_converter
-    scheduled: dict[int, str] = {}
-    for ev in events:
-        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            scheduled[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
-        elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            attrs = ev.activity_task_completed_event_attributes
-            kind = scheduled.get(attrs.scheduled_event_id)
-            payloads = list(attrs.result.payloads)
-            if kind == contract.PROVISION and payloads:
-                [ref] = await conv.decode(payloads, [SessionRef])
-                out["session"] = ref.model_dump(mode="json")
-            elif kind == contract.TURN and payloads:  # an interactive session's step
-                [res] = await conv.decode(payloads, [TurnResult])
-                _add_turns(out, [res])
-        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
-            req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
-            if req.input.name == contract.RECORD_TURNS:  # a batch of turns from the drive
-                [batch] = await conv.decode(list(req.input.args.payloads), [list[TurnResult]])
-                _add_turns(out, batch)
-        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
-            payloads = list(ev.workflow_execution_completed_event_attributes.result.payloads)
-            if payloads:
-                [res] = await conv.decode(payloads, [EpisodeResult])
-                out["result"] = res.model_dump(mode="json")
-        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
-            return ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-    return None
-
-
-def _add_turns(out: dict[str, Any], results: list[TurnResult]) -> None:
-    # A batch may repeat turns the workflow already held (it ignored them): so do we.
-    for res in results:
-        if res.record.turn == len(out["turns"]):
-            out["turns"].append(res.model_dump(mode="json"))
+__all__ = ["load_transcript", "show_episode"]
 
 
 def _fmt(value: Any) -> str:

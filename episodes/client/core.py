@@ -17,7 +17,7 @@ from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes.client.connect import connect
@@ -35,6 +35,10 @@ class EpisodeFailed(EpisodesError):
     def __init__(self, workflow_id: str, cause: BaseException) -> None:
         self.workflow_id = workflow_id
         detail = cause.cause if isinstance(cause, WorkflowFailureError) else cause
+        # `provision` failed after Temporal's retries for a non-harness reason.
+        self.provision_failed = (
+            isinstance(detail, ActivityError) and detail.activity_type == contract.PROVISION
+        )
         super().__init__(f"episode {workflow_id} failed: {detail}")
 
 
@@ -54,11 +58,18 @@ class EpisodesClient:
         return cls(await connect(address, namespace=namespace), task_queue=task_queue)
 
     async def start_episode(
-        self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int = 0,
+        *,
+        batch: str | None = None,
+        attempt: int = 0,
     ) -> WorkflowHandle[object, EpisodeResult]:
-        """Start one episode, or attach to the one already running/finished under its id."""
+        """Start one episode, or attach to the one already running/finished under its id.
+        `attempt` > 0: the fresh episode a batch runs after an infrastructure failure."""
         batch = batch or spec.name
-        wid = contract.episode_id(batch, task.id, sample)
+        wid = contract.retry_id(contract.episode_id(batch, task.id, sample), attempt)
         try:
             return await self.client.start_workflow(
                 contract.EPISODE_WORKFLOW,
@@ -131,8 +142,20 @@ class EpisodesClient:
         pending: set[asyncio.Task[EpisodeResult]] = set()
 
         async def one(task: Task, sample: int, box: dict) -> EpisodeResult:
-            box["handle"] = await self.start_episode(spec, task, sample, batch=batch)
-            return await _result(box["handle"])
+            # An infrastructure failure (not the agent's) runs again as a fresh episode.
+            for attempt in range(spec.batch_retries + 1):
+                box["handle"] = await self.start_episode(
+                    spec, task, sample, batch=batch, attempt=attempt
+                )
+                try:
+                    result = await _result(box["handle"])
+                except EpisodeFailed as e:
+                    if not e.provision_failed or attempt >= spec.batch_retries:
+                        raise
+                    continue
+                if result.termination not in contract.INFRA_TERMINATIONS:
+                    break
+            return result
 
         boxes: dict[asyncio.Task[EpisodeResult], dict] = {}
         queue = iter(work)

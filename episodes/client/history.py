@@ -1,0 +1,97 @@
+"""An episode's transcript rebuilt from its workflow histories (every continue-as-new run).
+
+`episodes show` prints it; the `score_transcript` and `restore` activities read the
+turns of earlier runs (or of a lost session) from here instead of carrying them in
+workflow inputs, which must stay small however long the episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from episodes import contract
+from episodes.errors import EpisodesError
+from episodes.messages import RestoreResult, SessionRef
+from episodes.models import EpisodeResult, TurnRecord, TurnResult
+
+
+async def load_transcript(
+    client: Client, workflow_id: str, *, max_turns: int | None = None
+) -> dict[str, Any]:
+    """Every run of the episode (a long one continues-as-new), oldest first: the session,
+    the turns (TurnResult dicts, at most `max_turns`) and the result."""
+    from temporalio.service import RPCError
+
+    out: dict[str, Any] = {"workflow_id": workflow_id, "session": None, "turns": [], "result": None}
+    run_id: str | None = None
+    try:
+        latest = client.get_workflow_handle(workflow_id)
+        async for ev in latest.fetch_history_events(page_size=1):
+            run_id = ev.workflow_execution_started_event_attributes.first_execution_run_id
+            break
+        while run_id and (max_turns is None or len(out["turns"]) < max_turns):
+            history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+            run_id = await _read_run(client, history.events, out, max_turns)
+    except RPCError as e:
+        raise EpisodesError(f"no episode {workflow_id!r}: {e.message}") from None
+    return out
+
+
+async def recorded_turns(client: Client, workflow_id: str, turns: int) -> list[TurnRecord]:
+    """The first `turns` recorded turns of the episode's chain; fewer is an error."""
+    data = await load_transcript(client, workflow_id, max_turns=turns)
+    records = [TurnRecord.model_validate(t["record"]) for t in data["turns"][:turns]]
+    if len(records) < turns:
+        raise EpisodesError(
+            f"episode {workflow_id}: its history holds {len(records)} turns, {turns} expected"
+        )
+    return records
+
+
+async def _read_run(
+    client: Client, events: Any, out: dict[str, Any], max_turns: int | None
+) -> str | None:
+    """Add one run's session, turns and result to `out`; the next run's id, if any."""
+    conv = client.data_converter
+    scheduled: dict[int, str] = {}
+    for ev in events:
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
+        elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = ev.activity_task_completed_event_attributes
+            kind = scheduled.get(attrs.scheduled_event_id)
+            payloads = list(attrs.result.payloads)
+            if kind == contract.PROVISION and payloads:
+                [ref] = await conv.decode(payloads, [SessionRef])
+                out["session"] = ref.model_dump(mode="json")
+            elif kind == contract.RESTORE and payloads:  # the session after a restart
+                [restored] = await conv.decode(payloads, [RestoreResult])
+                out.setdefault("restarts", []).append(restored.model_dump(mode="json"))
+            elif kind == contract.TURN and payloads:  # an interactive session's step
+                [res] = await conv.decode(payloads, [TurnResult])
+                _add_turns(out, [res], max_turns)
+        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
+            req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
+            if req.input.name == contract.RECORD_TURNS:  # a batch of turns from the drive
+                [batch] = await conv.decode(list(req.input.args.payloads), [list[TurnResult]])
+                _add_turns(out, batch, max_turns)
+        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
+            payloads = list(ev.workflow_execution_completed_event_attributes.result.payloads)
+            if payloads:
+                [res] = await conv.decode(payloads, [EpisodeResult])
+                out["result"] = res.model_dump(mode="json")
+        elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+            return ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    return None
+
+
+def _add_turns(out: dict[str, Any], results: list[TurnResult], max_turns: int | None) -> None:
+    # A batch may repeat turns the workflow already held (it ignored them): so do we.
+    for res in results:
+        if max_turns is not None and len(out["turns"]) >= max_turns:
+            return
+        if res.record.turn == len(out["turns"]):
+            out["turns"].append(res.model_dump(mode="json"))
