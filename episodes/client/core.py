@@ -23,7 +23,12 @@ from episodes import contract
 from episodes.client.connect import connect
 from episodes.client.interactive import InteractiveSession, open_session
 from episodes.errors import EpisodesError
-from episodes.messages import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, EpisodeInput
+from episodes.messages import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_TASK_QUEUE,
+    DEFAULT_TURNS_PER_RUN,
+    EpisodeInput,
+)
 from episodes.models import EpisodeResult, Task
 from episodes.search_attributes import episode_search_attributes
 from episodes.spec import EpisodeSpec, load_spec
@@ -111,6 +116,7 @@ class EpisodesClient:
         batch: str | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         workflow_id: str | None = None,
+        turns_per_run: int = DEFAULT_TURNS_PER_RUN,
     ) -> InteractiveSession:
         """An interactive session: the trainer sends each turn (see `episodes.client.interactive`)."""
         return await open_session(
@@ -122,6 +128,7 @@ class EpisodesClient:
             batch=batch,
             idle_timeout_s=idle_timeout_s,
             workflow_id=workflow_id,
+            turns_per_run=turns_per_run,
         )
 
     async def run_batch(
