@@ -28,15 +28,18 @@ from episodes.messages import (
     DriveResult,
     ProvisionInput,
     ReleaseInput,
+    RestoreInput,
+    RestoreResult,
     ScoreInput,
     ScoreTranscriptInput,
     SessionRef,
     TurnInput,
 )
-from episodes.models import ScoreResult, Termination, TurnResult
+from episodes.models import ScoreResult, Task, Termination, TurnResult
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
-from episodes.session import LiveSession, TurnOutOfOrder, score_transcript
+from episodes.session import EnvironmentFailed, LiveSession, TurnOutOfOrder, score_transcript
+from episodes.spec import EpisodeSpec
 from episodes.truncate import HISTORY_TURN_LIMIT
 
 log = logging.getLogger("episodes.activities")
@@ -62,47 +65,69 @@ class SessionActivities:
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
-        session_id = f"{inp.workflow_id}:{uuid.uuid4().hex[:10]}"
-        bind(workflow_id=inp.workflow_id, session_id=session_id)
         pool = None
         if inp.spec.reuse_key and self.pools is not None:
             pool = await self.pools.get(inp.spec.pool)
-        session = LiveSession(
-            inp.spec,
-            inp.task,
-            inp.sample,
-            session_id,
-            pool=pool,
-            labels={"worker": self.worker_id, "workflow": inp.workflow_id},
-            history_limit_bytes=self.history_limit_bytes,
-        )
-        # Every message leaving here is scrubbed of the session's secrets (a harness that
-        # echoes its environment to stderr puts them in its stderr tail).
-        try:
-            first = await session.open()
-        except HarnessFailure as e:
-            telemetry.PROVISIONS.labels(outcome="harness_failure").inc()
-            message = session.scrub_error(e)
-            raise ApplicationError(message, type=e.error_type, non_retryable=True) from None
-        except SpecError as e:
-            telemetry.PROVISIONS.labels(outcome="spec_error").inc()
-            message = session.scrub_error(e)
-            raise ApplicationError(message, type=type(e).__name__, non_retryable=True) from None
-        except Exception as e:
-            telemetry.PROVISIONS.labels(outcome="error").inc()
-            if session.scrub_error(e) == str(e):
-                raise
-            raise ApplicationError(session.scrub_error(e), type=type(e).__name__) from None
-        except BaseException:
-            telemetry.PROVISIONS.labels(outcome="error").inc()
-            raise
+        session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool)
+        first = await _opened(session)
         self.registry.add(session, inp.workflow_id, inp.run_id)
         telemetry.PROVISIONS.labels(outcome="ok").inc()
         if session.pool_hit is not None:
             telemetry.POOL_LEASES.labels(result="hit" if session.pool_hit else "miss").inc()
-        log.info("provisioned session %s on %s", session_id, self.worker_id)
+        log.info("provisioned session %s on %s", session.session_id, self.worker_id)
+        return self._ref(session, first)
+
+    @activity.defn(name=contract.RESTORE)
+    async def restore(self, inp: RestoreInput) -> RestoreResult:
+        """A new session for an episode whose worker was lost: open it (a fresh box and
+        harness, env.reset) and replay the first `inp.turns` recorded turns into it."""
+        from episodes.client.history import recorded_turns
+
+        records = await recorded_turns(activity.client(), inp.workflow_id, inp.turns)
+        session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
+        first = await _opened(session)
+        telemetry.record_restart("worker")
+        beat = asyncio.create_task(_heartbeat_until_cancelled())
+        try:
+            divergent, resumed = await session.restore(records)
+        except BaseException as e:
+            await session.close(failed=True)
+            raise _as_outcome(e, session) from None
+        finally:
+            beat.cancel()
+        self.registry.add(session, inp.workflow_id, inp.run_id)
+        if divergent:
+            activity.logger.warning(
+                "restore of %s: replies differ from the record at turns %s",
+                inp.workflow_id,
+                divergent[:20],
+            )
+        return RestoreResult(
+            session=self._ref(session, first),
+            turns_replayed=len(records),
+            divergent_turns=divergent[:20],
+            divergences=len(divergent),
+            resumed=resumed,
+        )
+
+    def _new_session(
+        self, spec: EpisodeSpec, task: Task, sample: int, workflow_id: str, pool: Any = None
+    ) -> LiveSession:
+        session_id = f"{workflow_id}:{uuid.uuid4().hex[:10]}"
+        bind(workflow_id=workflow_id, session_id=session_id)
+        return LiveSession(
+            spec,
+            task,
+            sample,
+            session_id,
+            pool=pool,
+            labels={"worker": self.worker_id, "workflow": workflow_id},
+            history_limit_bytes=self.history_limit_bytes,
+        )
+
+    def _ref(self, session: LiveSession, first: Any) -> SessionRef:
         return SessionRef(
-            session_id=session_id,
+            session_id=session.session_id,
             task_queue=self.session_queue,
             worker_id=self.worker_id,
             first_message=first,
@@ -209,7 +234,41 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
         env = load_env(inp.env, inp.env_args)
     except SpecError as e:
         raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
-    return await score_transcript(env, inp.transcript)
+    transcript = inp.transcript
+    if inp.workflow_id is not None and inp.earlier_turns:
+        # A continued run: the earlier runs' turns are in their histories, not the input.
+        from episodes.client.history import recorded_turns
+
+        earlier = await recorded_turns(activity.client(), inp.workflow_id, inp.earlier_turns)
+        transcript = transcript.model_copy(update={"turns": [*earlier, *transcript.turns]})
+    return await score_transcript(env, transcript)
+
+
+async def _opened(session: LiveSession) -> Any:
+    """Open the session; a harness or env that fails is the episode's outcome (typed,
+    not retried); a bad spec is not retried either."""
+    try:
+        return await session.open()
+    except BaseException as e:
+        outcome = {HarnessFailure: "harness_failure", SpecError: "spec_error"}
+        kind = next((v for k, v in outcome.items() if isinstance(e, k)), "error")
+        telemetry.PROVISIONS.labels(outcome=kind).inc()
+        raise _as_outcome(e, session) from None
+
+
+def _as_outcome(e: BaseException, session: LiveSession) -> BaseException:
+    """The error as it leaves the worker, scrubbed of the session's secrets (a harness
+    that echoes its environment to stderr puts them in its stderr tail)."""
+    message = session.scrub_error(e) if isinstance(e, Exception) else str(e)
+    if isinstance(e, HarnessFailure):
+        return ApplicationError(message, type=e.error_type, non_retryable=True)
+    if isinstance(e, EnvironmentFailed):
+        return ApplicationError(message, type=contract.ENV_ERROR, non_retryable=True)
+    if isinstance(e, SpecError):
+        return ApplicationError(message, type=type(e).__name__, non_retryable=True)
+    if isinstance(e, Exception) and message != str(e):
+        return ApplicationError(message, type=type(e).__name__)
+    return e
 
 
 def _observe_turn(result: TurnResult) -> None:

@@ -20,6 +20,8 @@ from episodes.messages import (
     DriveResult,
     ProvisionInput,
     ReleaseInput,
+    RestoreInput,
+    RestoreResult,
     ScoreInput,
     ScoreTranscriptInput,
     SessionRef,
@@ -57,6 +59,13 @@ ENVIRONMENT_LOAD_ERROR = "EnvironmentLoadError"
 # outcome (its termination), not a retry.
 PROVISION_FAILURES = ("harness_start_failed", "harness_crashed", "protocol_error", "turn_timeout")
 NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, SPEC_ERROR, ENVIRONMENT_LOAD_ERROR)
+# `episodes.session.EnvironmentFailed` (the env's reset raised), raised non-retryable by
+# `provision` and `restore`: the episode ends `env_error`, scored and released.
+ENV_ERROR = "env_error"
+PROVISION_OUTCOMES = (*PROVISION_FAILURES, ENV_ERROR)
+# What a batch runs again as a fresh episode (`spec.batch_retries`): the infrastructure
+# failed, not the agent. Every other termination is the agent's outcome.
+INFRA_TERMINATIONS = ("worker_lost",)
 # Raised by `await_episode`: the episode's workflow failed, there is no result.
 EPISODE_FAILED = "EpisodeFailed"
 # Raised by EpisodeWorkflow's `record_turns` validator (rejected Updates leave no trace):
@@ -78,6 +87,13 @@ SCORE = "score"
 RELEASE = "release"
 SCORE_TRANSCRIPT = "score_transcript"
 AWAIT_EPISODE = "await_episode"
+RESTORE = "restore"
+
+
+def side_queue(task_queue: str) -> str:
+    """The queue of activities that hold no session and must not take the shared queue's
+    slots, which gate `provision` (`await_episode` may wait for a day)."""
+    return f"{task_queue}-side"
 
 
 @activity.defn(name=PROVISION)
@@ -122,7 +138,13 @@ async def await_episode(workflow_id: str) -> EpisodeResult:
     raise NotImplementedError
 
 
-DECLARED = [provision, drive, turn, score, release, score_transcript, await_episode]
+@activity.defn(name=RESTORE)
+async def restore(inp: RestoreInput) -> RestoreResult:
+    """Any worker (gated like provision): a new session with the recorded turns replayed."""
+    raise NotImplementedError
+
+
+DECLARED = [provision, drive, turn, score, release, score_transcript, await_episode, restore]
 
 # -- an episode's identity ------------------------------------------------------------------
 
@@ -136,6 +158,11 @@ def episode_id(batch: str, task_id: str, sample: int) -> str:
 def session_workflow_id(batch: str, task_id: str, sample: int) -> str:
     """An interactive session's workflow id."""
     return f"{episode_id(batch, task_id, sample)}.session"
+
+
+def retry_id(workflow_id: str, attempt: int) -> str:
+    """A batch's fresh episode after an infrastructure failure: `<id>.r<attempt>`."""
+    return workflow_id if attempt == 0 else f"{workflow_id}.r{attempt}"
 
 
 def batch_workflow_id(batch: str) -> str:

@@ -17,6 +17,9 @@ DEFAULT_TASK_QUEUE = "episodes"
 # A long episode continues-as-new after this many turns in one run (or earlier, when
 # the server suggests it), so its history stays bounded however many turns it takes.
 DEFAULT_TURNS_PER_RUN = 1000
+# What the `progress` query returns by default: the last turns, within a byte budget.
+DEFAULT_PROGRESS_TURNS = 100
+PROGRESS_MAX_BYTES = 2 * 1024 * 1024
 # Finished turns the drive may run ahead of history, and the most one Update carries:
 # far below Temporal's 2 MB payload limit whatever the turns hold.
 DEFAULT_PIPELINE = 256
@@ -42,6 +45,12 @@ class EpisodeCarry(Model):
     turns_done: int
     started_at: datetime
     runs: int = 1
+    # `on_worker_lost: restart`: restarts so far (bounded per episode, not per run) and
+    # what they did; all 0 in chains recorded before restarts existed.
+    restarts: int = 0
+    turns_replayed: int = 0
+    replay_divergences: int = 0
+    turns_rerun: int = 0
 
 
 class EpisodeInput(Model):
@@ -106,11 +115,39 @@ class ScoreInput(Model):
 
 
 class ScoreTranscriptInput(Model):
-    """Scoring without the session (its worker is gone): a fresh env and the recorded turns."""
+    """Scoring without the session (its worker is gone): a fresh env and the recorded turns.
+
+    A continued run holds only its own turns: with `workflow_id`, the activity reads the
+    first `earlier_turns` turns from the chain's earlier runs' histories and puts them
+    before `transcript.turns` (the workflow input stays small however long the chain)."""
 
     env: str
     env_args: dict[str, Any] = Field(default_factory=dict)
     transcript: Transcript
+    workflow_id: str | None = None
+    earlier_turns: int = Field(default=0, ge=0)
+
+
+class RestoreInput(Model):
+    """`on_worker_lost: restart`: a new session that replays the first `turns` recorded
+    turns (read from the chain's history by the activity itself)."""
+
+    spec: EpisodeSpec
+    task: Task
+    sample: int
+    workflow_id: str
+    run_id: str
+    turns: int = Field(ge=0)
+    restart: int = Field(ge=1)  # 1 for the first restart of the episode
+
+
+class RestoreResult(Model):
+    session: SessionRef
+    turns_replayed: int = 0
+    # Turns whose reply on the new harness differs from the recorded one (the first few).
+    divergent_turns: list[int] = Field(default_factory=list)
+    divergences: int = 0
+    resumed: bool = False  # the harness took the transcript in one `resume` packet
 
 
 class ReleaseInput(Model):
@@ -120,28 +157,24 @@ class ReleaseInput(Model):
 class EpisodeProgress(Model):
     """What the `progress` query returns while an episode runs (and after)."""
 
-    status: Literal["provisioning", "running", "scoring", "releasing", "done"]
+    status: Literal["provisioning", "running", "restoring", "scoring", "releasing", "done"]
     turns_done: int
     max_turns: int
     termination: Termination | None = None
     session: SessionRef | None = None
     first_message: Any = None
-    # This run's turns: a long episode continues-as-new, and `first_turn` (the turns of
-    # the runs before) is the index of turns[0]; `turns_done` counts them all.
+    # The latest turns of this run (bounded: the query's `since`/`last` and a byte
+    # budget keep the answer far below gRPC's 4 MB); `first_turn` is the index of
+    # turns[0] and `turns_done` counts every turn of the chain.
     turns: list[TurnRecord] = Field(default_factory=list)
     first_turn: int = 0
     runs: int = 1
+    restarts: int = 0
 
 
 # -- interactive sessions (the trainer writes each turn) -------------------------------
 
 DEFAULT_IDLE_TIMEOUT_S = 600.0
-
-
-class InteractiveInput(EpisodeInput):
-    """An interactive session: an episode whose turns arrive as `step` updates."""
-
-    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
 
 
 class SessionOpened(Model):
@@ -169,3 +202,18 @@ class StepReply(Model):
     reward: float | None = None
     termination: Termination | None = None  # set when done
     error: str | None = None
+
+
+class InteractiveCarry(EpisodeCarry):
+    """A continued interactive run also keeps the last step's answer and update id: a
+    trainer retrying that step after a lost response gets it from the new run."""
+
+    last_step: StepReply | None = None
+    last_step_id: str | None = None
+
+
+class InteractiveInput(EpisodeInput):
+    """An interactive session: an episode whose turns arrive as `step` updates."""
+
+    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
+    carry: InteractiveCarry | None = None  # type: ignore[assignment]

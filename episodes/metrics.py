@@ -120,6 +120,12 @@ class BatchMetrics(Model):
     pass_at_k_tasks: dict[int, int] = Field(default_factory=dict)
     terminations: dict[str, int] = Field(default_factory=dict)
     duration_s: DurationSummary = Field(default_factory=DurationSummary)
+    # Episodes that ended for an infrastructure reason (a lost worker after its
+    # restarts, a failed provision) even after `batch_retries`: not the agent's doing.
+    # Agent outcomes are every other termination.
+    infra_failures: int = 0
+    # Fresh episodes run again after an infrastructure failure (`<id>.r1`, ...).
+    retried: int = 0
 
 
 class PassTally(Model):
@@ -142,12 +148,25 @@ class MetricsAccumulator(Model):
     # Index k-1: the sum of pass@k over the closed tasks.
     closed_pass_sums: list[float] = Field(default_factory=list)
     durations: DurationSketch = Field(default_factory=DurationSketch)
+    infra_failures: int = 0
+    retried: int = 0
 
     def passes(self, reward: float | None) -> bool:
         return reward is not None and reward >= self.pass_threshold
 
-    def add(self, task_id: str, termination: str, reward: float | None, duration_s: float) -> None:
+    def add(
+        self,
+        task_id: str,
+        termination: str,
+        reward: float | None,
+        duration_s: float,
+        *,
+        infra: bool = False,
+        retries: int = 0,
+    ) -> None:
         self.count += 1
+        self.infra_failures += infra
+        self.retried += retries
         self.terminations[termination] = self.terminations.get(termination, 0) + 1
         if reward is not None:
             self.rewarded += 1
@@ -193,6 +212,8 @@ class MetricsAccumulator(Model):
             pass_at_k=pass_at,
             pass_at_k_tasks=tasks_at,
             terminations=dict(sorted(self.terminations.items())),
+            infra_failures=self.infra_failures,
+            retried=self.retried,
             duration_s=DurationSummary(
                 p50=d.quantile(0.5),
                 p90=d.quantile(0.9),

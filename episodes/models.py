@@ -131,3 +131,11 @@ class EpisodeResult(Model):
     duration_s: float
     # Whether provision reused a parked box (spec.reuse_key), None when no pool was asked for.
     pool_hit: bool | None = None
+    # `on_worker_lost: restart`: sessions restored on another worker, the recorded turns
+    # replayed into them, the replayed turns whose reply differed from the recorded one,
+    # and finished turns the lost worker had not recorded yet (run again). 0 in results
+    # from before restarts existed.
+    restarts: int = 0
+    turns_replayed: int = 0
+    replay_divergences: int = 0
+    turns_rerun: int = 0

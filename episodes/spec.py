@@ -163,7 +163,14 @@ class EpisodeSpec(_Spec):
     harness: HarnessSpec
     max_turns: int = Field(default=20, ge=1)
     turn_timeout_s: float = Field(default=60.0, gt=0)
+    # `fail`: a lost worker ends the episode `worker_lost`. `restart`: a new session on a
+    # live worker replays the recorded turns and the episode goes on (README: Failure
+    # semantics), at most `max_restarts` times per episode.
     on_worker_lost: Literal["fail", "restart"] = "fail"
+    max_restarts: int = Field(default=2, ge=0)
+    # Batches (`episodes run`, EvalBatchWorkflow) run an episode that ended for an
+    # infrastructure reason again, as a fresh episode (`<id>.r1`, ...), this many times.
+    batch_retries: int = Field(default=1, ge=0)
     # How long a session's worker may be silent (no heartbeat, no poll) before the
     # episode ends with `worker_lost`. Detection takes at most about twice this.
     worker_lost_timeout_s: float = Field(default=10.0, gt=0)
@@ -207,11 +214,6 @@ class EpisodeSpec(_Spec):
                 f"model: a {self.harness.runtime.type} box runs on another machine and cannot "
                 "reach the worker's model proxy (it would need a tunnel, not supported yet); "
                 "use runtime subprocess or docker"
-            )
-        if self.on_worker_lost == "restart":
-            raise ValueError(
-                "on_worker_lost: 'restart' is not supported yet; use 'fail' "
-                "(the episode ends with termination worker_lost)"
             )
         return self
 

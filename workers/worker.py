@@ -1,10 +1,12 @@
 """The worker process: shared queue (workflows + provision) and its own session queue.
 
-One `EpisodeWorker` runs three Temporal workers in one process:
+One `EpisodeWorker` runs four Temporal workers in one process:
 - on the shared queue: the workflows (and the batch's activities), and, as a worker
   of its own so that it can stop polling alone, `provision` (gated by `max_sessions`);
 - on a queue unique to this process: `drive` (an episode's turn loop), `turn` and
-  `score` (interactive steps), `release` for the sessions it holds in memory.
+  `score` (interactive steps), `release` for the sessions it holds in memory;
+- on the side queue (`contract.side_queue`): `await_episode`, which holds no session
+  and may wait a day, so it has slots of its own and never takes provision's.
 A reaper stops sessions whose workflow has closed or that sat idle past a TTL.
 Stopping drains (workers/drain.py): provisions stop at once, live sessions get up
 to `drain_timeout_s` to finish, the rest are abandoned; every live harness is stopped.
@@ -37,6 +39,7 @@ from temporalio.worker import (
 from activities import telemetry
 from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
+from episodes import contract
 from episodes.messages import DEFAULT_TASK_QUEUE
 from episodes.payloads.settings import stores_externally
 from episodes.registry import SessionRegistry
@@ -58,6 +61,8 @@ class WorkerOptions:
     session_idle_ttl_s: float = 3600.0
     reap_interval_s: float = 30.0
     max_concurrent_workflow_tasks: int = 100
+    # `await_episode` (a re-run batch waiting for an existing episode) in flight at once.
+    max_side_activities: int = 1000
     graceful_shutdown_s: float = 5.0
     # How long a workflow task waits on this worker's sticky queue before any worker
     # may take it. A lost worker's workflows wait this long too before they can notice
@@ -132,7 +137,11 @@ class EpisodeWorker:
         self._provisions = Worker(
             client,
             task_queue=opts.task_queue,
-            activities=[self.activities.provision, await_episode],
+            activities=[
+                self.activities.provision,
+                self.activities.restore,  # a new session too: gated like provision
+                await_episode,  # histories from before the side queue schedule it here
+            ],
             tuner=WorkerTuner.create_composite(
                 workflow_supplier=FixedSizeSlotSupplier(1),
                 activity_supplier=self.slots,
@@ -164,6 +173,15 @@ class EpisodeWorker:
             # version would keep every dead worker's queue as one the next must poll.
         )
 
+        self._side = Worker(
+            client,
+            task_queue=contract.side_queue(opts.task_queue),
+            activities=[await_episode],
+            max_concurrent_activities=opts.max_side_activities,
+            graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
+            identity=f"{self.worker_id}@side",
+        )
+
     async def run(self) -> None:
         """Poll until `request_stop()`; then drain, stop polling and stop every live harness."""
         log.info(
@@ -176,7 +194,7 @@ class EpisodeWorker:
         await asyncio.to_thread(reap_orphan_containers)
         reaper = asyncio.create_task(self._reap_forever())
         try:
-            async with self._shared, self._provisions, self._sessions:
+            async with self._shared, self._provisions, self._sessions, self._side:
                 await self._stop.wait()
                 await self._drain()
         finally:

@@ -18,21 +18,36 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from workflows.details import episode_details
-from workflows.failures import failure_message, failure_type, is_worker_lost, lost_message
+from workflows.failures import (
+    failure_message,
+    failure_type,
+    is_backstop_timeout,
+    is_worker_lost,
+    lost_message,
+)
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes import search_attributes as sa
     from episodes.messages import (
+        DEFAULT_PROGRESS_TURNS,
+        PROGRESS_MAX_BYTES,
+        EpisodeCarry,
         EpisodeInput,
         EpisodeProgress,
         ProvisionInput,
         ReleaseInput,
+        RestoreInput,
+        RestoreResult,
         ScoreInput,
         ScoreTranscriptInput,
         SessionRef,
     )
     from episodes.models import EpisodeResult, ScoreResult, Termination, Transcript, TurnRecord
+
+
+# Histories recorded before a continued run's transcript score included earlier runs.
+CHAIN_SCORE_PATCH = "score-whole-chain"
 
 
 class EpisodeBase:
@@ -46,14 +61,56 @@ class EpisodeBase:
         self._runs = 1
         self._termination: Termination | None = None
         self._max_turns = 0
+        # `on_worker_lost: restart`, counted over the whole chain (the carry keeps them).
+        self._restarts = 0
+        self._turns_replayed = 0
+        self._divergences = 0
+        self._turns_rerun = 0
+        # The session's activity ran past its backstop: score the recorded turns instead.
+        self._score_recorded = False
 
     @property
     def _turns_done(self) -> int:
         return self._first_turn + len(self._turns)
 
+    def _adopt(self, carry: EpisodeCarry) -> None:
+        """A continued run: the live session and the counters of the runs before."""
+        self._ref, self._first_turn, self._runs = carry.session, carry.turns_done, carry.runs
+        self._restarts, self._turns_replayed = carry.restarts, carry.turns_replayed
+        self._divergences, self._turns_rerun = carry.replay_divergences, carry.turns_rerun
+
+    def _carry(self, started: datetime) -> dict:
+        assert self._ref is not None
+        return {
+            "session": self._ref,
+            "turns_done": self._turns_done,
+            "started_at": started,
+            "runs": self._runs + 1,
+            "restarts": self._restarts,
+            "turns_replayed": self._turns_replayed,
+            "replay_divergences": self._divergences,
+            "turns_rerun": self._turns_rerun,
+        }
+
     # The SDK collects handlers over the class hierarchy, so each subclass answers it.
     @workflow.query(name=contract.PROGRESS)
-    def progress(self) -> EpisodeProgress:
+    def progress(self, since: int | None = None, last: int | None = None) -> EpisodeProgress:
+        """Where the episode is, with its latest turns: those from index `since` on (of the
+        whole chain), at most `last` of them (default 100), and never more than 2 MiB of
+        them (at least one): a run holds up to 1,000 turns of up to 1 MiB each, and a
+        query answer must fit gRPC's 4 MB."""
+        turns = self._turns
+        if since is not None:
+            turns = turns[max(0, since - self._first_turn) :]
+        limit = DEFAULT_PROGRESS_TURNS if last is None else max(0, last)
+        turns = turns[len(turns) - limit :] if limit < len(turns) else turns
+        budget, keep = PROGRESS_MAX_BYTES, 0
+        for t in reversed(turns):
+            budget -= len(t.model_dump_json())
+            if budget < 0 and keep:
+                break
+            keep += 1
+        turns = turns[len(turns) - keep :] if keep else []
         return EpisodeProgress(
             status=self._status,  # type: ignore[arg-type]
             turns_done=self._turns_done,
@@ -61,9 +118,10 @@ class EpisodeBase:
             termination=self._termination,
             session=self._ref,
             first_message=self._ref.first_message if self._ref else None,
-            turns=self._turns,
-            first_turn=self._first_turn,
+            turns=turns,
+            first_turn=turns[0].turn if turns else self._turns_done,
             runs=self._runs,
+            restarts=self._restarts,
         )
 
     # -- the story, step by step -------------------------------------------------------
@@ -75,7 +133,8 @@ class EpisodeBase:
             self._ref = await self._provision(inp)
         except ActivityError as e:
             kind = failure_type(e)
-            if kind not in contract.PROVISION_FAILURES:
+            # env_error: the env's reset raised (raised non-retryable by provision).
+            if kind not in contract.PROVISION_OUTCOMES:
                 raise
             self._termination = kind  # type: ignore[assignment]
             return failure_message(e)
@@ -103,10 +162,66 @@ class EpisodeBase:
             summary=f"provision {inp.task.id}",
         )
 
+    def _may_restart(self, inp: EpisodeInput) -> bool:
+        return inp.spec.on_worker_lost == "restart" and self._restarts < inp.spec.max_restarts
+
+    async def _restore(self, inp: EpisodeInput, lost_at_turn: int | None) -> str | None:
+        """`on_worker_lost: restart`: a new session on any live worker with the recorded
+        turns replayed (`_ref`); None, or the error of a restore that failed as an outcome
+        (`_termination` set, `_ref` None). Turns the lost worker finished but had not
+        recorded yet (`lost_at_turn`, its last heartbeat) are run again by the next drive."""
+        info, spec, h = workflow.info(), inp.spec, inp.spec.harness
+        self._restarts += 1
+        self._turns_rerun += max(0, (lost_at_turn or 0) - self._turns_done)
+        self._status, self._ref = "restoring", None
+        self._set_details()
+        per_turn = spec.turn_timeout_s + 2 * h.stop_timeout_s
+        try:
+            restored: RestoreResult = await workflow.execute_activity(
+                contract.restore,
+                RestoreInput(
+                    spec=spec,
+                    task=inp.task,
+                    sample=inp.sample,
+                    workflow_id=info.workflow_id,
+                    run_id=info.run_id,
+                    turns=self._turns_done,
+                    restart=self._restarts,
+                ),
+                start_to_close_timeout=timedelta(
+                    seconds=h.ready_timeout_s + 300 + self._turns_done * per_turn
+                ),
+                heartbeat_timeout=timedelta(seconds=max(spec.worker_lost_timeout_s, 10)),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=3,
+                    initial_interval=timedelta(seconds=1),
+                    non_retryable_error_types=list(
+                        (*contract.NON_RETRYABLE_PROVISION, contract.ENV_ERROR)
+                    ),
+                ),
+                summary=f"restore {self._turns_done} turns (restart {self._restarts})",
+            )
+        except ActivityError as e:
+            kind = failure_type(e)
+            if kind not in contract.PROVISION_OUTCOMES:
+                raise
+            self._termination = kind  # type: ignore[assignment]
+            return f"restart {self._restarts} failed: {failure_message(e)}"
+        self._ref = restored.session
+        self._turns_replayed += restored.turns_replayed
+        self._divergences += restored.divergences
+        self._status = "running"
+        self._set_details()
+        return None
+
     async def _score(self, inp: EpisodeInput, error: str | None) -> ScoreResult:
         """Score on the session's worker; without one, score the recorded transcript here."""
         spec = inp.spec
-        if self._ref is not None and self._termination != "worker_lost":
+        if (
+            self._ref is not None
+            and self._termination != "worker_lost"
+            and not self._score_recorded
+        ):
             try:
                 return await workflow.execute_activity(
                     contract.score,
@@ -121,7 +236,14 @@ class EpisodeBase:
                 )
             except ActivityError as e:
                 if not is_worker_lost(e):
-                    raise
+                    if not is_backstop_timeout(e):
+                        raise
+                    # The env's score() hung on a live worker past score_timeout_s: the
+                    # env failed; it is not scored again.
+                    self._termination = "env_error"
+                    return ScoreResult(
+                        details={"error": f"score() did not finish in {spec.score_timeout_s:g} s"}
+                    )
                 self._termination, error = "worker_lost", lost_message(e, self._ref)
         transcript = Transcript(
             task=inp.task,
@@ -130,10 +252,17 @@ class EpisodeBase:
             termination=self._termination,
             error=error,
         )
-        # A continued run holds only its own turns: the rubric sees those.
+        score_input = ScoreTranscriptInput(
+            env=spec.env, env_args=spec.env_args, transcript=transcript
+        )
+        if self._first_turn and workflow.patched(CHAIN_SCORE_PATCH):
+            # A continued run holds only its own turns: the activity reads the earlier
+            # runs' from their histories, so the rubric sees the whole episode.
+            score_input.workflow_id = workflow.info().workflow_id
+            score_input.earlier_turns = self._first_turn
         return await workflow.execute_local_activity(
             contract.score_transcript,
-            ScoreTranscriptInput(env=spec.env, env_args=spec.env_args, transcript=transcript),
+            score_input,
             start_to_close_timeout=timedelta(seconds=spec.score_timeout_s),
             retry_policy=RetryPolicy(
                 maximum_attempts=3,
@@ -186,6 +315,10 @@ class EpisodeBase:
             score_details=score.details,
             duration_s=(workflow.now() - started).total_seconds(),
             pool_hit=self._ref.pool_hit if self._ref else None,
+            restarts=self._restarts,
+            turns_replayed=self._turns_replayed,
+            replay_divergences=self._divergences,
+            turns_rerun=self._turns_rerun,
         )
 
     def _set_details(self) -> None:

@@ -44,6 +44,10 @@ with workflow.unsafe.imports_passed_through():
     from episodes.models import EpisodeResult, Task
 
 KEEP_ERRORS = 5
+# Histories recorded before `await_episode` ran on the side queue.
+SIDE_QUEUE_PATCH = "await-episode-side-queue"
+# ... and before a batch ran an episode again after an infrastructure failure.
+BATCH_RETRY_PATCH = "batch-infra-retries"
 
 
 @dataclass
@@ -55,6 +59,8 @@ class _Outcome:
     reward: float | None
     duration_s: float
     error: str | None = None
+    infra: bool = False  # ended for an infrastructure reason (after its retries)
+    retries: int = 0  # fresh episodes run for it after infrastructure failures
 
 
 @workflow.defn(name=contract.BATCH_WORKFLOW)
@@ -167,8 +173,24 @@ class EvalBatchWorkflow:
     # -- one child -----------------------------------------------------------------
 
     async def _child(self, inp: BatchInput, index: int, task: Task, sample: int) -> _Outcome:
+        """The episode; one that ended for an infrastructure reason (its worker lost after
+        its restarts, a provision that failed for a non-harness reason) runs again as a
+        fresh episode `<id>.r1`, ... up to `spec.batch_retries` times."""
+        attempt = 0
+        while True:
+            outcome = await self._attempt(inp, index, task, sample, attempt)
+            outcome.retries = attempt
+            if not outcome.infra or attempt >= inp.spec.batch_retries:
+                return outcome
+            if not workflow.patched(BATCH_RETRY_PATCH):
+                return outcome
+            attempt += 1
+
+    async def _attempt(
+        self, inp: BatchInput, index: int, task: Task, sample: int, attempt: int
+    ) -> _Outcome:
         spec = inp.spec
-        wid = contract.episode_id(self._batch, task.id, sample)
+        wid = contract.retry_id(contract.episode_id(self._batch, task.id, sample), attempt)
         began = workflow.now()
         try:
             try:
@@ -193,9 +215,13 @@ class EvalBatchWorkflow:
                     static_summary=f"{spec.env} · task {task.id} · sample {sample}",
                 )
             except WorkflowAlreadyStartedError:
+                # Its own queue: on the shared one it held a slot that gates provision.
+                side = workflow.patched(SIDE_QUEUE_PATCH)
+                queue = contract.side_queue(workflow.info().task_queue) if side else None
                 result = await workflow.execute_activity(
                     contract.await_episode,
                     wid,
+                    task_queue=queue,
                     start_to_close_timeout=timedelta(days=1),
                     heartbeat_timeout=timedelta(seconds=30),
                     retry_policy=RetryPolicy(
@@ -212,13 +238,22 @@ class EvalBatchWorkflow:
                 None,
                 (workflow.now() - began).total_seconds(),
                 error=f"{wid}: {_root_cause(e)}",
+                infra=_provision_failed(e),
             )
         return _Outcome(
-            index, task.id, sample, result.termination, result.reward, result.duration_s
+            index,
+            task.id,
+            sample,
+            result.termination,
+            result.reward,
+            result.duration_s,
+            infra=result.termination in contract.INFRA_TERMINATIONS,
         )
 
     def _record(self, o: _Outcome) -> None:
-        self._acc.add(o.task_id, o.termination, o.reward, o.duration_s)
+        self._acc.add(
+            o.task_id, o.termination, o.reward, o.duration_s, infra=o.infra, retries=o.retries
+        )
         reward = "-" if o.reward is None else f"{o.reward:.2f}"
         self._last = f"{o.task_id}#{o.sample} {o.termination} {reward}"
         if o.error is not None:
@@ -254,9 +289,21 @@ class EvalBatchWorkflow:
             lines.append(f"- {ks} (pass: reward ≥ {m.pass_threshold})")
         if m.terminations:
             lines.append("- " + ", ".join(f"`{k}` {n}" for k, n in m.terminations.items()))
+        if m.infra_failures or m.retried:
+            lines.append(
+                f"- infrastructure: {m.infra_failures} failed after retries, "
+                f"{m.retried} fresh episodes run again"
+            )
         if self._errors:
             lines.append(f"- last failure: `{self._errors[-1][:300]}`")
         workflow.set_current_details("\n".join(lines))
+
+
+def _provision_failed(e: BaseException) -> bool:
+    """The episode's workflow failed because `provision` did, after Temporal's retries, for
+    a reason other than the harness (those are outcomes): the infrastructure failed."""
+    cause = e.cause if isinstance(e, ChildWorkflowError) else e
+    return isinstance(cause, ActivityError) and cause.activity_type == contract.PROVISION
 
 
 def _root_cause(e: BaseException) -> str:

@@ -22,7 +22,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows.base import EpisodeBase
-from workflows.failures import is_worker_lost, lost_message
+from workflows.failures import (
+    backstop_message,
+    is_backstop_timeout,
+    is_worker_lost,
+    last_heartbeat_turn,
+    lost_message,
+)
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
@@ -36,6 +42,7 @@ class EpisodeWorkflow(EpisodeBase):
         super().__init__()
         self._turns_per_run = 0
         self._driving = False
+        self._lost_at_turn: int | None = None  # the lost drive's last heartbeat
 
     @workflow.run
     async def run(self, inp: EpisodeInput) -> EpisodeResult:
@@ -44,19 +51,24 @@ class EpisodeWorkflow(EpisodeBase):
         self._turns_per_run = inp.turns_per_run
         started = carry.started_at if carry else workflow.now()
         if carry is not None:
-            self._ref, self._first_turn, self._runs = carry.session, carry.turns_done, carry.runs
+            self._adopt(carry)
         error: str | None = None
         score: ScoreResult | None = None
         paused = False
         try:
             if carry is None:
                 error = await self._provision_or_outcome(inp)
-            if self._ref is not None:
+            while self._ref is not None:
                 self._status = "running"
                 self._set_details()
                 drive = await self._drive(inp)
                 paused = drive.termination is None
                 self._termination, error, score = drive.termination, drive.error, drive.score
+                if drive.termination != "worker_lost" or not self._may_restart(inp):
+                    break
+                # on_worker_lost: restart: replay the recorded turns on a new session.
+                self._termination = None
+                error = await self._restore(inp, self._lost_at_turn)
             if not paused:
                 self._status = "scoring"
                 if score is None:
@@ -76,16 +88,7 @@ class EpisodeWorkflow(EpisodeBase):
             assert self._ref is not None
             # The session stays live on its worker; the next run drives on from here.
             workflow.continue_as_new(
-                inp.model_copy(
-                    update={
-                        "carry": EpisodeCarry(
-                            session=self._ref,
-                            turns_done=self._turns_done,
-                            started_at=started,
-                            runs=self._runs + 1,
-                        )
-                    }
-                )
+                inp.model_copy(update={"carry": EpisodeCarry(**self._carry(started))})
             )
         return self._finish(inp, started, error, score or ScoreResult())
 
@@ -125,6 +128,7 @@ class EpisodeWorkflow(EpisodeBase):
         first = self._turns_done
         lost = timedelta(seconds=spec.worker_lost_timeout_s)
         per_turn = spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
+        backstop = timedelta(seconds=(spec.max_turns - first) * per_turn + spec.score_timeout_s)
         self._driving = True
         try:
             result = await workflow.execute_activity(
@@ -142,9 +146,7 @@ class EpisodeWorkflow(EpisodeBase):
                 schedule_to_start_timeout=lost,
                 heartbeat_timeout=lost,
                 # The harness enforces turn_timeout_s on each turn; this is the backstop.
-                start_to_close_timeout=timedelta(
-                    seconds=(spec.max_turns - first) * per_turn + spec.score_timeout_s
-                ),
+                start_to_close_timeout=backstop,
                 retry_policy=RetryPolicy(
                     maximum_attempts=5,
                     initial_interval=timedelta(milliseconds=200),
@@ -156,11 +158,23 @@ class EpisodeWorkflow(EpisodeBase):
                 summary=f"drive from turn {first} (max {spec.max_turns})",
             )
         except ActivityError as e:
-            if not is_worker_lost(e):
+            if is_worker_lost(e):
+                self._lost_at_turn = last_heartbeat_turn(e)
+                result = DriveResult(
+                    termination="worker_lost", error=lost_message(e, ref), next_turn=first
+                )
+            elif is_backstop_timeout(e):
+                # A live worker ran the drive past its backstop: the turn loop is stuck
+                # (the harness's turn timeout did not fire). An outcome, not a lost
+                # worker: the recorded turns are scored here, the session released.
+                self._score_recorded = True
+                result = DriveResult(
+                    termination="turn_timeout",
+                    error=backstop_message(e, "drive", backstop.total_seconds()),
+                    next_turn=first,
+                )
+            else:
                 raise
-            result = DriveResult(
-                termination="worker_lost", error=lost_message(e, ref), next_turn=first
-            )
         finally:
             self._driving = False
         # An Update still being handled finishes before the workflow moves on.

@@ -6,11 +6,19 @@ Workflow code: deterministic, models only.
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes.messages import SessionRef
+
+# Histories recorded before it counted every activity timeout as a lost worker,
+# start-to-close (the activity's own backstop) included.
+BACKSTOP_PATCH = "backstop-timeout-not-worker-lost"
+
+# Only these mean nobody holds the session: the task was never picked up, or the
+# worker running it stopped heartbeating.
+_LOST_TIMEOUTS = (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START)
 
 
 def failure_type(e: ActivityError) -> str | None:
@@ -24,16 +32,49 @@ def failure_message(e: ActivityError) -> str:
     return cause.message if cause is not None else str(e)
 
 
-def is_worker_lost(e: ActivityError) -> bool:
-    """Nobody holds the session any more: the episode ends `worker_lost`."""
+def classify(e: ActivityError) -> str | None:
+    """ "lost" (the worker holding the session is gone), "backstop" (the activity ran past
+    its start-to-close timeout on a live worker) or None (anything else). Pure."""
     cause = e.cause
     if isinstance(cause, TimeoutError):
-        return True  # schedule-to-start or heartbeat: nobody is holding the session
-    return isinstance(cause, ApplicationError) and cause.type == contract.SESSION_NOT_FOUND
+        return "lost" if cause.type in _LOST_TIMEOUTS else "backstop"
+    if isinstance(cause, ApplicationError) and cause.type == contract.SESSION_NOT_FOUND:
+        return "lost"
+    return None
+
+
+def is_worker_lost(e: ActivityError) -> bool:
+    """Nobody holds the session any more: the episode ends `worker_lost` (or restarts)."""
+    kind = classify(e)
+    if kind == "backstop":
+        # Old histories took every timeout for a lost worker: they replay that way.
+        return not workflow.patched(BACKSTOP_PATCH)
+    return kind == "lost"
+
+
+def is_backstop_timeout(e: ActivityError) -> bool:
+    """The activity exceeded its start-to-close timeout (call after `is_worker_lost`)."""
+    return classify(e) == "backstop"
+
+
+def last_heartbeat_turn(e: ActivityError) -> int | None:
+    """The turn a drive was working on when it went silent (its heartbeat details)."""
+    cause = e.cause
+    details = cause.last_heartbeat_details if isinstance(cause, TimeoutError) else ()
+    if details and isinstance(details[0], dict) and isinstance(details[0].get("turn"), int):
+        return details[0]["turn"]
+    return None
 
 
 def lost_message(e: ActivityError, ref: SessionRef) -> str:
     return (
         f"worker {ref.worker_id} (queue {ref.task_queue}) lost the session "
         f"{ref.session_id}: {failure_message(e)}"
+    )
+
+
+def backstop_message(e: ActivityError, what: str, timeout_s: float) -> str:
+    return (
+        f"the {what} ran past its {timeout_s:g} s start-to-close backstop on a live worker "
+        f"(the harness's own turn timeout did not end it): {failure_message(e)}"
     )

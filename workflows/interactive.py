@@ -21,11 +21,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows.base import EpisodeBase
-from workflows.turn import WorkerLost, execute_turn
+from workflows.turn import TurnBackstop, WorkerLost, execute_turn
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes.messages import (
+        InteractiveCarry,
         InteractiveInput,
         SessionOpened,
         StepInput,
@@ -40,7 +41,8 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
     """EpisodeWorkflow's provision, score, release and `progress` query (EpisodeBase); its
     turns are one `turn` activity per step (the trainer waits on each), not a drive."""
 
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, inp: InteractiveInput) -> None:
         super().__init__()
         self._next = 0  # the index the next step must carry
         self._stepping = 0  # steps in flight (0 or 1: the validator allows one)
@@ -50,51 +52,91 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
         self._fatal: BaseException | None = None
         self._result: EpisodeResult | None = None
         self._inp: InteractiveInput | None = None
+        # The last answered step and its update id: a continued run answers a retry of it.
+        self._last_step: StepReply | None = None
+        self._last_step_id: str | None = None
+        self._carried: tuple[StepReply, str] | None = None
+        self._inp = inp
+        carry = inp.carry
+        if carry is not None:
+            # Before any handler runs: a step may be the new run's first event.
+            self._adopt(carry)
+            self._status = "running"
+            self._max_turns = inp.spec.max_turns
+            self._next = self._turns_done
+            if carry.last_step is not None and carry.last_step_id is not None:
+                self._carried = (carry.last_step, carry.last_step_id)
 
     @workflow.run
     async def run(self, inp: InteractiveInput) -> EpisodeResult:
         self._inp = inp
         self._max_turns = inp.spec.max_turns
-        started = workflow.now()
+        carry = inp.carry
+        started = carry.started_at if carry else workflow.now()
         score = ScoreResult()
+        paused = False
         try:
-            self._error = await self._provision_or_outcome(inp)
+            if carry is None:
+                self._error = await self._provision_or_outcome(inp)
             if self._ref is not None:
                 self._status = "running"
                 self._set_details()
-                await self._serve(inp)
-            self._status = "scoring"
-            score = await self._score(inp, self._error)
+                paused = await self._serve(inp)
+            if not paused:
+                self._status = "scoring"
+                score = await self._score(inp, self._error)
         except (asyncio.CancelledError, ActivityError) as e:
             if not is_cancelled_exception(e):
                 raise
+            paused = False
             self._termination = "cancelled"
             self._error = "the session was cancelled"
         finally:
-            if self._ref is not None and self._termination != "worker_lost":
+            if self._ref is not None and self._termination != "worker_lost" and not paused:
                 self._status = "releasing"
                 await self._release(self._ref)
+        if paused:
+            # The session stays live on its worker; the next run takes the next step. No
+            # step is running (`_serve` checked, with no await since) and no close came.
+            workflow.continue_as_new(
+                inp.model_copy(
+                    update={
+                        "carry": InteractiveCarry(
+                            **self._carry(started),
+                            last_step=self._last_step,
+                            last_step_id=self._last_step_id,
+                        )
+                    }
+                )
+            )
         self._result = self._finish(inp, started, self._error, score)
         # `close` and a late `open` answer from the result: let them before completing.
         await workflow.wait_condition(workflow.all_handlers_finished)
         return self._result
 
-    async def _serve(self, inp: InteractiveInput) -> None:
-        """Wait for steps until the episode is over, the trainer closes it, or it idles out."""
+    async def _serve(self, inp: InteractiveInput) -> bool:
+        """Wait for steps until the episode is over, the trainer closes it, or it idles
+        out (False); True: continue-as-new between two steps (history size or
+        `turns_per_run`), the session staying live."""
         idle = timedelta(seconds=inp.idle_timeout_s)
         while True:
             if self._stepping == 0:
                 if self._fatal is not None:
                     raise self._fatal
                 if self._termination is not None:
-                    return
+                    return False
                 if self._closing:
                     self._termination = "closed"
                     self._error = (
-                        f"closed by the trainer after {len(self._turns)} turns, "
+                        f"closed by the trainer after {self._turns_done} turns, "
                         "before the env was done"
                     )
-                    return
+                    return False
+                if (
+                    len(self._turns) >= inp.turns_per_run
+                    or workflow.info().is_continue_as_new_suggested()
+                ) and workflow.patched(INTERACTIVE_CAN_PATCH):
+                    return True
             seen = self._wake
             try:
                 await workflow.wait_condition(
@@ -106,7 +148,7 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                 if self._stepping == 0:  # a long turn is not idleness
                     self._termination = "idle_timeout"
                     self._error = f"no step arrived for {inp.idle_timeout_s:g} s"
-                    return
+                    return False
 
     # -- updates -----------------------------------------------------------------------
 
@@ -116,14 +158,17 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
         await workflow.wait_condition(lambda: self._status != "provisioning")
         return SessionOpened(
             first_observation=self._ref.first_message if self._ref else None,
-            turns_done=len(self._turns),
-            done=self._termination is not None or self._status != "running",
+            turns_done=self._turns_done,
+            done=self._termination is not None or self._status not in ("running", "restoring"),
             termination=self._termination,
             error=self._error,
         )
 
     @workflow.update(name=contract.STEP)
     async def step(self, inp: StepInput) -> StepReply:
+        if self._is_carried_retry(inp):
+            assert self._carried is not None
+            return self._carried[0]  # answered by the run before this one
         # The validator and this prefix run with no await between them, so two steps
         # racing for the same index cannot both pass.
         n = inp.turn
@@ -131,16 +176,35 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
         self._stepping += 1
         self._wake += 1
         try:
-            return await self._step(n, inp)
+            reply = await self._step(n, inp)
+            self._last_step, self._last_step_id = reply, workflow.current_update_info().id
+            return reply
         finally:
             self._stepping -= 1
             self._wake += 1
 
+    def _is_carried_retry(self, inp: StepInput) -> bool:
+        """A retry (same update id) of the step the previous run answered last: Temporal
+        remembers update ids per run, so the chain does it for that step."""
+        info = workflow.current_update_info()
+        return (
+            self._carried is not None
+            and inp.turn == self._carried[0].turn
+            and info is not None
+            and info.id == self._carried[1]
+        )
+
     @step.validator
     def _validate_step(self, inp: StepInput) -> None:
+        if self._is_carried_retry(inp):
+            return
         if self._status == "provisioning":
             raise _rejected("the session is still starting: wait for open_session to return")
-        if self._termination is not None or self._closing or self._status != "running":
+        if (
+            self._termination is not None
+            or self._closing
+            or self._status not in ("running", "restoring")
+        ):
             why = self._termination or "closing"
             raise _rejected(f"step {inp.turn} rejected: the episode is over ({why})")
         if self._stepping:
@@ -163,21 +227,36 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
     # -- one step ----------------------------------------------------------------------
 
     async def _step(self, n: int, inp: StepInput) -> StepReply:
-        try:
-            result = await self._turn_with(n, inp)
-        except (WorkerLost, ActivityError) as e:
-            if self._status != "running":
-                # Cancelled meanwhile: the release stopped the harness under this turn.
-                why = self._termination or "cancelled"
-                return StepReply(
-                    turn=n, done=True, termination=why, error=f"the session ended ({why})"
-                )
-            if isinstance(e, WorkerLost):
-                self._termination, self._error = "worker_lost", str(e)
-                return StepReply(turn=n, done=True, termination="worker_lost", error=str(e))
-            # Not an outcome but a bug (as in EpisodeWorkflow): fail the workflow too.
-            self._fatal = e
-            raise
+        while True:
+            try:
+                result = await self._turn_with(n, inp)
+                break
+            except (WorkerLost, TurnBackstop, ActivityError) as e:
+                if self._status != "running":
+                    # Cancelled meanwhile: the release stopped the harness under this turn.
+                    why = self._termination or "cancelled"
+                    return StepReply(
+                        turn=n, done=True, termination=why, error=f"the session ended ({why})"
+                    )
+                if isinstance(e, WorkerLost) and self._may_restart(self._inp):
+                    # on_worker_lost: restart. This step waits while a new session replays
+                    # the recorded turns, then runs on it (its turn was never recorded).
+                    self._error = await self._restore(self._inp, None)
+                    if self._ref is not None:
+                        continue
+                    assert self._termination is not None
+                    return StepReply(
+                        turn=n, done=True, termination=self._termination, error=self._error
+                    )
+                if isinstance(e, (WorkerLost, TurnBackstop)):
+                    # A backstop: the harness is stuck on a live worker; score the record.
+                    self._score_recorded = isinstance(e, TurnBackstop)
+                    why = "worker_lost" if isinstance(e, WorkerLost) else "turn_timeout"
+                    self._termination, self._error = why, str(e)
+                    return StepReply(turn=n, done=True, termination=why, error=str(e))
+                # Not an outcome but a bug (as in EpisodeWorkflow): fail the workflow too.
+                self._fatal = e
+                raise
         self._turns.append(result.record)
         done, termination = result.observation.done, result.termination
         if not done and len(self._turns) >= self._max_turns:
@@ -203,6 +282,10 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
             session_id=self._ref.session_id, turn=n, message=inp.message, has_message=True
         )
         return await execute_turn(self._ref, self._inp.spec, turn, f"step {n}")
+
+
+# Histories recorded before interactive sessions could continue-as-new.
+INTERACTIVE_CAN_PATCH = "interactive-continue-as-new"
 
 
 def _rejected(message: str) -> ApplicationError:

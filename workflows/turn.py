@@ -11,7 +11,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from workflows.failures import is_worker_lost, lost_message
+from workflows.failures import backstop_message, is_backstop_timeout, is_worker_lost, lost_message
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
@@ -24,10 +24,15 @@ class WorkerLost(Exception):
     """The worker holding the session stopped answering."""
 
 
+class TurnBackstop(Exception):
+    """The turn activity ran past its start-to-close backstop on a live worker."""
+
+
 async def execute_turn(
     ref: SessionRef, spec: EpisodeSpec, turn: TurnInput, summary: str
 ) -> TurnResult:
     lost = timedelta(seconds=spec.worker_lost_timeout_s)
+    backstop = spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
     try:
         return await workflow.execute_activity(
             contract.turn,
@@ -37,9 +42,7 @@ async def execute_turn(
             schedule_to_start_timeout=lost,
             heartbeat_timeout=lost,
             # The harness enforces turn_timeout_s itself; this is the backstop.
-            start_to_close_timeout=timedelta(
-                seconds=spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
-            ),
+            start_to_close_timeout=timedelta(seconds=backstop),
             retry_policy=RetryPolicy(
                 maximum_attempts=5,
                 initial_interval=timedelta(milliseconds=200),
@@ -50,4 +53,6 @@ async def execute_turn(
     except ActivityError as e:
         if is_worker_lost(e):
             raise WorkerLost(lost_message(e, ref)) from None
+        if is_backstop_timeout(e):
+            raise TurnBackstop(backstop_message(e, summary, backstop)) from None
         raise

@@ -97,6 +97,8 @@ def metrics_table(
         table.add_row(f"pass@{k}", f"{m.pass_at_k[k]:.3f} (over {m.pass_at_k_tasks[k]} tasks)")
     for kind, n in m.terminations.items():
         table.add_row(f"  {kind}", str(n))
+    table.add_row("infrastructure failures", f"{m.infra_failures} (after retries)")
+    table.add_row("retried as fresh episodes", str(m.retried))
     d = m.duration_s
     if d.p50 is not None:
         table.add_row("duration p50 / p90 / p99", f"{d.p50:.2f} s / {d.p90:.2f} s / {d.p99:.2f} s")

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from episodes import contract
 from episodes.errors import EpisodesError
 from episodes.models import EpisodeResult
 
@@ -65,6 +66,14 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
     )
     for kind, n in sorted(Counter(r.termination for r in results).items()):
         table.add_row(f"  {kind}", str(n))
+    # Infrastructure vs agent: a lost worker (after its restarts and the batch's retries)
+    # is not the agent's outcome; `.r<n>` episodes are the batch's fresh re-runs.
+    infra = sum(r.termination in contract.INFRA_TERMINATIONS for r in results)
+    table.add_row("infrastructure failures", f"{infra} (after retries)")
+    table.add_row("retried as fresh episodes", str(sum(_is_retry(r.workflow_id) for r in results)))
+    restarts = sum(r.restarts for r in results)
+    if restarts:
+        table.add_row("worker-lost restarts", str(restarts))
     pooled = [r.pool_hit for r in results if r.pool_hit is not None]
     if pooled:
         hits = sum(pooled)
@@ -75,6 +84,11 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
             f"{percentile(durations, 0.5):.2f} s / {percentile(durations, 0.95):.2f} s",
         )
     return table
+
+
+def _is_retry(workflow_id: str) -> bool:
+    last = workflow_id.rsplit(".", 1)[-1]
+    return last[:1] == "r" and last[1:].isdigit()
 
 
 def progress_bar() -> Progress:

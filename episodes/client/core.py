@@ -18,13 +18,18 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.converter import DataConverter
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes.client.connect import connect
 from episodes.client.interactive import InteractiveSession, open_session
 from episodes.errors import EpisodesError
-from episodes.messages import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, EpisodeInput
+from episodes.messages import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_TASK_QUEUE,
+    DEFAULT_TURNS_PER_RUN,
+    EpisodeInput,
+)
 from episodes.models import EpisodeResult, Task, Transcript
 from episodes.search_attributes import episode_search_attributes
 from episodes.spec import EpisodeSpec, load_spec
@@ -36,6 +41,10 @@ class EpisodeFailed(EpisodesError):
     def __init__(self, workflow_id: str, cause: BaseException) -> None:
         self.workflow_id = workflow_id
         detail = cause.cause if isinstance(cause, WorkflowFailureError) else cause
+        # `provision` failed after Temporal's retries for a non-harness reason.
+        self.provision_failed = (
+            isinstance(detail, ActivityError) and detail.activity_type == contract.PROVISION
+        )
         super().__init__(f"episode {workflow_id} failed: {detail}")
 
 
@@ -58,11 +67,18 @@ class EpisodesClient:
         return cls(client, task_queue=task_queue)
 
     async def start_episode(
-        self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int = 0,
+        *,
+        batch: str | None = None,
+        attempt: int = 0,
     ) -> WorkflowHandle[object, EpisodeResult]:
-        """Start one episode, or attach to the one already running/finished under its id."""
+        """Start one episode, or attach to the one already running/finished under its id.
+        `attempt` > 0: the fresh episode a batch runs after an infrastructure failure."""
         batch = batch or spec.name
-        wid = contract.episode_id(batch, task.id, sample)
+        wid = contract.retry_id(contract.episode_id(batch, task.id, sample), attempt)
         try:
             return await self.client.start_workflow(
                 contract.EPISODE_WORKFLOW,
@@ -98,7 +114,7 @@ class EpisodesClient:
     async def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript from its history, every run of
         it: `transcript.model_calls()` / `tool_calls()` give the calls in order."""
-        from episodes.client.transcripts import fetch_transcript
+        from episodes.client.history import fetch_transcript
 
         return await fetch_transcript(self.client, workflow_id)
 
@@ -111,6 +127,7 @@ class EpisodesClient:
         batch: str | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         workflow_id: str | None = None,
+        turns_per_run: int = DEFAULT_TURNS_PER_RUN,
     ) -> InteractiveSession:
         """An interactive session: the trainer sends each turn (see `episodes.client.interactive`)."""
         return await open_session(
@@ -122,6 +139,7 @@ class EpisodesClient:
             batch=batch,
             idle_timeout_s=idle_timeout_s,
             workflow_id=workflow_id,
+            turns_per_run=turns_per_run,
         )
 
     async def run_batch(
@@ -142,8 +160,20 @@ class EpisodesClient:
         pending: set[asyncio.Task[EpisodeResult]] = set()
 
         async def one(task: Task, sample: int, box: dict) -> EpisodeResult:
-            box["handle"] = await self.start_episode(spec, task, sample, batch=batch)
-            return await _result(box["handle"])
+            # An infrastructure failure (not the agent's) runs again as a fresh episode.
+            for attempt in range(spec.batch_retries + 1):
+                box["handle"] = await self.start_episode(
+                    spec, task, sample, batch=batch, attempt=attempt
+                )
+                try:
+                    result = await _result(box["handle"])
+                except EpisodeFailed as e:
+                    if not e.provision_failed or attempt >= spec.batch_retries:
+                        raise
+                    continue
+                if result.termination not in contract.INFRA_TERMINATIONS:
+                    break
+            return result
 
         boxes: dict[asyncio.Task[EpisodeResult], dict] = {}
         queue = iter(work)

@@ -19,6 +19,7 @@ from typing import Any
 
 from temporalio.client import (
     Client,
+    WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
@@ -34,6 +35,7 @@ from episodes import contract
 from episodes.errors import EpisodesError
 from episodes.messages import (
     DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_TURNS_PER_RUN,
     EpisodeProgress,
     InteractiveInput,
     SessionOpened,
@@ -72,11 +74,8 @@ class InteractiveSession:
         n = self.turn
         key = idempotency_key or f"{self.workflow_id}:step:{n}"
         try:
-            reply = await self.handle.execute_update(
-                contract.STEP,
-                StepInput(turn=n, message=message),
-                id=key,
-                result_type=StepReply,
+            reply = await self._update_latest_run(
+                contract.STEP, StepInput(turn=n, message=message), key, StepReply
             )
         except WorkflowUpdateFailedError as e:
             cause = e.cause
@@ -84,13 +83,13 @@ class InteractiveSession:
                 raise StepRejected(cause.message) from None
             raise SessionFailed(f"session {self.workflow_id}: step {n} failed: {cause}") from None
         except RPCError as e:
-            if _completed(e):
-                self.done = True
-                raise StepRejected(
-                    f"step {n} rejected: session {self.workflow_id} has ended "
-                    "(close() returns its result)"
-                ) from None
-            raise
+            if not await _closed(self.handle, e):
+                raise
+            self.done = True
+            raise StepRejected(
+                f"step {n} rejected: session {self.workflow_id} has ended "
+                "(close() returns its result)"
+            ) from None
         self.turn = n + 1
         self.last = reply
         if reply.done:
@@ -106,20 +105,40 @@ class InteractiveSession:
         if self.result is not None:
             return self.result
         try:
-            result = await self.handle.execute_update(
-                contract.CLOSE, id=f"{self.workflow_id}:close", result_type=EpisodeResult
+            result = await self._update_latest_run(
+                contract.CLOSE, None, f"{self.workflow_id}:close", EpisodeResult
             )
         except (WorkflowUpdateFailedError, RPCError) as e:
-            if isinstance(e, RPCError) and not _completed(e):
+            if isinstance(e, RPCError) and not await _closed(self.handle, e):
                 raise
             result = await _result(self.handle)  # it ended first: its result is final
         self.result = result
         self.done, self.termination, self.error = True, result.termination, result.error
         return result
 
-    async def progress(self) -> EpisodeProgress:
-        """The transcript so far (the workflow's `progress` query)."""
-        return await self.handle.query(contract.PROGRESS, result_type=EpisodeProgress)
+    async def _update_latest_run(self, name: str, arg: Any, key: str, result_type: type) -> Any:
+        """An Update to the session's latest run. A session continues-as-new between
+        steps: an Update that reached the run as it closed is sent once more, with the
+        same id, to the run that continued it."""
+        args = [] if arg is None else [arg]
+        for attempt in range(2):
+            try:
+                return await self.handle.execute_update(
+                    name, args=args, id=key, result_type=result_type
+                )
+            except RPCError as e:
+                if attempt or not _run_closed(e) or await _closed(self.handle, e):
+                    raise
+        raise AssertionError("unreachable")
+
+    async def progress(
+        self, *, since: int | None = None, last: int | None = None
+    ) -> EpisodeProgress:
+        """Where the session is, with its latest turns (the workflow's `progress` query):
+        from turn `since` on, at most `last` (default 100) and at most 2 MiB of them."""
+        return await self.handle.query(
+            contract.PROGRESS, args=[since, last], result_type=EpisodeProgress
+        )
 
     async def __aenter__(self) -> InteractiveSession:
         return self
@@ -138,6 +157,7 @@ async def open_session(
     batch: str | None = None,
     idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     workflow_id: str | None = None,
+    turns_per_run: int = DEFAULT_TURNS_PER_RUN,
 ) -> InteractiveSession:
     """Start (or re-attach to) a session and wait for its first observation.
 
@@ -158,6 +178,7 @@ async def open_session(
             sample=sample,
             batch=batch,
             idle_timeout_s=idle_timeout_s,
+            turns_per_run=turns_per_run,
         ),
         id=wid,
         task_queue=task_queue,
@@ -170,7 +191,7 @@ async def open_session(
     try:
         opened = await handle.execute_update(contract.OPEN, result_type=SessionOpened)
     except (WorkflowUpdateFailedError, RPCError) as e:
-        if isinstance(e, RPCError) and not _completed(e):
+        if isinstance(e, RPCError) and not await _closed(handle, e):
             raise
         # It ended before answering (its harness failed to start, or it was cancelled).
         result = await _result(handle)
@@ -188,9 +209,23 @@ async def open_session(
     return InteractiveSession(handle, opened)
 
 
-def _completed(e: RPCError) -> bool:
-    """The workflow has already closed, so it takes no more updates."""
-    return e.status == RPCStatusCode.NOT_FOUND or "already completed" in str(e)
+def _run_closed(e: RPCError) -> bool:
+    """The status the server answers an Update with when the run it reached is closed
+    (it completed, failed, or continued-as-new) or the workflow is unknown."""
+    return e.status == RPCStatusCode.NOT_FOUND
+
+
+async def _closed(handle: WorkflowHandle, e: RPCError) -> bool:
+    """The session itself is over, so it takes no more updates: the run was closed and the
+    latest run of the workflow id is not running (a continued-as-new one is)."""
+    if not _run_closed(e):
+        return False
+    try:
+        # The session's handle names no run: this is the workflow id's latest run.
+        desc = await handle.describe()
+    except RPCError as d:
+        return d.status == RPCStatusCode.NOT_FOUND
+    return desc.status != WorkflowExecutionStatus.RUNNING
 
 
 async def _result(handle: WorkflowHandle) -> EpisodeResult:

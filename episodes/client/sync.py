@@ -199,8 +199,8 @@ class SyncSession:
     def close(self) -> EpisodeResult:
         return self._loop.run(self.async_session.close())
 
-    def progress(self) -> EpisodeProgress:
-        return self._loop.run(self.async_session.progress())
+    def progress(self, *, since: int | None = None, last: int | None = None) -> EpisodeProgress:
+        return self._loop.run(self.async_session.progress(since=since, last=last))
 
     def __enter__(self) -> SyncSession:
         return self

@@ -27,9 +27,13 @@ HARNESS_PACKETS: dict[str, tuple[str, ...]] = {
     "event": ("turn", "event"),
     "reply": ("turn", "message"),
     "error": ("turn", "error"),
+    # The answer to `resume` (only from a harness whose `ready` said `resume: true`).
+    "resumed": (),
 }
 HOST_PACKETS: dict[str, tuple[str, ...]] = {
     "turn": ("turn", "message"),
+    # A restarted episode's recorded turns, instead of replaying them one by one.
+    "resume": ("transcript",),
     "shutdown": (),
 }
 

@@ -76,11 +76,15 @@ def encode(packet: dict) -> bytes:
     return _HEADER.pack(len(data)) + data
 
 
-def serve(handle, *, setup=None) -> None:
+def serve(handle, *, setup=None, resume=None) -> None:
     """Run the harness loop on stdin/stdout until `shutdown` or end of stdin, then exit 0.
 
     `handle(turn, message, emit)` returns the reply (any JSON value); `emit(event)`
     streams an event for the current turn. `setup()` runs before `ready` is sent.
+    `resume(transcript)`, when given, is announced in `ready` (`"resume": true`): a
+    restarted episode then hands this fresh process the recorded turns, a list of
+    `{"turn", "message", "reply"}`, instead of replaying them turn by turn; restore
+    your state from it. Raising from it ends the process (the restore fails).
     """
     die_with_parent()
     # Keep the protocol pipes private: fds 0/1 become /dev/null and stderr, so a stray
@@ -101,13 +105,21 @@ def serve(handle, *, setup=None) -> None:
 
     if setup is not None:
         setup()
-    send(encode({"type": "ready"}))
+    send(encode({"type": "ready", "resume": True} if resume else {"type": "ready"}))
     while True:
         packet = read_packet(proto_in)
         if packet is None or packet.get("type") == "shutdown":
             break
         if packet.get("type") == "turn":
             send(_answer(handle, packet["turn"], packet.get("message"), send))
+        elif packet.get("type") == "resume" and resume is not None:
+            try:
+                resume(packet.get("transcript") or [])
+            except Exception:
+                traceback.print_exc(file=sys.stderr)
+                sys.stderr.flush()
+                sys.exit(1)
+            send(encode({"type": "resumed"}))
         else:
             print(f"harness sdk: ignoring unexpected packet {packet!r}", file=sys.stderr)
     sys.stderr.flush()

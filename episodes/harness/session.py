@@ -91,6 +91,8 @@ class HarnessSession:
         self._broken: str | None = None  # why turns are refused from now on
         self._last_turn: int | None = None
         self._stop_task: asyncio.Task[None] | None = None
+        # The harness's `ready` said `resume: true`: it takes a `resume` packet.
+        self.resumable = False
 
     # -- state ---------------------------------------------------------------------------
 
@@ -141,6 +143,7 @@ class HarnessSession:
             packet = await self._next_packet(deadline)
             if packet["type"] != "ready":
                 raise ProtocolError(f"expected a 'ready' packet first, got {packet['type']!r}")
+            self.resumable = packet.get("resume") is True
         except BaseException as e:
             self._broken = "start failed"
             stopped_by_caller = self._stop_task is not None
@@ -204,6 +207,31 @@ class HarnessSession:
             error_type=failure.error_type if failure else None,
             duration_ms=(time.monotonic() - started) * 1000,
         )
+
+    async def resume(self, transcript: list[dict[str, Any]], *, timeout_s: float) -> None:
+        """Hand a `resume: true` harness the recorded turns (`{"turn", "message", "reply"}`
+        each) before its next turn; it answers `resumed`. Raises HarnessFailure (stopped)."""
+        if not self.resumable:
+            raise RuntimeError("the harness did not declare resume: true in its ready packet")
+        last = transcript[-1]["turn"] if transcript else None
+        self._check_can_turn(last if last is not None else 0)
+        data = encode({"type": "resume", "transcript": transcript})
+        assert self._proc is not None
+        self._busy = True
+        try:
+            await self._proc.write(data)
+            packet = await self._next_packet(time.monotonic() + timeout_s)
+            if packet["type"] != "resumed":
+                raise ProtocolError(f"expected 'resumed' after 'resume', got {packet['type']!r}")
+        except (TimeoutError, _Exited, ProtocolError, BrokenPipeError, ConnectionError) as e:
+            self._broken = "resume failed"
+            await self.stop()
+            if isinstance(e, (BrokenPipeError, ConnectionError)):
+                e = _Exited("exited")
+            raise self._turn_failure(last or 0, e, timeout_s) from None
+        finally:
+            self._busy = False
+        self._last_turn = last
 
     def _check_can_turn(self, n: int) -> None:
         if not self._ready:

@@ -36,7 +36,8 @@ ENDLESS = f"{__name__}:Endless"
 
 
 class Faulty(Environment):
-    """Raises from its own code: `on: reset`, or `on: step` at step `at` (0-based)."""
+    """Raises from its own code: `on: reset`, or `on: step` at step `at` (0-based); with
+    `on: score` its score() hangs for `hang_s` (default 20) instead."""
 
     def reset(self, task: Task) -> Any:
         if self.env_args.get("on") == "reset":
@@ -50,7 +51,9 @@ class Faulty(Environment):
         self.n += 1
         return StepOutcome(message=f"m{self.n}")
 
-    def score(self, transcript: Transcript) -> ScoreResult:
+    async def score(self, transcript: Transcript) -> ScoreResult:
+        if self.env_args.get("on") == "score":
+            await asyncio.sleep(self.env_args.get("hang_s", 20))
         return ScoreResult(reward=0.5, details={"turns": len(transcript.turns)})
 
 

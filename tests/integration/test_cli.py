@@ -95,7 +95,8 @@ async def test_run_end_to_end_then_show(tmp_path, dev_server, worker) -> None:
         (lambda d: d.update(env="no-such-env"), "no-such-env"),
         (lambda d: d["harness"].update(runtime={"type": "vm"}), "harness.runtime"),
         (lambda d: d.pop("tasks"), "tasks"),
-        (lambda d: d.update(on_worker_lost="restart"), "on_worker_lost"),
+        (lambda d: d.update(on_worker_lost="retry"), "on_worker_lost"),
+        (lambda d: d.update(max_restarts=-1), "max_restarts"),
     ],
 )
 async def test_bad_specs_exit_2_naming_the_field(tmp_path, mutate, needle) -> None:

@@ -21,6 +21,7 @@ from episodes import contract
 from episodes.client.interactive import InteractiveSession, StepRejected
 from episodes.errors import EnvironmentLoadError, HarnessFailure, SpecError
 from episodes.messages import (
+    InteractiveInput,
     ScoreInput,
     ScoreTranscriptInput,
     SessionOpened,
@@ -164,7 +165,11 @@ async def test_the_recorder_goes_on_past_turns_the_workflow_holds() -> None:
 
 
 async def test_a_rejected_step_reaches_the_trainer_as_step_rejected() -> None:
-    wf = InteractiveEpisodeWorkflow()  # still provisioning: every step is rejected
+    spec = parse_spec(
+        {"name": "n", "env": "script", "tasks": [{"id": "t"}], "harness": {"command": "x"}}
+    )
+    # Still provisioning: every step is rejected.
+    wf = InteractiveEpisodeWorkflow(InteractiveInput(spec=spec, task=spec.tasks[0]))
     with pytest.raises(ApplicationError) as e:
         wf._validate_step(StepInput(turn=0))
 

@@ -1,6 +1,7 @@
 """Record the workflow histories `tests/unit/test_replay.py` replays.
 
-    .venv/bin/python -m tests.unit.histories.record
+    .venv/bin/python -m tests.unit.histories.record          # every history
+    .venv/bin/python -m tests.unit.histories.record --new    # only issue 11's paths
 
 Runs a few episodes, interactive sessions and a batch on a private dev server and
 saves every run's history here as JSON. Re-record only when a workflow's commands
@@ -13,6 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import signal
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -164,7 +169,98 @@ async def record(client: Client) -> None:
     await _save(client, "batch_child", "rb.t0.s0", await _first_run(client, "rb.t0.s0"))
 
 
+def _worker_process(address: str, queue: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "episodes.cli.main",
+            "worker",
+            "--address",
+            address,
+            "--task-queue",
+            queue,
+        ],
+        cwd=HERE.parents[2],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def _kill_holder(client: Client, handle: WorkflowHandle, procs: list, turns: int) -> None:
+    from episodes.messages import EpisodeProgress
+
+    for _ in range(600):
+        with contextlib.suppress(Exception):
+            p = await handle.query("progress", result_type=EpisodeProgress)
+            if p.turns_done >= turns and p.session is not None:
+                for proc in procs:
+                    if f"-{proc.pid}-" in p.session.worker_id:
+                        os.kill(proc.pid, signal.SIGKILL)
+                        proc.wait()
+                        return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("the episode never got far enough")
+
+
+async def record_new(client: Client, address: str) -> None:
+    """The paths added by issue 11: worker lost in a continued run, restart, env_error,
+    an interactive session that continues-as-new."""
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = _spec("enverr").model_copy(
+        update={"env": "tests.integration.envs:Faulty", "env_args": {"on": "reset"}}
+    )
+    h = await ec.start_episode(s, s.tasks[0])
+    await _result(h)
+    await _save(client, "episode_env_error", h.id, h.first_execution_run_id)
+
+    s = _spec("ican", messages=6)
+    session = await ec.open_session(s, s.tasks[0], turns_per_run=2)
+    for m in ["m0", "m1", "m2", "m3"]:
+        await session.step(m)
+    await session.close()
+    await _save(
+        client,
+        "interactive_continue_as_new",
+        session.handle.id,
+        session.handle.first_execution_run_id,
+    )
+
+    endless = {"env": "tests.integration.envs:Endless", "env_args": {"delay_s": 0.15}}
+    for name, over, workers in [
+        ("episode_worker_lost", {"max_turns": 200}, 1),
+        ("episode_restart", {"max_turns": 20, "on_worker_lost": "restart"}, 2),
+    ]:
+        queue = f"{QUEUE}-{name}"
+        procs = [_worker_process(address, queue) for _ in range(workers)]
+        # Without a second session worker: a survivor that only runs workflows.
+        survivor = EpisodeWorker(
+            client, WorkerOptions(task_queue=queue, worker_id=f"{name}-wf", max_sessions=0)
+        )
+        task = asyncio.create_task(survivor.run())
+        try:
+            s = _spec(name.replace("_", "-")).model_copy(update={**endless, **over})
+            h = await client.start_workflow(
+                "EpisodeWorkflow",
+                EpisodeInput(spec=s, task=s.tasks[0], turns_per_run=3, batch=s.name),
+                id=f"{s.name}.t0.s0",
+                task_queue=queue,
+                result_type=EpisodeResult,
+            )
+            await _kill_holder(client, h, procs, 5)
+            await _result(h)
+            await _save(client, name, h.id, h.first_execution_run_id)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+            survivor.request_stop()
+            await asyncio.wait_for(task, 30)
+
+
 async def main() -> None:
+    only_new = "--new" in sys.argv[1:]
     with tempfile.TemporaryDirectory() as tmp:
         server = DevServer(
             auto_port=True, headless=True, db_file=Path(tmp) / "t.db", log_file=Path(tmp) / "log"
@@ -175,7 +271,9 @@ async def main() -> None:
             worker = EpisodeWorker(client, WorkerOptions(task_queue=QUEUE, worker_id="recorder"))
             task = asyncio.create_task(worker.run())
             try:
-                await record(client)
+                if not only_new:
+                    await record(client)
+                await record_new(client, server.address)
             finally:
                 worker.request_stop()
                 await asyncio.wait_for(task, 30)

@@ -1,14 +1,19 @@
-"""Transcripts rebuilt from an episode's history, for `episodes show` and trainers.
+"""An episode's transcript rebuilt from its workflow histories (every continue-as-new run).
 
 The history is the transcript: the provision's SessionRef (first message), the turns
 the drive recorded with `record_turns` Updates (or an interactive session's `turn`
-activities), the result, across every continue-as-new run. No worker is needed.
-Turns are decoded through the client's data converter, so turns kept in external
-storage come back whole.
+activities), restores, the result. No worker is needed, and turns are decoded through
+the client's data converter, so turns kept in external storage come back whole.
+
+`episodes show` prints it; trainers get it typed from `EpisodesClient.transcript`:
 
     transcript = await client.transcript("guess-number.secret-42.s0")
     for call in transcript.model_calls():          # in the order the harness made them
         tokens = call["response"]["choices"][0]["logprobs"]
+
+The `score_transcript` and `restore` activities read the turns of earlier runs (or of
+a lost session) from here instead of carrying them in workflow inputs, which must
+stay small however long the episode.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.errors import EpisodesError
-from episodes.messages import SessionRef
+from episodes.messages import RestoreResult, SessionRef
 from episodes.models import EpisodeResult, Task, Transcript, TurnRecord, TurnResult
 
 
@@ -37,8 +42,11 @@ async def fetch_transcript(client: Client, workflow_id: str) -> Transcript:
     )
 
 
-async def load_transcript(client: Client, workflow_id: str) -> dict[str, Any]:
-    """Every run of the episode (a long one continues-as-new), oldest first."""
+async def load_transcript(
+    client: Client, workflow_id: str, *, max_turns: int | None = None
+) -> dict[str, Any]:
+    """Every run of the episode (a long one continues-as-new), oldest first: the session,
+    the turns (TurnResult dicts, at most `max_turns`) and the result."""
     from temporalio.service import RPCError
 
     out: dict[str, Any] = {
@@ -54,15 +62,28 @@ async def load_transcript(client: Client, workflow_id: str) -> dict[str, Any]:
         async for ev in latest.fetch_history_events(page_size=1):
             run_id = ev.workflow_execution_started_event_attributes.first_execution_run_id
             break
-        while run_id:
+        while run_id and (max_turns is None or len(out["turns"]) < max_turns):
             history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
-            run_id = await _read_run(client, history.events, out)
+            run_id = await _read_run(client, history.events, out, max_turns)
     except RPCError as e:
         raise EpisodesError(f"no episode {workflow_id!r}: {e.message}") from None
     return out
 
 
-async def _read_run(client: Client, events: Any, out: dict[str, Any]) -> str | None:
+async def recorded_turns(client: Client, workflow_id: str, turns: int) -> list[TurnRecord]:
+    """The first `turns` recorded turns of the episode's chain; fewer is an error."""
+    data = await load_transcript(client, workflow_id, max_turns=turns)
+    records = [TurnRecord.model_validate(t["record"]) for t in data["turns"][:turns]]
+    if len(records) < turns:
+        raise EpisodesError(
+            f"episode {workflow_id}: its history holds {len(records)} turns, {turns} expected"
+        )
+    return records
+
+
+async def _read_run(
+    client: Client, events: Any, out: dict[str, Any], max_turns: int | None
+) -> str | None:
     """Add one run's session, turns and result to `out`; the next run's id, if any."""
     conv = client.data_converter
     scheduled: dict[int, str] = {}
@@ -81,14 +102,17 @@ async def _read_run(client: Client, events: Any, out: dict[str, Any]) -> str | N
             if kind == contract.PROVISION and payloads:
                 [ref] = await conv.decode(payloads, [SessionRef])
                 out["session"] = ref.model_dump(mode="json")
+            elif kind == contract.RESTORE and payloads:  # the session after a restart
+                [restored] = await conv.decode(payloads, [RestoreResult])
+                out.setdefault("restarts", []).append(restored.model_dump(mode="json"))
             elif kind == contract.TURN and payloads:  # an interactive session's step
                 [res] = await conv.decode(payloads, [TurnResult])
-                _add_turns(out, [res])
+                _add_turns(out, [res], max_turns)
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
             if req.input.name == contract.RECORD_TURNS:  # a batch of turns from the drive
                 [batch] = await conv.decode(list(req.input.args.payloads), [list[TurnResult]])
-                _add_turns(out, batch)
+                _add_turns(out, batch, max_turns)
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             payloads = list(ev.workflow_execution_completed_event_attributes.result.payloads)
             if payloads:
@@ -99,8 +123,10 @@ async def _read_run(client: Client, events: Any, out: dict[str, Any]) -> str | N
     return None
 
 
-def _add_turns(out: dict[str, Any], results: list[TurnResult]) -> None:
+def _add_turns(out: dict[str, Any], results: list[TurnResult], max_turns: int | None) -> None:
     # A batch may repeat turns the workflow already held (it ignored them): so do we.
     for res in results:
+        if max_turns is not None and len(out["turns"]) >= max_turns:
+            return
         if res.record.turn == len(out["turns"]):
             out["turns"].append(res.model_dump(mode="json"))
