@@ -36,6 +36,10 @@ with workflow.unsafe.imports_passed_through():
     from episodes.models import EpisodeResult, ScoreResult, TurnResult
 
 
+# The drive's result carries its last turns and the drive releases the session (issue 13).
+FOLD_END_PATCH = "drive-folds-episode-end"
+
+
 @workflow.defn(name=contract.EPISODE_WORKFLOW)
 class EpisodeWorkflow(EpisodeBase):
     def __init__(self) -> None:
@@ -43,6 +47,7 @@ class EpisodeWorkflow(EpisodeBase):
         self._turns_per_run = 0
         self._driving = False
         self._lost_at_turn: int | None = None  # the lost drive's last heartbeat
+        self._released = False  # the drive released the session at its normal end
 
     @workflow.run
     async def run(self, inp: EpisodeInput) -> EpisodeResult:
@@ -81,7 +86,12 @@ class EpisodeWorkflow(EpisodeBase):
             self._termination = "cancelled"
             error = "the episode was cancelled"
         finally:
-            if self._ref is not None and self._termination != "worker_lost" and not paused:
+            if (
+                self._ref is not None
+                and self._termination != "worker_lost"
+                and not paused
+                and not self._released
+            ):
                 self._status = "releasing"
                 await self._release(self._ref)
         if paused:
@@ -129,6 +139,8 @@ class EpisodeWorkflow(EpisodeBase):
         lost = timedelta(seconds=spec.worker_lost_timeout_s)
         per_turn = spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
         backstop = timedelta(seconds=(spec.max_turns - first) * per_turn + spec.score_timeout_s)
+        # Histories from before it: a final Update, and a `release` activity after the drive.
+        fold = workflow.patched(FOLD_END_PATCH)
         self._driving = True
         try:
             result = await workflow.execute_activity(
@@ -139,6 +151,8 @@ class EpisodeWorkflow(EpisodeBase):
                     run_id=info.run_id,
                     first_turn=first,
                     max_turns=spec.max_turns,
+                    result_turns=fold,
+                    release=fold,
                 ),
                 task_queue=ref.task_queue,
                 # A dead worker never picks the task up, or stops heartbeating: noticed
@@ -179,6 +193,10 @@ class EpisodeWorkflow(EpisodeBase):
             self._driving = False
         # An Update still being handled finishes before the workflow moves on.
         await workflow.wait_condition(workflow.all_handlers_finished)
+        for turn in result.turns:  # the drive's last turns, after every Update's
+            if turn.record.turn == self._turns_done:
+                self._turns.append(turn.record)
+        self._released = result.released
         return result
 
 
