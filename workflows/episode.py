@@ -29,10 +29,11 @@ from workflows.failures import (
     last_heartbeat_turn,
     lost_message,
 )
+from workflows.turn import TurnBackstop, WorkerLost, execute_turn
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
-    from episodes.messages import DriveInput, DriveResult, EpisodeCarry, EpisodeInput
+    from episodes.messages import DriveInput, DriveResult, EpisodeCarry, EpisodeInput, TurnInput
     from episodes.models import EpisodeResult, ScoreResult, TurnResult
 
 
@@ -133,6 +134,8 @@ class EpisodeWorkflow(EpisodeBase):
 
     async def _drive(self, inp: EpisodeInput) -> DriveResult:
         """Run the turns (and the score) on the session's worker, from the next turn on."""
+        if inp.spec.turn_mode == "activity":
+            return await self._turn_activities(inp)
         assert self._ref is not None
         ref, spec, info = self._ref, inp.spec, workflow.info()
         first = self._turns_done
@@ -198,6 +201,38 @@ class EpisodeWorkflow(EpisodeBase):
                 self._turns.append(turn.record)
         self._released = result.released
         return result
+
+
+    async def _turn_activities(self, inp: EpisodeInput) -> DriveResult:
+        """`turn_mode: activity`: one `turn` activity per turn, each recorded before the
+        next starts; the same pause, loss and backstop outcomes as the drive's (the
+        score is the `score` activity's, run by the caller)."""
+        assert self._ref is not None
+        ref, spec = self._ref, inp.spec
+        while self._turns_done < spec.max_turns:
+            n = self._turns_done
+            if len(self._turns) >= self._turns_per_run or (
+                workflow.info().is_continue_as_new_suggested()
+            ):
+                return DriveResult(next_turn=n)  # paused: the next run turns on
+            try:
+                result = await execute_turn(
+                    ref, spec, TurnInput(session_id=ref.session_id, turn=n), f"turn {n}"
+                )
+            except WorkerLost as e:
+                self._lost_at_turn = n
+                return DriveResult(termination="worker_lost", error=str(e), next_turn=n)
+            except TurnBackstop as e:
+                self._score_recorded = True
+                return DriveResult(termination="turn_timeout", error=str(e), next_turn=n)
+            self._turns.append(result.record)
+            self._set_details()
+            if result.observation.done:
+                termination = result.termination or "env_done"
+                return DriveResult(
+                    termination=termination, error=result.record.error, next_turn=n + 1
+                )
+        return DriveResult(termination="max_turns", next_turn=self._turns_done)
 
 
 def _turns_rejected(message: str) -> ApplicationError:

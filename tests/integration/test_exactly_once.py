@@ -71,10 +71,12 @@ class LoseUpdateResponseOnce(ClientInterceptor):
 
 
 class LoseDriveCompletionOnce(Interceptor):
-    """The first drive runs every turn and scores, then its completion is 'lost'."""
+    """The first drive runs every turn and scores, then its completion is 'lost'
+    (`kind="turn"`: the first attempt of turn 1's activity, for `turn_mode: activity`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: str = "drive") -> None:
         self.injected = 0
+        self.kind = kind
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
         outer = self
@@ -83,7 +85,8 @@ class LoseDriveCompletionOnce(Interceptor):
             async def execute_activity(self, input: ExecuteActivityInput):  # type: ignore[no-untyped-def]
                 result = await super().execute_activity(input)
                 info = activity.info()
-                if info.activity_type == "drive" and info.attempt == 1:
+                first = info.attempt == 1 and info.activity_type == outer.kind
+                if first and (outer.kind == "drive" or input.args[0].turn == 1):
                     outer.injected += 1
                     raise ApplicationError("injected: the completion was lost")
                 return result
@@ -92,13 +95,14 @@ class LoseDriveCompletionOnce(Interceptor):
 
 
 async def _run_counting_episode(
-    client: Client, queue: str, turns: int = 3, delay_s: float = 0.0
+    client: Client, queue: str, turns: int = 3, delay_s: float = 0.0, turn_mode: str = "drive"
 ) -> tuple[EpisodeResult, WorkflowHandle]:
     s = spec(
         name=f"once-{uuid.uuid4().hex[:6]}",
         command=COUNTING,
         tasks=[{"id": "t0", "data": {"messages": [f"m{i}" for i in range(turns)]}}],
         harness={"env": {"COUNTING_DELAY_S": str(delay_s)}},
+        turn_mode=turn_mode,
     )
     handle = await EpisodesClient(client, task_queue=queue).start_episode(s, s.tasks[0])
     return await asyncio.wait_for(handle.result(), 60), handle
@@ -192,4 +196,17 @@ async def test_lost_drive_completion_is_not_resent_or_rerecorded(client) -> None
         # The second drive answered from the first one's result (that drive had released
         # the session): each turn is recorded once, by an Update or the drive's result.
         assert sorted(await _recorded_turns(client, handle)) == [0, 1, 2]
+        assert len(w.registry) == 0
+
+
+async def test_activity_mode_lost_turn_completion_is_not_resent(client) -> None:
+    """`turn_mode: activity`: turn 1's activity runs, its completion is lost; the retried
+    activity gets the session's recorded result and the harness sees each message once."""
+    queue = f"once-turn-{uuid.uuid4().hex[:6]}"
+    chaos = LoseDriveCompletionOnce("turn")
+    async with _worker(client, queue, interceptors=[chaos]) as w:
+        result, handle = await _run_counting_episode(client, queue, turn_mode="activity")
+        assert chaos.injected == 1
+        assert result.termination == "env_done" and result.turns == 3
+        await _assert_each_turn_sent_once(handle)
         assert len(w.registry) == 0
