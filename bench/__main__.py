@@ -27,6 +27,7 @@ BENCHMARKS = {
     "respawn": "bench.respawn",
     "throughput": "bench.throughput",
     "long": "bench.long",
+    "levers": "bench.levers",
     "density": "bench.density",
     "pool": "bench.pool",
     "agents": "bench.agent_overhead",

@@ -202,7 +202,6 @@ class EpisodeWorkflow(EpisodeBase):
         self._released = result.released
         return result
 
-
     async def _turn_activities(self, inp: EpisodeInput) -> DriveResult:
         """`turn_mode: activity`: one `turn` activity per turn, each recorded before the
         next starts; the same pause, loss and backstop outcomes as the drive's (the
