@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -66,6 +67,8 @@ class SessionActivities:
         self.pools = pools
         # The results of drives that released their session, for their retries.
         self._ended: OrderedDict[str, DriveResult] = OrderedDict()
+        # Sessions turning on between a paused drive and the next run's (run_ahead).
+        self._ahead: dict[str, asyncio.Task[None]] = {}
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
@@ -177,6 +180,7 @@ class SessionActivities:
         if ended is not None:
             return ended  # a retried drive whose first attempt released the session
         session = self._session(inp.session_id)
+        self._stop_ahead(inp.session_id)  # its turns are in the session's record
         # The reaper checks the run that drives the session (a long episode's latest).
         self.registry.follow(inp.session_id, inp.run_id)
         handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
@@ -215,6 +219,7 @@ class SessionActivities:
             else:
                 await recorder.flush()
             if termination is None:
+                self._run_ahead(session, next_turn, inp)
                 return DriveResult(next_turn=next_turn, turns=tail)
             score = await session.score(termination)
             telemetry.TERMINATIONS.labels(kind=termination).inc()
@@ -229,6 +234,40 @@ class SessionActivities:
         finally:
             beat.cancel()
             recorder.close()
+
+    def _run_ahead(self, session: LiveSession, first: int, inp: DriveInput) -> None:
+        """A paused drive (the workflow continues-as-new): keep turning while the next
+        run starts its drive, within the drive's own bounds (`pipeline` turns,
+        `max_lag_s`), so the harness does not wait on the boundary. The next drive
+        gets these turns from the session's record (exactly once, as a retried
+        drive does) and records them; a release or a lost worker drops them unrecorded,
+        like any turn not yet recorded."""
+
+        async def turn_on() -> None:
+            deadline = time.monotonic() + inp.max_lag_s
+            n = first
+            while n < min(inp.max_turns, first + inp.pipeline) and time.monotonic() < deadline:
+                result = await session.turn(n)
+                n += 1
+                if result.observation.done:
+                    return
+
+        task = asyncio.create_task(turn_on())
+        self._ahead[session.session_id] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._ahead.get(session.session_id) is t:
+                del self._ahead[session.session_id]
+            if not t.cancelled() and t.exception() is not None:
+                # The next drive meets the same failure from the session's record.
+                log.info("run-ahead of %s stopped: %s", session.session_id, t.exception())
+
+        task.add_done_callback(done)
+
+    def _stop_ahead(self, session_id: str) -> None:
+        task = self._ahead.pop(session_id, None)
+        if task is not None:
+            task.cancel()  # a turn in flight goes on: the session owns it
 
     async def _release_ended(self, session_id: str, ended: DriveResult) -> None:
         """The drive's normal end releases the session; a retry of the same drive (its
@@ -252,6 +291,7 @@ class SessionActivities:
     @activity.defn(name=contract.RELEASE)
     async def release(self, inp: ReleaseInput) -> None:
         bind(session_id=inp.session_id)
+        self._stop_ahead(inp.session_id)
         session = self.registry.pop(inp.session_id)
         if session is not None:
             await session.close()

@@ -35,10 +35,12 @@ VARIANTS: dict[str, tuple[str | None, bool]] = {
     "shipped": ("EpisodeWorkflow", False),
     "c1s": ("UpdateLagEpisode", True),
     "b": ("ChildLocalEpisode", True),
+    "turn_activity": ("EpisodeWorkflow:activity", False),
     "in_process": (None, False),
 }
 LABELS = {
     "in_process": "in-process episodes.local (no Temporal)",
+    "turn_activity": "shipped, turn_mode: activity",
     "current": "(a) one turn activity per turn",
     "shipped": "shipped EpisodeWorkflow (drive)",
     "c1s": "(c'1s) drive + batched Updates",
@@ -82,8 +84,10 @@ async def _batch(client, workflow: str | None, queue: str, episodes: int, turns:
             "max_turns": turns,
             "turn_timeout_s": 120,
             "worker_lost_timeout_s": 60,
+            "turn_mode": "activity" if workflow and workflow.endswith(":activity") else "drive",
         }
     )
+    workflow = workflow.split(":")[0] if workflow else None
     started = time.perf_counter()
     if workflow is None:
         return _rates(

@@ -127,6 +127,9 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                     wall_ms_per_turn=wall * 1000 / turns,
                     fixed_ms=wall * 1000 - sum(gaps),
                 )
+                spec = script_spec(turns, STAMP, name="overhead-act", turn_mode="activity")
+                gaps, wall, _result = await episode_gaps(client, "EpisodeWorkflow", spec, queue)
+                add("temporal_activity", gaps, wall_ms_per_turn=wall * 1000 / turns)
                 add("floor_cross", await floor_gaps(client, turns, "cross", floor_q, floor_other))
                 add("floor_local", await floor_gaps(client, turns, "local", floor_q, floor_other))
 
@@ -145,6 +148,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     labels = {
         "direct": "direct (LiveSession loop)",
         "temporal": "temporal (EpisodeWorkflow)",
+        "temporal_activity": "temporal, turn_mode: activity",
         "floor_cross": "floor: no-op activity, other queue",
         "floor_local": "floor: no-op local activity",
     }

@@ -81,3 +81,24 @@ def turn_modes_fixture():  # type: ignore[no-untyped-def]
         return request.param
 
     return turn_mode
+
+
+async def drive_result_turns(client, handle) -> list:  # type: ignore[no-untyped-def]
+    """The turns the completed drives' results carried (their last turns, after every
+    Update of theirs), in history order: TurnResult objects."""
+    from temporalio.api.enums.v1 import EventType
+
+    from episodes.messages import DriveResult
+
+    scheduled: dict[int, str] = {}
+    out: list = []
+    async for ev in handle.fetch_history_events():
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
+        elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = ev.activity_task_completed_event_attributes
+            if scheduled.get(attrs.scheduled_event_id) == "drive":
+                payloads = list(attrs.result.payloads)
+                [drive] = await client.data_converter.decode(payloads, [DriveResult])
+                out += drive.turns
+    return out
