@@ -25,7 +25,7 @@ from episodes.messages import (
     SessionRef,
     TurnInput,
 )
-from episodes.models import EpisodeResult, ScoreResult, Task, TurnResult
+from episodes.models import EpisodeResult, ErrorType, ScoreResult, Task, TurnResult
 from episodes.spec import EpisodeSpec
 
 # -- workflow types ---------------------------------------------------------------------
@@ -55,7 +55,12 @@ SPEC_ERROR = "SpecError"
 ENVIRONMENT_LOAD_ERROR = "EnvironmentLoadError"
 # `HarnessFailure.error_type`s a harness can fail `provision` with: the episode's
 # outcome (its termination), not a retry.
-PROVISION_FAILURES = ("harness_start_failed", "harness_crashed", "protocol_error", "turn_timeout")
+PROVISION_FAILURES: tuple[ErrorType, ...] = (
+    "harness_start_failed",
+    "harness_crashed",
+    "protocol_error",
+    "turn_timeout",
+)
 NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, SPEC_ERROR, ENVIRONMENT_LOAD_ERROR)
 # Raised by `await_episode`: the episode's workflow failed, there is no result.
 EPISODE_FAILED = "EpisodeFailed"

@@ -117,10 +117,14 @@ class ReleaseInput(Model):
     session_id: str
 
 
+# Where an episode's workflow is in its story (the `progress` query, the UI details).
+EpisodeStatus = Literal["provisioning", "running", "scoring", "releasing", "done"]
+
+
 class EpisodeProgress(Model):
     """What the `progress` query returns while an episode runs (and after)."""
 
-    status: Literal["provisioning", "running", "scoring", "releasing", "done"]
+    status: EpisodeStatus
     turns_done: int
     max_turns: int
     termination: Termination | None = None

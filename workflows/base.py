@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 from workflows.details import episode_details
-from workflows.failures import failure_message, failure_type, is_worker_lost, lost_message
+from workflows.failures import failure_message, is_worker_lost, lost_message, provision_failure
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from episodes.messages import (
         EpisodeInput,
         EpisodeProgress,
+        EpisodeStatus,
         ProvisionInput,
         ReleaseInput,
         ScoreInput,
@@ -39,7 +40,7 @@ class EpisodeBase:
     """The state of one episode and the steps of its story (not a workflow by itself)."""
 
     def __init__(self) -> None:
-        self._status = "provisioning"
+        self._status: EpisodeStatus = "provisioning"
         self._ref: SessionRef | None = None
         self._turns: list[TurnRecord] = []  # this run's; `_first_turn` came before
         self._first_turn = 0
@@ -55,7 +56,7 @@ class EpisodeBase:
     @workflow.query(name=contract.PROGRESS)
     def progress(self) -> EpisodeProgress:
         return EpisodeProgress(
-            status=self._status,  # type: ignore[arg-type]
+            status=self._status,
             turns_done=self._turns_done,
             max_turns=self._max_turns,
             termination=self._termination,
@@ -74,10 +75,10 @@ class EpisodeBase:
         try:
             self._ref = await self._provision(inp)
         except ActivityError as e:
-            kind = failure_type(e)
-            if kind not in contract.PROVISION_FAILURES:
+            kind = provision_failure(e)
+            if kind is None:
                 raise
-            self._termination = kind  # type: ignore[assignment]
+            self._termination = kind
             return failure_message(e)
         return None
 

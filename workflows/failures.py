@@ -6,11 +6,12 @@ Workflow code: deterministic, models only.
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError, TimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes.messages import SessionRef
+    from episodes.models import ErrorType
 
 
 def failure_type(e: ActivityError) -> str | None:
@@ -19,9 +20,16 @@ def failure_type(e: ActivityError) -> str | None:
     return cause.type if isinstance(cause, ApplicationError) else None
 
 
+def provision_failure(e: ActivityError) -> ErrorType | None:
+    """The harness failure a `provision` ended with (the episode's outcome), if it is one."""
+    kind = failure_type(e)
+    # Looked up in the declared tuple, so the result is typed as the termination it is.
+    return next((f for f in contract.PROVISION_FAILURES if f == kind), None)
+
+
 def failure_message(e: ActivityError) -> str:
     cause = e.cause
-    return cause.message if cause is not None else str(e)
+    return cause.message if isinstance(cause, FailureError) else str(cause or e)
 
 
 def is_worker_lost(e: ActivityError) -> bool:

@@ -15,6 +15,7 @@ updates leave no trace in the history.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -95,10 +96,9 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                         "before the env was done"
                     )
                     return
-            seen = self._wake
             try:
                 await workflow.wait_condition(
-                    lambda seen=seen: self._wake != seen,
+                    self._woken_since(self._wake),
                     timeout=idle,
                     timeout_summary="idle timeout",
                 )
@@ -107,6 +107,10 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                     self._termination = "idle_timeout"
                     self._error = f"no step arrived for {inp.idle_timeout_s:g} s"
                     return
+
+    def _woken_since(self, seen: int) -> Callable[[], bool]:
+        """True once a step starts or ends or a close arrives after `seen` was read."""
+        return lambda: self._wake != seen
 
     # -- updates -----------------------------------------------------------------------
 

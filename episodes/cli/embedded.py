@@ -7,11 +7,16 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from temporalio.client import Client
 
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
+
+if TYPE_CHECKING:
+    # Only for the annotation: the worker (and its activities) loads when the stack starts.
+    from workers.worker import EpisodeWorker
 
 STATE_DIR = Path(".episodes")
 
@@ -20,7 +25,7 @@ STATE_DIR = Path(".episodes")
 class Embedded:
     server: DevServer
     client: Client
-    worker: object
+    worker: EpisodeWorker
 
 
 @contextlib.asynccontextmanager

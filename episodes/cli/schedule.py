@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from episodes.cli import common
 from episodes.messages import DEFAULT_TASK_QUEUE
+
+if TYPE_CHECKING:
+    from temporalio.client import Client  # imported when a command runs: a fast --help
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -27,7 +30,7 @@ OVERLAP_HELP = (
 )
 
 
-async def _client(address: str, namespace: str):  # type: ignore[no-untyped-def]
+async def _client(address: str, namespace: str) -> Client:
     from episodes.client.connect import connect
 
     return await connect(address, namespace=namespace)
