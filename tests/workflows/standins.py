@@ -131,7 +131,8 @@ class StandIns:
     @activity.defn(name=contract.AWAIT_EPISODE)
     async def await_episode(self, workflow_id: str) -> EpisodeResult:
         self._call("await_episode", workflow_id)
-        return await self.client.get_workflow_handle(workflow_id).result(result_type=EpisodeResult)
+        handle = self.client.get_workflow_handle(workflow_id, result_type=EpisodeResult)
+        return await handle.result()
 
     # -- what they do: the defaults of a healthy session ----------------------------------
 

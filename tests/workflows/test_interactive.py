@@ -158,11 +158,9 @@ class Hangs(StandIns):
         return ScoreResult()
 
 
-@pytest.mark.parametrize(
-    ("phase", "hung", "released"),
-    [("provisioning", "provision", 0), ("stepping", "turn", 1), ("scoring", "score", 1)],
-)
-async def test_cancel_in_each_phase_ends_cancelled(env, phase, hung, released) -> None:
+async def cancel_in(env, phase: str, hung: str) -> tuple[Hangs, EpisodeResult, Any]:
+    """Cancel the session while `hung` hangs; the result and what the Update in flight
+    (a step, a close) answered."""
     s = Hangs(env.client, phase)
     async with s.running():
         handle = await start(env, s)
@@ -178,9 +176,23 @@ async def test_cancel_in_each_phase_ends_cancelled(env, phase, hung, released) -
         result = await handle.result()
         answer = await pending if pending else None
     assert (result.termination, result.error) == ("cancelled", "the session was cancelled")
-    assert s.calls["release"] == released
-    if phase == "stepping":  # the step in flight answers that the session ended
-        assert isinstance(answer, StepReply)
-        assert (answer.done, answer.termination) == (True, "cancelled")
-    if phase == "scoring":  # close answers with the result
-        assert answer == result
+    return s, result, answer
+
+
+async def test_cancel_while_provisioning_ends_cancelled(own_env) -> None:
+    s, _, _ = await cancel_in(own_env, "provisioning", "provision")
+    assert (s.calls["turn"], s.calls["release"]) == (0, 0)  # no session yet
+
+
+async def test_cancel_during_a_step_ends_the_step_and_releases(env) -> None:
+    s, _, answer = await cancel_in(env, "stepping", "turn")
+    assert s.calls["release"] == 1
+    # The step in flight answers that the session ended (its turn was stopped under it).
+    assert isinstance(answer, StepReply)
+    assert (answer.done, answer.termination) == (True, "cancelled")
+
+
+async def test_cancel_while_scoring_answers_close_with_the_result(env) -> None:
+    s, result, answer = await cancel_in(env, "scoring", "score")
+    assert s.calls["release"] == 1
+    assert answer == result
