@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
+# The type check runs here too: CI runs `make test`, so it enforces it.
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
 
 demo: $(STAMP)
@@ -28,6 +30,7 @@ bench: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check episodes activities workflows workers tests bench examples
+	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .

@@ -120,7 +120,8 @@ class TurnRecorder:
             self._sender = asyncio.create_task(self._send_all())
 
     def _next_batch(self) -> list[TurnResult]:
-        batch, size = [], 0
+        batch: list[TurnResult] = []
+        size = 0
         for result, n in self._pending:
             if batch and size + n > self.max_update_bytes:
                 break

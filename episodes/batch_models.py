@@ -50,10 +50,13 @@ class BatchInput(Model):
     state: BatchState = Field(default_factory=BatchState)
 
 
+BatchStatus = Literal["running", "draining", "done"]
+
+
 class BatchProgress(Model):
     """What the `progress` query returns."""
 
-    status: Literal["running", "draining", "done"]
+    status: BatchStatus
     batch: str
     total: int
     done: int

@@ -13,6 +13,8 @@ types they raise against it.
 
 from __future__ import annotations
 
+from typing import Literal
+
 from temporalio import activity
 
 from episodes.messages import (
@@ -27,7 +29,7 @@ from episodes.messages import (
     SessionRef,
     TurnInput,
 )
-from episodes.models import EpisodeResult, ScoreResult, Task, TurnResult
+from episodes.models import EpisodeResult, ErrorType, ScoreResult, Task, Termination, TurnResult
 from episodes.spec import EpisodeSpec
 
 # -- workflow types ---------------------------------------------------------------------
@@ -57,12 +59,17 @@ SPEC_ERROR = "SpecError"
 ENVIRONMENT_LOAD_ERROR = "EnvironmentLoadError"
 # `HarnessFailure.error_type`s a harness can fail `provision` with: the episode's
 # outcome (its termination), not a retry.
-PROVISION_FAILURES = ("harness_start_failed", "harness_crashed", "protocol_error", "turn_timeout")
+PROVISION_FAILURES: tuple[ErrorType, ...] = (
+    "harness_start_failed",
+    "harness_crashed",
+    "protocol_error",
+    "turn_timeout",
+)
 NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, SPEC_ERROR, ENVIRONMENT_LOAD_ERROR)
 # `episodes.session.EnvironmentFailed` (the env's reset raised), raised non-retryable by
 # `provision` and `restore`: the episode ends `env_error`, scored and released.
-ENV_ERROR = "env_error"
-PROVISION_OUTCOMES = (*PROVISION_FAILURES, ENV_ERROR)
+ENV_ERROR: Literal["env_error"] = "env_error"
+PROVISION_OUTCOMES: tuple[Termination, ...] = (*PROVISION_FAILURES, ENV_ERROR)
 # What a batch runs again as a fresh episode (`spec.batch_retries`): the infrastructure
 # failed, not the agent. Every other termination is the agent's outcome.
 INFRA_TERMINATIONS = ("worker_lost",)

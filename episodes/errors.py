@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from episodes.models import ErrorType
+
 
 class EpisodesError(Exception):
     """Base for every error this package raises on purpose."""
@@ -22,7 +27,7 @@ class RuntimeUnavailable(EpisodesError):
 class HarnessFailure(EpisodesError):
     """The harness misbehaved. `error_type` names the outcome; `stderr_tail` helps debug it."""
 
-    error_type: str = "harness_crashed"
+    error_type: ErrorType = "harness_crashed"
 
     def __init__(self, message: str, *, stderr_tail: str = "", exit_code: int | None = None):
         self.stderr_tail = stderr_tail

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from episodes.errors import HarnessFailure
 from episodes.models import EpisodeResult, ScoreResult, Task, Termination
 from episodes.session import LiveSession
 from episodes.spec import EpisodeSpec
 
+if TYPE_CHECKING:
+    from episodes.runtimes.pool import RuntimePool
+
 
 async def run_episode_local(
-    spec: EpisodeSpec, task: Task, sample: int = 0, *, pool: object = None
+    spec: EpisodeSpec, task: Task, sample: int = 0, *, pool: RuntimePool | None = None
 ) -> EpisodeResult:
     started = time.monotonic()
     session = LiveSession(spec, task, sample, f"local-{uuid.uuid4().hex[:12]}", pool=pool)
@@ -27,7 +31,7 @@ async def run_episode_local(
         try:
             await session.open()
         except HarnessFailure as e:
-            termination, error = e.error_type, str(e)  # type: ignore[assignment]
+            termination, error = e.error_type, str(e)
         else:
             for n in range(spec.max_turns):
                 result = await session.turn(n)

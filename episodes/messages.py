@@ -172,10 +172,14 @@ class ReleaseInput(Model):
     session_id: str
 
 
+# Where an episode's workflow is in its story (the `progress` query, the UI details).
+EpisodeStatus = Literal["provisioning", "running", "restoring", "scoring", "releasing", "done"]
+
+
 class EpisodeProgress(Model):
     """What the `progress` query returns while an episode runs (and after)."""
 
-    status: Literal["provisioning", "running", "restoring", "scoring", "releasing", "done"]
+    status: EpisodeStatus
     turns_done: int
     max_turns: int
     termination: Termination | None = None
@@ -234,4 +238,4 @@ class InteractiveInput(EpisodeInput):
     """An interactive session: an episode whose turns arrive as `step` updates."""
 
     idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
-    carry: InteractiveCarry | None = None  # type: ignore[assignment]
+    carry: InteractiveCarry | None = None

@@ -20,10 +20,10 @@ from temporalio.exceptions import ActivityError
 from workflows.details import episode_details
 from workflows.failures import (
     failure_message,
-    failure_type,
     is_backstop_timeout,
     is_worker_lost,
     lost_message,
+    provision_failure,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         EpisodeCarry,
         EpisodeInput,
         EpisodeProgress,
+        EpisodeStatus,
         ProvisionInput,
         ReleaseInput,
         RestoreInput,
@@ -54,7 +55,7 @@ class EpisodeBase:
     """The state of one episode and the steps of its story (not a workflow by itself)."""
 
     def __init__(self) -> None:
-        self._status = "provisioning"
+        self._status: EpisodeStatus = "provisioning"
         self._ref: SessionRef | None = None
         self._turns: list[TurnRecord] = []  # this run's; `_first_turn` came before
         self._first_turn = 0
@@ -112,7 +113,7 @@ class EpisodeBase:
             keep += 1
         turns = turns[len(turns) - keep :] if keep else []
         return EpisodeProgress(
-            status=self._status,  # type: ignore[arg-type]
+            status=self._status,
             turns_done=self._turns_done,
             max_turns=self._max_turns,
             termination=self._termination,
@@ -132,11 +133,10 @@ class EpisodeBase:
         try:
             self._ref = await self._provision(inp)
         except ActivityError as e:
-            kind = failure_type(e)
-            # env_error: the env's reset raised (raised non-retryable by provision).
-            if kind not in contract.PROVISION_OUTCOMES:
+            kind = provision_failure(e)
+            if kind is None:
                 raise
-            self._termination = kind  # type: ignore[assignment]
+            self._termination = kind
             return failure_message(e)
         return None
 
@@ -202,10 +202,10 @@ class EpisodeBase:
                 summary=f"restore {self._turns_done} turns (restart {self._restarts})",
             )
         except ActivityError as e:
-            kind = failure_type(e)
-            if kind not in contract.PROVISION_OUTCOMES:
+            kind = provision_failure(e)
+            if kind is None:
                 raise
-            self._termination = kind  # type: ignore[assignment]
+            self._termination = kind
             return f"restart {self._restarts} failed: {failure_message(e)}"
         self._ref = restored.session
         self._turns_replayed += restored.turns_replayed

@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         BatchProgress,
         BatchResult,
         BatchState,
+        BatchStatus,
     )
     from episodes.messages import EpisodeInput
     from episodes.metrics import BatchMetrics, MetricsAccumulator, report_ks
@@ -66,7 +67,7 @@ class _Outcome:
 @workflow.defn(name=contract.BATCH_WORKFLOW)
 class EvalBatchWorkflow:
     def __init__(self) -> None:
-        self._status = "running"
+        self._status: BatchStatus = "running"
         self._batch = ""
         self._total = 0
         self._running = 0
@@ -79,7 +80,7 @@ class EvalBatchWorkflow:
     @workflow.query(name=contract.PROGRESS)
     def progress(self) -> BatchProgress:
         return BatchProgress(
-            status=self._status,  # type: ignore[arg-type]
+            status=self._status,
             batch=self._batch,
             total=self._total,
             done=self._acc.count,

@@ -6,11 +6,18 @@ Workflow code: deterministic, models only.
 from __future__ import annotations
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError, TimeoutType
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    FailureError,
+    TimeoutError,
+    TimeoutType,
+)
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes.messages import SessionRef
+    from episodes.models import Termination
 
 # Histories recorded before it counted every activity timeout as a lost worker,
 # start-to-close (the activity's own backstop) included.
@@ -27,9 +34,17 @@ def failure_type(e: ActivityError) -> str | None:
     return cause.type if isinstance(cause, ApplicationError) else None
 
 
+def provision_failure(e: ActivityError) -> Termination | None:
+    """The outcome a `provision` (or `restore`) ended with, if it is one: a harness
+    failure, or `env_error` (the env's reset raised)."""
+    kind = failure_type(e)
+    # Looked up in the declared tuple, so the result is typed as the termination it is.
+    return next((f for f in contract.PROVISION_OUTCOMES if f == kind), None)
+
+
 def failure_message(e: ActivityError) -> str:
     cause = e.cause
-    return cause.message if cause is not None else str(e)
+    return cause.message if isinstance(cause, FailureError) else str(cause or e)
 
 
 def classify(e: ActivityError) -> str | None:

@@ -15,6 +15,7 @@ updates leave no trace in the history.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -137,10 +138,9 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                     or workflow.info().is_continue_as_new_suggested()
                 ) and workflow.patched(INTERACTIVE_CAN_PATCH):
                     return True
-            seen = self._wake
             try:
                 await workflow.wait_condition(
-                    lambda seen=seen: self._wake != seen,
+                    self._woken_since(self._wake),
                     timeout=idle,
                     timeout_summary="idle timeout",
                 )
@@ -149,6 +149,10 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                     self._termination = "idle_timeout"
                     self._error = f"no step arrived for {inp.idle_timeout_s:g} s"
                     return False
+
+    def _woken_since(self, seen: int) -> Callable[[], bool]:
+        """True once a step starts or ends or a close arrives after `seen` was read."""
+        return lambda: self._wake != seen
 
     # -- updates -----------------------------------------------------------------------
 
@@ -177,7 +181,8 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
         self._wake += 1
         try:
             reply = await self._step(n, inp)
-            self._last_step, self._last_step_id = reply, workflow.current_update_info().id
+            info = workflow.current_update_info()
+            self._last_step, self._last_step_id = reply, info.id if info else None
             return reply
         finally:
             self._stepping -= 1
@@ -238,6 +243,7 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                     return StepReply(
                         turn=n, done=True, termination=why, error=f"the session ended ({why})"
                     )
+                assert self._inp is not None  # set by run() before any step is accepted
                 if isinstance(e, WorkerLost) and self._may_restart(self._inp):
                     # on_worker_lost: restart. This step waits while a new session replays
                     # the recorded turns, then runs on it (its turn was never recorded).

@@ -39,6 +39,7 @@ import uvicorn
 from fastmcp import FastMCP
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
+from mcp.types import TextContent
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ Tools = Sequence[Callable[..., Any]] | Mapping[str, Callable[..., Any]] | FastMC
 
 # Seconds uvicorn waits for open connections (a harness's SSE stream) at stop
 # before it cancels their tasks; a bridge stops when its episode is over.
-_GRACEFUL_STOP_S = 1.0
+_GRACEFUL_STOP_S = 1  # whole seconds: uvicorn declares timeout_graceful_shutdown an int
 
 
 class ToolBridge:
@@ -287,7 +288,7 @@ def _ms(t0: float) -> float:
 
 
 def _text(result: ToolResult) -> str:
-    return "\n".join(b.text for b in result.content if getattr(b, "type", None) == "text")
+    return "\n".join(b.text for b in result.content if isinstance(b, TextContent))
 
 
 def _jsonable(result: Any) -> Any:
@@ -301,8 +302,9 @@ def _jsonable(result: Any) -> Any:
             return result.structured_content.get("result")
         return result.structured_content
     blocks = result.content
-    if blocks and all(getattr(b, "type", None) == "text" for b in blocks):
-        return blocks[0].text if len(blocks) == 1 else [b.text for b in blocks]
+    texts = [b.text for b in blocks if isinstance(b, TextContent)]
+    if blocks and len(texts) == len(blocks):
+        return texts[0] if len(texts) == 1 else texts
     return [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in blocks]
 
 

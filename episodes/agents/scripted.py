@@ -96,7 +96,7 @@ def kv_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> St
 
 def echo_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Step:
     """Reply with the last user message's text."""
-    last = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+    last: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     return f"you said: {_text(last.get('content'))}"
 
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from temporalio.client import Client
 
@@ -14,6 +15,10 @@ from episodes.client.connect import connect, connect_config
 from episodes.client.devserver import DevServer
 from episodes.payloads.settings import DEV_STATE_DIR, configured_data_converter, dev_storage
 
+if TYPE_CHECKING:
+    # Only for the annotation: the worker (and its activities) loads when the stack starts.
+    from workers.worker import EpisodeWorker
+
 STATE_DIR = DEV_STATE_DIR
 
 
@@ -21,7 +26,7 @@ STATE_DIR = DEV_STATE_DIR
 class Embedded:
     server: DevServer
     client: Client
-    worker: object
+    worker: EpisodeWorker
 
 
 @contextlib.asynccontextmanager

@@ -193,7 +193,7 @@ def _one_line_spec_warnings() -> None:
 
     default = warnings.showwarning
 
-    def show(message, category, filename, lineno, file=None, line=None):  # type: ignore[no-untyped-def]
+    def show(message, category, filename, lineno, file=None, line=None):
         if issubclass(category, SpecWarning):
             common.err_console.print(f"[yellow]warning:[/] {message}", highlight=False)
             return

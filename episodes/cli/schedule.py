@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
@@ -12,6 +12,9 @@ from temporalio.client import Client
 
 from episodes.cli import common
 from episodes.client.config import Config
+
+if TYPE_CHECKING:
+    from temporalio.client import Client  # imported when a command runs: a fast --help
 
 app = typer.Typer(
     no_args_is_help=True,

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from typing import Any
 
 from episodes.cli import common
 from episodes.client.config import Config
@@ -24,7 +25,7 @@ async def run_worker(cfg: Config) -> None:
     configure_logging(s.log_level, s.log_format)
     AgentServices.observer = count_agent_call
     metrics: MetricsServer | None = None
-    extra = {}
+    extra: dict[str, Any] = {}
     if s.metrics_port is not None:
         metrics = MetricsServer(s.metrics_port, s.metrics_host)
         extra["runtime"] = metrics.runtime

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
@@ -151,7 +151,7 @@ class EpisodesClient:
         *,
         concurrency: int | None = None,
         batch: str | None = None,
-    ) -> AsyncIterator[EpisodeResult]:
+    ) -> AsyncGenerator[EpisodeResult, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
 
         Closing or cancelling the iterator cancels the episodes it still waits for.

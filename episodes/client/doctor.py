@@ -15,7 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from google.protobuf.duration_pb2 import Duration
 from temporalio.api.enums.v1 import IndexedValueType, TaskQueueKind, TaskQueueType
 from temporalio.api.operatorservice.v1 import (
     AddSearchAttributesRequest,
@@ -64,7 +66,7 @@ async def open_client(cfg: Config, timeout_s: float = 8.0) -> Client | Check:
     """A client, or the failed check saying why the server cannot be reached."""
     from temporalio.contrib.pydantic import pydantic_data_converter
 
-    kwargs = dict(cfg.connect_config())
+    kwargs: dict[str, Any] = dict(cfg.connect_config())
     address = kwargs.pop("target_host")
     try:
         return await asyncio.wait_for(
@@ -316,7 +318,9 @@ async def setup(client: Client, *, retention: timedelta = timedelta(days=7)) -> 
     ns = client.namespace
     if not (await check_namespace(client)).ok:
         await client.workflow_service.register_namespace(
-            RegisterNamespaceRequest(namespace=ns, workflow_execution_retention_period=retention)
+            RegisterNamespaceRequest(
+                namespace=ns, workflow_execution_retention_period=_duration(retention)
+            )
         )
         done.append(f"created namespace {ns!r}")
         for _ in range(50):  # a new namespace takes a moment to answer everywhere
@@ -336,3 +340,9 @@ async def setup(client: Client, *, retention: timedelta = timedelta(days=7)) -> 
         )
         done.append(f"registered search attributes {', '.join(missing)}")
     return done
+
+
+def _duration(value: timedelta) -> Duration:
+    d = Duration()
+    d.FromTimedelta(value)
+    return d

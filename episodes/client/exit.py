@@ -30,6 +30,7 @@ def exit_process(code: int | str | None = 0) -> None:
 
 def run_main(main: Callable[[], int | None]) -> None:
     """`main()`'s return value (or SystemExit) becomes the exit code, via exit_process."""
+    code: int | str | None
     try:
         code = main()
     except SystemExit as e:

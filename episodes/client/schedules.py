@@ -12,6 +12,7 @@ the tasks inline. Re-create the schedule to pick up a changed spec or dataset.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -228,7 +229,7 @@ async def _call(name: str, coro: Any) -> Any:
         raise ScheduleError(f"schedule {name!r}: {e.message}") from None
 
 
-def _from_memo(memo: dict[str, Any]) -> dict[str, Any]:
+def _from_memo(memo: Mapping[str, Any]) -> dict[str, Any]:
     return {
         "spec_name": memo.get("spec"),
         "when": memo.get("when"),

@@ -186,7 +186,11 @@ class AcpHarnessSession:
             unsupported_mcp(init, self.mcp_servers)
             step = "session/new"
             new = await self._answer(
-                self._conn.new_session(cwd=self._session_cwd(), mcp_servers=self.mcp_servers),
+                self._conn.new_session(
+                    cwd=self._session_cwd(),
+                    # A copy: the SDK takes a list of a wider union, and lists are invariant.
+                    mcp_servers=list(self.mcp_servers),
+                ),
                 deadline,
             )
             self.session_id = new.session_id

@@ -13,6 +13,7 @@ from typing import Any
 
 import pydantic
 from acp import RequestError
+from acp.interfaces import Agent
 from acp.schema import (
     AgentMessageChunk,
     AllowedOutcome,
@@ -128,3 +129,20 @@ class EpisodeClient:
 
     read_text_file = write_text_file = create_terminal = terminal_output = _refuse
     release_terminal = wait_for_terminal_exit = kill_terminal = _refuse
+
+    # The rest of ACP's Client protocol, answered as the SDK answers a client without
+    # them (so the connection is typed against the whole protocol): no elicitation, no
+    # extensions, nothing to do on connect.
+    create_elicitation = _refuse
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        pass
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise RequestError.method_not_found(f"_{method}")
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        pass
+
+    def on_connect(self, conn: Agent) -> None:
+        pass

@@ -47,14 +47,15 @@ class RuntimeTransport:
             if newline < 0:
                 self._scanned = len(self._buf)
                 if len(self._buf) > self._max:
-                    return self._fail(f"a message of more than {self._max} bytes on stdout")
+                    self._fail(f"a message of more than {self._max} bytes on stdout")
+                    return None
                 try:
                     chunk = await self._proc.stdout.read(READ_CHUNK_BYTES)
                 except Exception:
                     chunk = b""
                 if not chunk:
                     if self._buf.strip():
-                        return self._fail(f"stdout ended mid-message: {self._preview()}")
+                        self._fail(f"stdout ended mid-message: {self._preview()}")
                     return None
                 self._buf += chunk
                 continue
@@ -62,7 +63,8 @@ class RuntimeTransport:
             del self._buf[: newline + 1]
             self._scanned = 0
             if len(line) > self._max:
-                return self._fail(f"a message of {len(line)} bytes exceeds the maximum {self._max}")
+                self._fail(f"a message of {len(line)} bytes exceeds the maximum {self._max}")
+                return None
             if line.strip():
                 return self._parse(line)
         return None
@@ -75,15 +77,15 @@ class RuntimeTransport:
         try:
             message = json.loads(line, parse_constant=_reject_constant)
         except ValueError:
-            return self._fail(
-                f"not JSON on stdout: {line[:120]!r} (is the agent printing to stdout?)"
-            )
+            self._fail(f"not JSON on stdout: {line[:120]!r} (is the agent printing to stdout?)")
+            return None
         if (
             not isinstance(message, dict)
             or message.get("jsonrpc") != "2.0"
             or not ("method" in message or "id" in message)
         ):
-            return self._fail(f"not a JSON-RPC 2.0 message: {line[:120]!r}")
+            self._fail(f"not a JSON-RPC 2.0 message: {line[:120]!r}")
+            return None
         return message
 
     def _preview(self) -> str:
@@ -92,4 +94,3 @@ class RuntimeTransport:
     def _fail(self, why: str) -> None:
         self.fault = why
         self.faulted.set()
-        return None

@@ -23,11 +23,13 @@ import struct
 import sys
 import threading
 import traceback
+from collections.abc import Callable
 
 _HEADER = struct.Struct(">Q")
 
 
-_prctl = []  # libc's prctl, looked up once (a forked child must not load libraries)
+# libc's prctl, looked up once (a forked child must not load libraries).
+_prctl: list[Callable[..., int]] = []
 
 
 def die_with_parent() -> None:

@@ -72,8 +72,10 @@ def _split_last_expression(source: str, filename: str) -> tuple[Any, Any]:
     """Code for all statements but a trailing expression, and that expression (or None)."""
     tree = ast.parse(source, filename, "exec")
     last = None
-    if tree.body and isinstance(tree.body[-1], ast.Expr):
-        last = compile(ast.Expression(tree.body.pop().value), filename, "eval")
+    tail = tree.body[-1] if tree.body else None
+    if isinstance(tail, ast.Expr):
+        tree.body.pop()
+        last = compile(ast.Expression(tail.value), filename, "eval")
     body = compile(tree, filename, "exec") if tree.body else None
     return body, last
 

@@ -29,7 +29,7 @@ import hmac
 import ipaddress
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from aiohttp import hdrs, web
@@ -151,7 +151,7 @@ def codec_app(
         # Browsers send no Authorization on a preflight: never demand it here.
         return cors(request, web.Response(status=204))
 
-    def handler(op: str):  # type: ignore[no-untyped-def]
+    def handler(op: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
         async def handle(request: web.Request) -> web.StreamResponse:
             if not authorized(request):
                 return cors(request, web.json_response({"error": "unauthorized"}, status=401))

@@ -74,15 +74,22 @@ def data_converter(
         return pydantic_data_converter
     external = None
     if driver is not None:
-        threshold = config.storage.threshold_bytes  # type: ignore[union-attr]
+        # A driver is made only from a storage that has a threshold.
+        assert not isinstance(config.storage, NoStorage)
+        threshold = config.storage.threshold_bytes
         external = ExternalStorage(drivers=[driver], payload_size_threshold=threshold)
-    changes: dict[str, object] = {"payload_codec": codec, "external_storage": external}
+    failures = pydantic_data_converter.failure_converter_class
     if codec is not None:
         # Failure messages and stack traces (a harness's stderr tail, an env's error)
         # are plaintext in the history by default; with encryption on they move into
         # an encoded payload too. The UI shows them through the codec server.
-        changes["failure_converter_class"] = DefaultFailureConverterWithEncodedAttributes
-    return dataclasses.replace(pydantic_data_converter, **changes)  # type: ignore[arg-type]
+        failures = DefaultFailureConverterWithEncodedAttributes
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_codec=codec,
+        external_storage=external,
+        failure_converter_class=failures,
+    )
 
 
 async def aclose(converter: DataConverter) -> None:

@@ -23,6 +23,8 @@ try:
     import docker.errors
     import docker.types
 except ImportError:  # pragma: no cover - the [docker] extra is not installed
+    # [assignment]: None in place of the module is how "no SDK" is spelt here; every
+    # entry point checks `docker is None` first and raises RuntimeUnavailable.
     docker = None  # type: ignore[assignment]
 
 log = logging.getLogger(__name__)

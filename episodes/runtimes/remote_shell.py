@@ -26,7 +26,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from episodes.runtimes.process_io import PumpedStream, StreamedProcess, exit_code
 
@@ -169,7 +169,7 @@ class RemoteShellProcess(StreamedProcess):
         with contextlib.suppress(BaseException):
             await started
             await self.kill()
-        _background.discard(asyncio.current_task())  # type: ignore[arg-type]
+        _background.discard(asyncio.current_task())
 
     async def write(self, data: bytes) -> None:
         if self._stdin_closed or self._exit.done():
@@ -180,7 +180,8 @@ class RemoteShellProcess(StreamedProcess):
         # whatever the SDK does with a pending stdin call then.
         writing = asyncio.ensure_future(self._write_all(bytes(data)))
         try:
-            await asyncio.wait({writing, self._exit}, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {writing, self._exit}  # None and int results
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not writing.done():
                 writing.cancel()

@@ -108,11 +108,13 @@ class SubprocessProcess(RuntimeProcess):
 
     @property
     def stdout(self) -> ByteStream:
-        return self._proc.stdout  # type: ignore[return-value]
+        assert self._proc.stdout is not None  # opened with stdout=PIPE
+        return self._proc.stdout
 
     @property
     def stderr(self) -> ByteStream:
-        return self._proc.stderr  # type: ignore[return-value]
+        assert self._proc.stderr is not None  # opened with stderr=PIPE
+        return self._proc.stderr
 
     @property
     def pid(self) -> int | None:
@@ -206,6 +208,8 @@ class SubprocessRuntime(Runtime):
             raise RuntimeError(f"subprocess runtime {self.id} is not running")
         if not argv:
             raise ValueError("argv must not be empty")
+        assert self.workdir is not None  # set by start(), and alive() says it ran
+        workdir = cwd or self.workdir
         child_env = dict(env or {})
         child_env.setdefault("PATH", MINIMAL_PATH)
         parent_pid = os.getpid()
@@ -213,7 +217,7 @@ class SubprocessRuntime(Runtime):
         # What asyncio.create_subprocess_exec does, with a protocol that reports exit.
         if _SETPRIV:
             # Fail like a direct exec would, rather than as setpriv's exit code 127.
-            _check_executable(argv[0], child_env["PATH"], cwd or self.workdir)
+            _check_executable(argv[0], child_env["PATH"], workdir)
             argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
         transport, protocol = await loop.subprocess_exec(
             lambda: _Protocol(_STREAM_LIMIT, loop),
@@ -222,7 +226,7 @@ class SubprocessRuntime(Runtime):
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             env=child_env,
-            cwd=cwd or self.workdir,
+            cwd=workdir,
             start_new_session=True,
             preexec_fn=None if _SETPRIV else (lambda: _child_setup(parent_pid)),
         )
