@@ -29,7 +29,7 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 import pydantic
@@ -53,8 +53,8 @@ from episodes.harness.acp_client import (
     unsupported_mcp,
 )
 from episodes.harness.acp_transport import RuntimeTransport
+from episodes.harness.driver import EventCallback
 from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver
-from episodes.models import TurnRecord
 from episodes.runtimes.base import Runtime, RuntimeProcess
 
 __all__ = [
@@ -110,6 +110,7 @@ class AcpHarnessSession(ProcessDriver):
         self.session_id: str | None = None
         self.agent_info: dict[str, Any] | None = None  # the agent's `initialize` answer
         self._step = "initialize"  # the handshake's request under way, for its failure
+        self._call: asyncio.Future[Any] | None = None  # the turn's `session/prompt`
 
     @property
     def permissions(self) -> AcpPermissions:
@@ -177,43 +178,44 @@ class AcpHarnessSession(ProcessDriver):
 
     # -- turns ---------------------------------------------------------------------------
 
-    async def turn(
+    def _encode_turn(self, n: int, message: Any) -> list[Any]:
+        return prompt_blocks(message)  # not valid blocks / not JSON
+
+    async def _exchange(
         self,
         n: int,
-        message: Any,
-        *,
-        timeout_s: float,
-        on_event: Callable[[Any], Awaitable[None] | None] | None = None,
-    ) -> TurnRecord:
-        """Prompt turn `n`, stream its updates, return its record (errors included, not raised)."""
-        self._check_can_turn(n)
-        blocks = prompt_blocks(message)  # not valid blocks / not JSON: the caller's bug
+        blocks: list[Any],
+        events: list[Any],
+        on_event: EventCallback | None,
+        deadline: float,
+    ) -> Any:
         assert self._conn is not None and self.session_id is not None
-        events: list[Any] = []
         texts: list[str] = []
         sink = (events, texts, on_event)
         # Sent exactly once: nothing below re-sends the prompt, whatever fails.
-        call = asyncio.ensure_future(self._conn.prompt(session_id=self.session_id, prompt=blocks))
-
-        async def exchange(deadline: float) -> Any:
-            try:
-                try:
-                    response = await self._answer(call, deadline, sink)
-                except TimeoutError:
-                    await self._cancel(call, sink)
-                    raise
-            except RequestError as e:
-                # The agent is alive and answered: an error reply, not a broken session.
-                raise HarnessReportedError(
-                    f"agent answered turn {n} with an error: {rpc_error(e)}",
-                    stderr_tail=self.stderr_tail,
-                ) from None
-            return {"text": "".join(texts), "stop_reason": response.stop_reason}
-
+        self._call = call = asyncio.ensure_future(
+            self._conn.prompt(session_id=self.session_id, prompt=blocks)
+        )
         try:
-            return await self._run_turn(n, message, timeout_s, events, exchange)
-        finally:
-            _forget(call)
+            try:
+                response = await self._answer(call, deadline, sink)
+            except TimeoutError:
+                await self._cancel(call, sink)
+                raise
+        except RequestError as e:
+            # The agent is alive and answered: an error reply, not a broken session.
+            raise HarnessReportedError(
+                f"agent answered turn {n} with an error: {rpc_error(e)}",
+                stderr_tail=self.stderr_tail,
+            ) from None
+        return {"text": "".join(texts), "stop_reason": response.stop_reason}
+
+    def _end_turn(self) -> None:
+        # After stop() in a failed turn: cancelled earlier, the agent's late answer to
+        # the prompt would reach an SDK that no longer expects it.
+        if self._call is not None:
+            _forget(self._call)
+            self._call = None
 
     async def _cancel(self, call: asyncio.Future, sink: tuple) -> None:
         """`session/cancel`, then give the agent a moment to end the prompt (ACP says it

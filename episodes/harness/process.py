@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
 from episodes.aio import finish
@@ -24,6 +23,7 @@ from episodes.errors import (
     ProtocolError,
     TurnTimeout,
 )
+from episodes.harness.driver import EventCallback
 from episodes.harness.protocol import READ_CHUNK_BYTES
 from episodes.models import TurnRecord
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
@@ -123,9 +123,10 @@ class ProcessDriver:
     """One harness process's lifecycle; a subclass adds what it speaks on stdio.
 
     A subclass names itself in the messages (`name`, `noun`, `stopped_early`), does its
-    `_handshake` and words how it failed (`_not_ready`), words its turn timeouts
-    (`_timeout_message`), and may hook `_attach` (the wire, once the process is open) and
-    `_detach` (before the pipes are drained).
+    `_handshake` and words how it failed (`_not_ready`), does a turn's wire part
+    (`_encode_turn`, `_exchange`) and words its timeouts (`_timeout_message`), and may
+    hook `_attach` (the wire, once the process is open), `_end_turn` and `_detach`
+    (before the pipes are drained).
     """
 
     name: ClassVar[str]  # the class the misuse errors name
@@ -246,26 +247,24 @@ class ProcessDriver:
         if self._last_turn is not None and n <= self._last_turn:
             raise RuntimeError(f"turn index must increase: got {n} after {self._last_turn}")
 
-    async def _run_turn(
-        self,
-        n: int,
-        message: Any,
-        timeout_s: float,
-        events: list[Any],
-        exchange: Callable[[float], Awaitable[Any]],
+    async def turn(
+        self, n: int, message: Any, *, timeout_s: float, on_event: EventCallback | None = None
     ) -> TurnRecord:
-        """Turn `n`'s record: `exchange(deadline)` does the wire part and returns the reply.
+        """Run turn `n`, stream its events, return its record (errors included, not raised).
 
-        A HarnessReportedError from it is the turn's error (the process lives on); a
-        TimeoutError, Exited or ProtocolError stops the process first.
+        A HarnessReportedError from `_exchange` is the turn's error (the process lives on);
+        a TimeoutError, Exited or ProtocolError stops the process first.
         """
+        self._check_can_turn(n)
+        wire = self._encode_turn(n, message)  # a message it cannot send: the caller's bug
         self._busy = True
         self._last_turn = n
         started = time.monotonic()
+        events: list[Any] = []
         reply: Any = None
         failure: HarnessFailure | None = None
         try:
-            reply = await exchange(started + timeout_s)
+            reply = await self._exchange(n, wire, events, on_event, started + timeout_s)
         except HarnessReportedError as e:
             failure = e
         except (TimeoutError, Exited, ProtocolError) as e:
@@ -278,6 +277,7 @@ class ProcessDriver:
             raise
         finally:
             self._busy = False
+            self._end_turn()
         return TurnRecord(
             turn=n,
             message=message,
@@ -287,6 +287,24 @@ class ProcessDriver:
             error_type=failure.error_type if failure else None,
             duration_ms=(time.monotonic() - started) * 1000,
         )
+
+    def _encode_turn(self, n: int, message: Any) -> Any:
+        """Turn `n`'s message as the wire takes it; raises if it cannot be sent."""
+        raise NotImplementedError
+
+    async def _exchange(
+        self,
+        n: int,
+        wire: Any,
+        events: list[Any],
+        on_event: EventCallback | None,
+        deadline: float,
+    ) -> Any:
+        """Send turn `n`, collect its events by `deadline`: its reply."""
+        raise NotImplementedError
+
+    def _end_turn(self) -> None:
+        """After a turn, however it ended (the process may be stopped by now)."""
 
     def _turn_failure(self, n: int, e: BaseException, timeout_s: float) -> HarnessFailure:
         tail, code = self.stderr_tail, self.returncode

@@ -12,13 +12,12 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from episodes.errors import HarnessReportedError, ProtocolError
+from episodes.harness.driver import EventCallback
 from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver
 from episodes.harness.protocol import PacketDecoder, encode, read_packet
-from episodes.models import TurnRecord
 from episodes.runtimes.base import Runtime
 
 
@@ -82,23 +81,8 @@ class HarnessSession(ProcessDriver):
 
     # -- turns ---------------------------------------------------------------------------
 
-    async def turn(
-        self,
-        n: int,
-        message: Any,
-        *,
-        timeout_s: float,
-        on_event: Callable[[Any], Awaitable[None] | None] | None = None,
-    ) -> TurnRecord:
-        """Send turn `n`, stream its events, return its record (errors included, not raised)."""
-        self._check_can_turn(n)
-        data = encode({"type": "turn", "turn": n, "message": message})  # bad JSON: caller's bug
-        events: list[Any] = []
-
-        def exchange(deadline: float) -> Awaitable[Any]:
-            return self._exchange(n, data, events, on_event, deadline)
-
-        return await self._run_turn(n, message, timeout_s, events, exchange)
+    def _encode_turn(self, n: int, message: Any) -> bytes:
+        return encode({"type": "turn", "turn": n, "message": message})
 
     async def resume(self, transcript: list[dict[str, Any]], *, timeout_s: float) -> None:
         """Hand a `resume: true` harness the recorded turns (`{"turn", "message", "reply"}`
@@ -125,7 +109,14 @@ class HarnessSession(ProcessDriver):
             self._busy = False
         self._last_turn = last
 
-    async def _exchange(self, n, data, events, on_event, deadline) -> Any:
+    async def _exchange(
+        self,
+        n: int,
+        data: bytes,
+        events: list[Any],
+        on_event: EventCallback | None,
+        deadline: float,
+    ) -> Any:
         assert self._proc is not None
         try:
             # Bounded too: a harness that stops reading stdin fills the pipe, and a large
