@@ -30,7 +30,7 @@ import contextlib
 import inspect
 import time
 from collections.abc import Awaitable
-from typing import Any
+from typing import Any, Unpack
 
 import pydantic
 from acp import PROTOCOL_VERSION, RequestError
@@ -54,7 +54,7 @@ from episodes.harness.acp_client import (
 )
 from episodes.harness.acp_transport import RuntimeTransport
 from episodes.harness.driver import EventCallback
-from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver
+from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver, ProcessOptions
 from episodes.runtimes.base import Runtime, RuntimeProcess
 
 __all__ = [
@@ -79,26 +79,14 @@ class AcpHarnessSession(ProcessDriver):
         runtime: Runtime,
         argv: list[str],
         *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        ready_timeout_s: float = 30.0,
-        stop_timeout_s: float = 5.0,
         mcp_servers: list[McpServer | dict[str, Any]] | None = None,
         permissions: AcpPermissions | dict[str, Any] = "deny",
         session_cwd: str | None = None,
         cancel_grace_s: float = 2.0,
         max_message_bytes: int = 16 * 1024 * 1024,
-        stderr_tail_bytes: int = 8192,
+        **options: Unpack[ProcessOptions],
     ) -> None:
-        super().__init__(
-            runtime,
-            argv,
-            env=env,
-            cwd=cwd,
-            ready_timeout_s=ready_timeout_s,
-            stop_timeout_s=stop_timeout_s,
-            stderr_tail_bytes=stderr_tail_bytes,
-        )
+        super().__init__(runtime, argv, **options)
         self.mcp_servers = [MCP_SERVER.validate_python(m) for m in mcp_servers or []]
         self._client = EpisodeClient(PERMISSIONS.validate_python(permissions))
         self.session_cwd = session_cwd

@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypedDict, Unpack
 
 from episodes.aio import finish
 from episodes.errors import (
@@ -119,6 +119,16 @@ class Exited(Exception):
     """The process exited (or closed a pipe) while we waited for what it owed us."""
 
 
+class ProcessOptions(TypedDict, total=False):
+    """What every driver takes about its process; the defaults are ProcessDriver's."""
+
+    env: dict[str, str] | None  # None: the runtime's own
+    cwd: str | None
+    ready_timeout_s: float  # 30: for the handshake
+    stop_timeout_s: float  # 5: each step of the stop escalation
+    stderr_tail_bytes: int  # 8192: how much of stderr a failure keeps
+
+
 class ProcessDriver:
     """One harness process's lifecycle; a subclass adds what it speaks on stdio.
 
@@ -135,23 +145,15 @@ class ProcessDriver:
     farewell: ClassVar[bytes | None] = None  # written before stdin is closed: "please exit"
 
     def __init__(
-        self,
-        runtime: Runtime,
-        argv: list[str],
-        *,
-        env: dict[str, str] | None,
-        cwd: str | None,
-        ready_timeout_s: float,
-        stop_timeout_s: float,
-        stderr_tail_bytes: int,
+        self, runtime: Runtime, argv: list[str], **options: Unpack[ProcessOptions]
     ) -> None:
         self.runtime = runtime
         self.argv = list(argv)
-        self.env = env
-        self.cwd = cwd
-        self.ready_timeout_s = ready_timeout_s
-        self.stop_timeout_s = stop_timeout_s
-        self._stderr = StderrTail(stderr_tail_bytes)
+        self.env = options.get("env")
+        self.cwd = options.get("cwd")
+        self.ready_timeout_s = options.get("ready_timeout_s", 30.0)
+        self.stop_timeout_s = options.get("stop_timeout_s", 5.0)
+        self._stderr = StderrTail(options.get("stderr_tail_bytes", 8192))
         self._proc: RuntimeProcess | None = None
         self._exit_task: asyncio.Task[int] | None = None
         self._started = self._ready = self._busy = False

@@ -12,11 +12,11 @@ import asyncio
 import contextlib
 import inspect
 import time
-from typing import Any
+from typing import Any, Unpack
 
 from episodes.errors import HarnessReportedError, ProtocolError
 from episodes.harness.driver import EventCallback
-from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver
+from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver, ProcessOptions
 from episodes.harness.protocol import PacketDecoder, encode, read_packet
 from episodes.runtimes.base import Runtime
 
@@ -41,22 +41,10 @@ class HarnessSession(ProcessDriver):
         runtime: Runtime,
         argv: list[str],
         *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        ready_timeout_s: float = 30.0,
-        stop_timeout_s: float = 5.0,
         max_packet_bytes: int = 16 * 1024 * 1024,
-        stderr_tail_bytes: int = 8192,
+        **options: Unpack[ProcessOptions],
     ) -> None:
-        super().__init__(
-            runtime,
-            argv,
-            env=env,
-            cwd=cwd,
-            ready_timeout_s=ready_timeout_s,
-            stop_timeout_s=stop_timeout_s,
-            stderr_tail_bytes=stderr_tail_bytes,
-        )
+        super().__init__(runtime, argv, **options)
         self._decoder = PacketDecoder(max_packet_bytes)
         # The harness's `ready` said `resume: true`: it takes a `resume` packet.
         self.resumable = False
