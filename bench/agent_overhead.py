@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -28,6 +27,7 @@ from fastmcp import FastMCP
 from bench import proxy_overhead
 from bench.common import fmt_spread, ratio, spread, summary, table
 from episodes.agents.model import ModelSpec
+from episodes.agents.net import tcp_listener
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.agents.services import AgentServices
 from episodes.runtimes.subprocess import SubprocessRuntime
@@ -43,8 +43,7 @@ async def bare_server() -> AsyncIterator[str]:
     """The same tool on FastMCP with nothing of ours: no token, no recording."""
     server = FastMCP("bare")
     server.tool(put, run_in_thread=False)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = tcp_listener()
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         server.http_app(path="/mcp", transport="http"), log_config=None, access_log=False

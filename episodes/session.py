@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 from episodes.agents.services import AgentServices
 from episodes.envs.base import Environment, call
-from episodes.errors import HarnessFailure
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
 from episodes.models import (
     ScoreResult,
@@ -64,13 +63,6 @@ class EnvironmentFailed(RuntimeError):
             f"environment {method}() raised {type(e).__name__}: {e}\n"
             f"--- environment traceback (tail) ---\n{tail.rstrip()}"
         )
-
-
-def _replay_failure(n: int, record: TurnRecord) -> HarnessFailure:
-    """A restore whose replay broke the new harness fails like a provision would."""
-    failure = HarnessFailure(f"replaying recorded turn {n}: {record.error}")
-    failure.error_type = record.error_type or "harness_crashed"
-    return failure
 
 
 def harness_argv(spec: EpisodeSpec) -> list[str]:
@@ -343,60 +335,12 @@ class LiveSession:
         )
 
     async def restore(self, records: list[TurnRecord]) -> tuple[list[int], bool]:
-        """After open(): bring this fresh harness and env to where a lost session was.
+        """After open(): bring this fresh harness and env to where a lost session was
+        (`episodes.restore.restore_session`): the divergent turns, and whether it resumed."""
+        # Imported here: episodes.restore builds on this module (its errors, this class).
+        from episodes.restore import restore_session
 
-        A harness whose `ready` said `resume: true` gets the recorded turns in one
-        `resume` packet; any other is sent each recorded message again, in order, and
-        its replies are compared with the recorded ones (the divergent turn indices are
-        returned). The env always steps on the *recorded* replies, so its state follows
-        the recorded run whatever the new harness answers. Tools the replaying harness
-        calls act on this fresh env (once each); what a tool or the harness did outside
-        the box and the env (a network call, a model call) happens again.
-        """
-        assert self.harness is not None and self.env is not None and self.services
-        timeout = self.spec.turn_timeout_s
-        resumed = bool(records) and bool(getattr(self.harness, "resumable", False))
-        if resumed:
-            transcript = [{"turn": r.turn, "message": r.message, "reply": r.reply} for r in records]
-            await self.harness.resume(transcript, timeout_s=timeout)  # type: ignore[attr-defined]
-        divergent: list[int] = []
-        for rec in records:
-            if rec.turn != self._next_turn:
-                raise TurnOutOfOrder(
-                    f"recorded turn {rec.turn} restored, next is {self._next_turn}"
-                )
-            if not resumed:
-                self.services.begin_turn([])
-                try:
-                    new = await self.harness.turn(rec.turn, rec.message, timeout_s=timeout)
-                finally:
-                    self.services.end_turn()
-                if new.error_type not in (None, "harness_error"):
-                    raise _replay_failure(rec.turn, new)
-                # Compared as the history would have recorded it (scrubbed, fitted).
-                new = fit_result(
-                    self.scrubber.model(TurnResult(record=new, observation=StepOutcome())),
-                    mode=self.spec.record,
-                    max_value_bytes=self.spec.record_max_value_bytes,
-                    max_turn_bytes=self.spec.record_max_turn_bytes,
-                    history_limit_bytes=self.history_limit_bytes,
-                    where=f"session {self.session_id} replay of turn {rec.turn}",
-                ).record
-                if (new.reply, new.error_type) != (rec.reply, rec.error_type):
-                    divergent.append(rec.turn)
-            observation = StepOutcome(done=True)
-            if rec.error_type is None:
-                try:
-                    observation = await call(self.env.step, rec.reply)
-                    if not isinstance(observation, StepOutcome):
-                        observation = StepOutcome.model_validate(observation)
-                except Exception as e:
-                    raise EnvironmentFailed("step", e) from e
-                self._pending = observation.message
-            self._results[rec.turn] = TurnResult(record=rec, observation=observation)
-            self._next_turn += 1
-        self.last_used = time.monotonic()
-        return divergent, resumed
+        return await restore_session(self, records)
 
     def transcript(
         self, termination: Termination | None = None, error: str | None = None

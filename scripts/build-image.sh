@@ -163,9 +163,28 @@ if ((${#SITE_REQS[@]})); then
 fi
 chmod -R a+rX "$STAGE/opt"
 
+# The box user (DockerConfig.user, README "Runtimes"): `episodes`, uid/gid 10001 like the
+# worker image, owning the workdir /work and its home; root stays for `user: root`.
+BOX_UID=10001
+mkdir -p "$STAGE/etc" "$STAGE/work" "$STAGE/home/episodes"
+tar -C "$STAGE" -xf "$ROOTFS_TAR" ./etc/passwd ./etc/group
+grep -q "^episodes:" "$STAGE/etc/passwd" ||
+    echo "episodes:x:$BOX_UID:$BOX_UID:episodes box user:/home/episodes:/bin/sh" >>"$STAGE/etc/passwd"
+grep -q "^episodes:" "$STAGE/etc/group" || echo "episodes:x:$BOX_UID:" >>"$STAGE/etc/group"
+chmod 0644 "$STAGE/etc/passwd" "$STAGE/etc/group"
+# Everyone's workdir: root in the box has no CAP_DAC_OVERRIDE, so `user: root` too
+# needs the mode, not the owner, to write there.
+chmod 0777 "$STAGE/work"
+chmod 0755 "$STAGE/home/episodes"
+
 old_id=$(docker image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)
 cp "$ROOTFS_TAR" "$WORK/image.tar"
-tar --numeric-owner --owner=0 --group=0 -C "$STAGE" -rf "$WORK/image.tar" ./opt/episodes
+# Replaced, not appended twice: a tar with two ./etc/passwd is up to the extractor.
+tar --delete -f "$WORK/image.tar" ./etc/passwd ./etc/group
+tar --numeric-owner --owner=0 --group=0 -C "$STAGE" -rf "$WORK/image.tar" \
+    ./opt/episodes ./etc/passwd ./etc/group
+tar --numeric-owner --owner=$BOX_UID --group=$BOX_UID -C "$STAGE" -rf "$WORK/image.tar" \
+    ./work ./home/episodes
 
 docker import \
     --change "ENV PYTHONPATH=$PYPATH" \
@@ -173,6 +192,7 @@ docker import \
     --change 'ENV PYTHONDONTWRITEBYTECODE=1' \
     --change "LABEL $HASH_LABEL=$HASH" \
     --change 'CMD ["sleep", "infinity"]' \
+    --change 'WORKDIR /work' \
     "$WORK/image.tar" "$IMAGE" >/dev/null
 
 # Fail here, not in a test, when the SDK cannot be imported with only the stdlib (and,

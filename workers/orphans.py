@@ -1,15 +1,19 @@
-"""Containers left by a worker on this host that died without cleaning up (SIGKILL, OOM).
+"""Boxes left by a worker on this host that died without cleaning up (SIGKILL, OOM).
 
-Subprocess harnesses die with their worker (PR_SET_PDEATHSIG); containers do not.
-Worker ids are `<host>-<pid>-<rand>`, so at start a worker removes the labelled
-containers of workers on its own host whose process no longer exists. Containers of
-other hosts are left to their own workers (or `episodes cleanup`).
+Subprocess harnesses die with their worker (PR_SET_PDEATHSIG); containers and cloud
+boxes do not. Worker ids are `<host>-<pid>-<rand>`, so at start a worker removes the
+labelled containers of workers on its own host whose process no longer exists, and
+deletes the Modal sandboxes and Prime VMs that dead workers' ledgers still name
+(`episodes.runtimes.ledger`). Other hosts' are left to their own workers (or
+`episodes cleanup` there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
+from typing import Any
 
 import psutil
 
@@ -40,4 +44,23 @@ def reap_orphan_containers() -> int:
         n = cleanup_orphans(worker=wid)
         log.warning("removed %d container(s) left by dead worker %s", n, wid)
         removed += n
+    return removed
+
+
+async def reap_orphan_boxes(
+    worker: str | None = None, *, sdks: dict[str, Any] | None = None
+) -> int:
+    """Delete the cloud boxes dead local workers' ledgers name (all, or `worker`'s)."""
+    from episodes.runtimes import ledger
+
+    return await ledger.reap(worker, sdks=sdks)
+
+
+def reap_orphans() -> int:
+    """Everything dead local workers left: containers, then cloud boxes (a thread's call)."""
+    removed = reap_orphan_containers()
+    try:
+        removed += asyncio.run(reap_orphan_boxes())
+    except Exception as e:  # a worker starts anyway; the boxes stay in their ledgers
+        log.warning("could not reap cloud boxes of dead workers: %s", e)
     return removed

@@ -47,7 +47,7 @@ from episodes.runtimes.pools import WorkerPools
 from episodes.truncate import HISTORY_TURN_LIMIT
 from workers.backpressure import SessionSlots
 from workers.drain import DrainInterceptor, DrainState
-from workers.orphans import reap_orphan_containers
+from workers.orphans import reap_orphans
 from workflows import WORKFLOWS
 
 log = logging.getLogger("episodes.worker")
@@ -192,7 +192,7 @@ class EpisodeWorker:
             self.session_queue,
         )
         # Each removal is logged; the count is nobody's business here.
-        await asyncio.to_thread(reap_orphan_containers)
+        await asyncio.to_thread(reap_orphans)
         reaper = asyncio.create_task(self._reap_forever())
         try:
             async with self._shared, self._provisions, self._sessions, self._side:

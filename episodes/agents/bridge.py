@@ -41,6 +41,8 @@ from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
 from mcp.types import TextContent
 
+from episodes.agents.net import tcp_listener
+
 log = logging.getLogger(__name__)
 
 ENV_URL = "EPISODES_MCP_URL"
@@ -189,9 +191,8 @@ class ToolBridge:
     def _bind(self) -> None:
         # Bound here rather than by uvicorn so the port (port 0) is known up front
         # and the socket file gets its mode before anyone can connect.
-        tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        tcp = tcp_listener(self._host, self._port)
         self._sockets.append(tcp)
-        tcp.bind((self._host, self._port))
         self.port = tcp.getsockname()[1]
         if self._unix_request is False:
             return

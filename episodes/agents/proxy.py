@@ -30,7 +30,6 @@ import inspect
 import json
 import logging
 import secrets
-import socket
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +38,7 @@ import httpx
 from aiohttp import web
 
 from episodes.agents.model import ModelError, ModelSpec
+from episodes.agents.net import tcp_listener
 from episodes.agents.stream import SseParser, assemble, chunks_of
 from episodes.aio import finish
 
@@ -152,8 +152,7 @@ class ModelProxy:
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await runner.setup()
         self._runner = runner
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
+        sock = tcp_listener()
         self.port = sock.getsockname()[1]
         await web.SockSite(runner, sock).start()
         if self.uds_path is not None:

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import re
-import socket
 import time
 import uuid
 import zlib
@@ -32,6 +31,8 @@ from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
+
+from episodes.agents.net import tcp_listener
 
 Step = str | dict[str, Any]
 Policy = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Step]
@@ -165,8 +166,7 @@ class ScriptedUpstream:
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", self._bind_port))
+        sock = tcp_listener(port=self._bind_port)
         self.port = sock.getsockname()[1]
         await web.SockSite(self._runner, sock).start()
 

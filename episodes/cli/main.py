@@ -162,18 +162,22 @@ def codec_server(
 @app.command()
 def cleanup(
     worker_id: Annotated[
-        str | None, typer.Option("--worker", help="Only this worker's containers.")
+        str | None, typer.Option("--worker", help="Only this worker's boxes.")
     ] = None,
 ) -> None:
-    """Remove Docker containers this package started (all, or one worker's)."""
+    """Remove Docker containers this package started (all, or one worker's), and delete
+    the Modal sandboxes and Prime VMs that dead workers of this host left behind."""
     from episodes.errors import RuntimeUnavailable
     from episodes.runtimes.docker_engine import cleanup_orphans
+    from workers.orphans import reap_orphan_boxes
 
     try:
         removed = cleanup_orphans(worker=worker_id)
+        common.console.print(f"removed {removed} container(s)", highlight=False)
     except RuntimeUnavailable as e:
-        common.fail(str(e))
-    common.console.print(f"removed {removed} container(s)", highlight=False)
+        common.err_console.print(f"containers: {e}", highlight=False)
+    deleted = asyncio.run(reap_orphan_boxes(worker_id))
+    common.console.print(f"deleted {deleted} cloud box(es) of dead workers", highlight=False)
 
 
 async def _until_signalled() -> None:

@@ -29,23 +29,15 @@ import asyncio
 import contextlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, Unpack
 
 import pydantic
 from acp import PROTOCOL_VERSION, RequestError
 from acp.client.connection import ClientSideConnection
 from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
 
-from episodes.aio import finish
-from episodes.errors import (
-    HarnessCrashed,
-    HarnessFailure,
-    HarnessReportedError,
-    HarnessStartFailed,
-    ProtocolError,
-    TurnTimeout,
-)
+from episodes.errors import HarnessReportedError, ProtocolError
 from episodes.harness.acp_client import (
     MCP_SERVER,
     PERMISSIONS,
@@ -61,14 +53,8 @@ from episodes.harness.acp_client import (
     unsupported_mcp,
 )
 from episodes.harness.acp_transport import RuntimeTransport
-from episodes.harness.process import (
-    EXIT_DRAIN_S,
-    StderrTail,
-    describe_exit,
-    drain_after_exit,
-    escalate_stop,
-)
-from episodes.models import TurnRecord
+from episodes.harness.driver import EventCallback
+from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver, ProcessOptions
 from episodes.runtimes.base import Runtime, RuntimeProcess
 
 __all__ = [
@@ -82,142 +68,79 @@ __all__ = [
 _CANCEL_SEND_S = 1.0
 
 
-class _Exited(Exception):
-    """The process exited (or closed stdout) while we waited for an answer."""
+class AcpHarnessSession(ProcessDriver):
+    name = "AcpHarnessSession"
+    noun = "agent"
+    stopped_early = "agent was stopped before its session started"
+    # No farewell: ACP has no shutdown request, end of stdin is the agent's signal to exit.
 
-
-class AcpHarnessSession:
     def __init__(
         self,
         runtime: Runtime,
         argv: list[str],
         *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        ready_timeout_s: float = 30.0,
-        stop_timeout_s: float = 5.0,
         mcp_servers: list[McpServer | dict[str, Any]] | None = None,
         permissions: AcpPermissions | dict[str, Any] = "deny",
         session_cwd: str | None = None,
         cancel_grace_s: float = 2.0,
         max_message_bytes: int = 16 * 1024 * 1024,
-        stderr_tail_bytes: int = 8192,
+        **options: Unpack[ProcessOptions],
     ) -> None:
-        self.runtime = runtime
-        self.argv = list(argv)
-        self.env = env
-        self.cwd = cwd
-        self.ready_timeout_s = ready_timeout_s
-        self.stop_timeout_s = stop_timeout_s
+        super().__init__(runtime, argv, **options)
         self.mcp_servers = [MCP_SERVER.validate_python(m) for m in mcp_servers or []]
         self._client = EpisodeClient(PERMISSIONS.validate_python(permissions))
         self.session_cwd = session_cwd
         self.cancel_grace_s = cancel_grace_s
         self.max_message_bytes = max_message_bytes
-        self._stderr = StderrTail(stderr_tail_bytes)
-        self._proc: RuntimeProcess | None = None
-        self._exit_task: asyncio.Task[int] | None = None
         self._transport: RuntimeTransport | None = None
         self._fault_task: asyncio.Task[Any] | None = None
         self._conn: ClientSideConnection | None = None
         self.session_id: str | None = None
         self.agent_info: dict[str, Any] | None = None  # the agent's `initialize` answer
-        self._started = self._ready = self._busy = False
-        self._broken: str | None = None
-        self._last_turn: int | None = None
-        self._stop_task: asyncio.Task[None] | None = None
-
-    # -- state ---------------------------------------------------------------------------
-
-    @property
-    def alive(self) -> bool:
-        return (
-            self._ready
-            and self._stop_task is None
-            and self._proc is not None
-            and self._proc.returncode is None
-        )
+        self._step = "initialize"  # the handshake's request under way, for its failure
+        self._call: asyncio.Future[Any] | None = None  # the turn's `session/prompt`
 
     @property
     def permissions(self) -> AcpPermissions:
         return self._client.permissions
 
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def returncode(self) -> int | None:
-        return self._proc.returncode if self._proc is not None else None
-
-    @property
-    def stderr_tail(self) -> str:
-        return self._stderr.text
-
     # -- start ---------------------------------------------------------------------------
 
-    async def start(self) -> None:
-        """Open the agent, `initialize`, `session/new`. Raises HarnessStartFailed (stopped)."""
-        if self._started:
-            raise RuntimeError("AcpHarnessSession.start() was already called")
-        self._started = True
-        try:
-            proc = await self.runtime.open_process(self.argv, self.env, self.cwd)
-        except OSError as e:
-            self._broken = "start failed"
-            raise HarnessStartFailed(f"could not start agent {self.argv[0]!r}: {e}") from e
-        self._proc = proc
-        self._exit_task = asyncio.ensure_future(proc.wait())
-        self._stderr.start(proc)
+    async def _handshake(self, deadline: float) -> None:
+        """`initialize`, then `session/new`."""
+        assert self._conn is not None
+        self._step = "initialize"
+        init = await self._answer(self._initialize(), deadline)
+        self.agent_info = as_json(init)
+        unsupported_mcp(init, self.mcp_servers)
+        self._step = "session/new"
+        new = await self._answer(
+            self._conn.new_session(
+                cwd=self._session_cwd(),
+                # A copy: the SDK takes a list of a wider union, and lists are invariant.
+                mcp_servers=list(self.mcp_servers),
+            ),
+            deadline,
+        )
+        self.session_id = new.session_id
+
+    def _attach(self, proc: RuntimeProcess) -> None:
         self._transport = RuntimeTransport(proc, self.max_message_bytes)
         self._fault_task = asyncio.ensure_future(self._transport.faulted.wait())
         self._conn = ClientSideConnection(self._client, self._transport)
-        if self._stop_task is not None:
-            # stop() ran while the process was being opened and found none: stop again.
-            await self.stop()
-            self._stop_task = None
-            await self.stop()
-            raise HarnessStartFailed("agent was stopped before its session started")
-        deadline = time.monotonic() + self.ready_timeout_s
-        step = "initialize"
-        try:
-            init = await self._answer(self._initialize(), deadline)
-            self.agent_info = as_json(init)
-            unsupported_mcp(init, self.mcp_servers)
-            step = "session/new"
-            new = await self._answer(
-                self._conn.new_session(
-                    cwd=self._session_cwd(),
-                    # A copy: the SDK takes a list of a wider union, and lists are invariant.
-                    mcp_servers=list(self.mcp_servers),
-                ),
-                deadline,
-            )
-            self.session_id = new.session_id
-        except BaseException as e:
-            self._broken = "start failed"
-            stopped_by_caller = self._stop_task is not None
-            await self.stop()
-            if stopped_by_caller and not isinstance(e, asyncio.CancelledError):
-                failure = "agent was stopped before its session started"
-            elif isinstance(e, TimeoutError):
-                failure = f"agent answered no {step!r} within {self.ready_timeout_s:g} s"
-            elif isinstance(e, _Exited):
-                failure = f"agent {e} before it answered {step!r}"
-            elif isinstance(e, ProtocolError):
-                failure = f"protocol error before the session started: {e.detail}"
-            elif isinstance(e, RequestError):
-                failure = f"agent refused {step!r}: {rpc_error(e)}"
-            elif isinstance(e, Unsupported):
-                failure = str(e)
-            else:
-                raise
-            raise HarnessStartFailed(
-                failure + describe_exit(self.returncode),
-                stderr_tail=self.stderr_tail,
-                exit_code=self.returncode,
-            ) from None
-        self._ready = True
+
+    def _not_ready(self, e: BaseException) -> str | None:
+        if isinstance(e, TimeoutError):
+            return f"agent answered no {self._step!r} within {self.ready_timeout_s:g} s"
+        if isinstance(e, Exited):
+            return f"agent {e} before it answered {self._step!r}"
+        if isinstance(e, ProtocolError):
+            return f"protocol error before the session started: {e.detail}"
+        if isinstance(e, RequestError):
+            return f"agent refused {self._step!r}: {rpc_error(e)}"
+        if isinstance(e, Unsupported):
+            return str(e)
+        return None
 
     def _initialize(self) -> Awaitable[Any]:
         assert self._conn is not None
@@ -243,72 +166,44 @@ class AcpHarnessSession:
 
     # -- turns ---------------------------------------------------------------------------
 
-    async def turn(
+    def _encode_turn(self, n: int, message: Any) -> list[Any]:
+        return prompt_blocks(message)  # not valid blocks / not JSON
+
+    async def _exchange(
         self,
         n: int,
-        message: Any,
-        *,
-        timeout_s: float,
-        on_event: Callable[[Any], Awaitable[None] | None] | None = None,
-    ) -> TurnRecord:
-        """Prompt turn `n`, stream its updates, return its record (errors included, not raised)."""
-        self._check_can_turn(n)
-        blocks = prompt_blocks(message)  # not valid blocks / not JSON: the caller's bug
+        blocks: list[Any],
+        events: list[Any],
+        on_event: EventCallback | None,
+        deadline: float,
+    ) -> Any:
         assert self._conn is not None and self.session_id is not None
-        self._busy = True
-        self._last_turn = n
-        started = time.monotonic()
-        events: list[Any] = []
         texts: list[str] = []
-        reply: Any = None
-        failure: HarnessFailure | None = None
-        # Sent exactly once: nothing below re-sends the prompt, whatever fails.
-        call = asyncio.ensure_future(self._conn.prompt(session_id=self.session_id, prompt=blocks))
         sink = (events, texts, on_event)
+        # Sent exactly once: nothing below re-sends the prompt, whatever fails.
+        self._call = call = asyncio.ensure_future(
+            self._conn.prompt(session_id=self.session_id, prompt=blocks)
+        )
         try:
             try:
-                response = await self._answer(call, started + timeout_s, sink)
+                response = await self._answer(call, deadline, sink)
             except TimeoutError:
                 await self._cancel(call, sink)
                 raise
-            reply = {"text": "".join(texts), "stop_reason": response.stop_reason}
         except RequestError as e:
-            failure = HarnessReportedError(
+            # The agent is alive and answered: an error reply, not a broken session.
+            raise HarnessReportedError(
                 f"agent answered turn {n} with an error: {rpc_error(e)}",
                 stderr_tail=self.stderr_tail,
-            )
-        except (TimeoutError, _Exited, ProtocolError) as e:
-            self._broken = f"turn {n} failed"
-            await self.stop()
-            failure = self._turn_failure(n, e, timeout_s)
-        except BaseException:
-            # Cancelled (or on_event raised) mid-turn: the agent's state is unknown.
-            self._broken = f"turn {n} was interrupted"
-            raise
-        finally:
-            self._busy = False
-            _forget(call)
-        return TurnRecord(
-            turn=n,
-            message=message,
-            events=events,
-            reply=reply,
-            error=str(failure) if failure else None,
-            error_type=failure.error_type if failure else None,
-            duration_ms=(time.monotonic() - started) * 1000,
-        )
+            ) from None
+        return {"text": "".join(texts), "stop_reason": response.stop_reason}
 
-    def _check_can_turn(self, n: int) -> None:
-        if not self._ready:
-            raise RuntimeError("AcpHarnessSession.turn() before a successful start()")
-        if self._busy:
-            raise RuntimeError("another turn is still in progress on this session")
-        if self._broken is not None:
-            raise RuntimeError(f"the harness session is unusable: {self._broken}")
-        if self._stop_task is not None:
-            raise RuntimeError("the harness session was stopped")
-        if self._last_turn is not None and n <= self._last_turn:
-            raise RuntimeError(f"turn index must increase: got {n} after {self._last_turn}")
+    def _end_turn(self) -> None:
+        # After stop() in a failed turn: cancelled earlier, the agent's late answer to
+        # the prompt would reach an SDK that no longer expects it.
+        if self._call is not None:
+            _forget(self._call)
+            self._call = None
 
     async def _cancel(self, call: asyncio.Future, sink: tuple) -> None:
         """`session/cancel`, then give the agent a moment to end the prompt (ACP says it
@@ -317,26 +212,16 @@ class AcpHarnessSession:
         self._client.cancelling = True
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._conn.cancel(session_id=self.session_id), _CANCEL_SEND_S)
-        with contextlib.suppress(TimeoutError, _Exited, ProtocolError, RequestError):
+        with contextlib.suppress(TimeoutError, Exited, ProtocolError, RequestError):
             await self._answer(call, time.monotonic() + self.cancel_grace_s, sink)
 
-    def _turn_failure(self, n: int, e: BaseException, timeout_s: float) -> HarnessFailure:
-        tail, code = self.stderr_tail, self.returncode
-        if isinstance(e, TimeoutError):
-            return TurnTimeout(
-                f"agent ended no turn {n} within {timeout_s:g} s (sent session/cancel)",
-                stderr_tail=tail,
-            )
-        if isinstance(e, ProtocolError):
-            return ProtocolError(f"protocol error in turn {n}: {e.detail}", stderr_tail=tail)
-        return HarnessCrashed(
-            f"agent {e} during turn {n}{describe_exit(code)}", stderr_tail=tail, exit_code=code
-        )
+    def _timeout_message(self, n: int, e: TimeoutError, timeout_s: float) -> str:
+        return f"agent ended no turn {n} within {timeout_s:g} s (sent session/cancel)"
 
     async def _answer(self, call: Awaitable[Any], deadline: float, sink: tuple | None = None):
         """The answer to one request, pumping updates into `sink` meanwhile.
 
-        Raises TimeoutError, _Exited, ProtocolError, or the agent's RequestError.
+        Raises TimeoutError, Exited, ProtocolError, or the agent's RequestError.
         """
         assert self._exit_task is not None and self._fault_task is not None
         assert self._transport is not None
@@ -367,7 +252,7 @@ class AcpHarnessSession:
                     # Exited: take an answer it wrote before dying, but don't wait forever.
                     await asyncio.wait({call}, timeout=EXIT_DRAIN_S)
                     if not call.done():
-                        raise _Exited("exited")
+                        raise Exited("exited")
                     continue
                 if not done:
                     raise TimeoutError
@@ -384,30 +269,17 @@ class AcpHarnessSession:
         except ConnectionError:
             # End of stdout usually means the process is exiting: say so if it did.
             await asyncio.wait({self._exit_task}, timeout=EXIT_DRAIN_S)
-            raise _Exited("exited" if self._exit_task.done() else "closed its stdout") from None
+            raise Exited("exited" if self._exit_task.done() else "closed its stdout") from None
 
     # -- stop ----------------------------------------------------------------------------
 
-    async def stop(self) -> None:
-        """Stop the agent: close stdin -> SIGTERM -> SIGKILL, each wait bounded. Idempotent."""
-        if self._stop_task is None:
-            self._stop_task = asyncio.ensure_future(self._cleanup())
-        await finish(self._stop_task)
-
-    async def _cleanup(self) -> None:
-        proc = self._proc
-        if proc is None:
-            return
-        assert self._exit_task is not None
-        # ACP has no shutdown request: end of stdin is the agent's signal to exit.
-        await escalate_stop(proc, self._exit_task, self.stop_timeout_s)
+    async def _detach(self) -> None:
         if self._conn is not None:
-            # Stops the SDK's reader of stdout before the drain below reads it too.
+            # Stops the SDK's reader of stdout before the drain reads it too.
             with contextlib.suppress(Exception):
                 await self._conn.close()
         if self._fault_task is not None:
             self._fault_task.cancel()
-        await drain_after_exit(proc, self._stderr.task, self._exit_task)
 
 
 async def _record(item: tuple[Any, str | None], sink: tuple | None) -> None:

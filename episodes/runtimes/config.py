@@ -39,6 +39,12 @@ class DockerConfig(_Config):
     # Containers get no network unless a spec opts in (e.g. "bridge").
     network: str = "none"
     workdir: str = "/work"
+    # Harness processes run as this user ("uid:gid" or a name the image knows); the
+    # default is the `episodes` user of scripts/build-image.sh's images. "root" opts out.
+    user: str = "10001:10001"
+    # The image's filesystem is read-only; `workdir` (a volume seeded from the image's
+    # copy) and /tmp (a tmpfs) stay writable. False: the whole container is writable.
+    read_only: bool = True
 
 
 class ModalConfig(_Config):

@@ -42,6 +42,8 @@ DEFAULT_IMAGE = DockerConfig().image
 _QUIET_EXEC_S = 30.0
 # Where the box sees its private host directory (the session's Unix sockets live there).
 CHANNEL_IN_BOX = "/run/episodes"
+# The worker's control execs (sweeps, signals) and the box's `sleep`; never a harness.
+CONTROL_USER = "0:0"
 
 # SIGKILLs every process in the box but pid 1 (docker's init), the box's own
 # `sleep infinity` (init's oldest child; execs have no parent inside the box) and
@@ -130,17 +132,28 @@ class DockerRuntime(Runtime):
         # guard them. Per box, so a parked box keeps it for the next session.
         self._channel = Path(tempfile.mkdtemp(prefix="episodes-box-"))
         mounts.append(docker.types.Mount(CHANNEL_IN_BOX, str(self._channel), type="bind"))
+        if cfg.read_only and all(m.target != cfg.workdir for m in cfg.mounts):
+            # Anonymous, so the engine seeds it from the image's workdir (its files and
+            # owner) and removes it with the container (v=True).
+            mounts.append(docker.types.Mount(cfg.workdir, None, type="volume"))
         owned.add(self.name)  # before create: a crash right after must still clean up
         container = client.containers.run(
             cfg.image,
             ["sleep", "infinity"],
             entrypoint=[],
+            user=CONTROL_USER,  # whatever USER the image names (see cap_add)
             name=self.name,
             detach=True,
             init=True,
             network_mode=cfg.network,
+            # The container's own user stays root, for the worker's control execs alone
+            # (sweeps, signals): CAP_KILL lets them end the box user's and the relay's
+            # processes. The engine gives an exec as any other user no capabilities.
             cap_drop=["ALL"],
+            cap_add=["KILL"],
             security_opt=["no-new-privileges"],
+            read_only=cfg.read_only,
+            tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"} if cfg.read_only else {},
             pids_limit=cfg.pids_limit,
             mem_limit=cfg.memory,
             nano_cpus=int(cfg.cpus * 1e9),
@@ -186,7 +199,7 @@ class DockerRuntime(Runtime):
                 tty=False,
                 environment=environment,
                 workdir=cwd or self.config.workdir,
-                user=user or "",
+                user=user or self.config.user,
             )["Id"]
             return exec_id, self._api.exec_start(exec_id, socket=True, demux=False)
 
@@ -210,7 +223,9 @@ class DockerRuntime(Runtime):
         must be over before the box is parked."""
 
         def run() -> int | None:
-            exec_id = self._api.exec_create(self.name, cmd, stdout=False, stderr=False)["Id"]
+            exec_id = self._api.exec_create(
+                self.name, cmd, stdout=False, stderr=False, user=CONTROL_USER
+            )["Id"]
             self._api.exec_start(exec_id)  # without streams it returns once started
             deadline = time.monotonic() + _QUIET_EXEC_S
             while (info := self._api.exec_inspect(exec_id))["Running"]:

@@ -83,7 +83,7 @@ class ModalRuntime(RemoteBox):
             cpu=self.config.cpu,
             memory=self.config.memory_mb,
         )
-        self._adopt(await self._create_shielded(create))
+        await self._create_shielded(create)  # adopts it
 
     def _adopt(self, created: Any) -> None:
         self.sandbox = created
@@ -113,3 +113,12 @@ class ModalRuntime(RemoteBox):
     async def _destroy_once(self) -> None:
         # If this fails for good, the sandbox still ends at its own timeout (timeout_s).
         await self.sandbox.terminate.aio()
+
+
+async def destroy_sandbox(sandbox_id: str, sdk: Any) -> None:
+    """Terminate a sandbox known only by its id (one a dead worker left, see `ledger`)."""
+    try:
+        sandbox = await sdk.Sandbox.from_id.aio(sandbox_id)
+    except sdk.exception.NotFoundError:
+        return  # already gone
+    await sandbox.terminate.aio()

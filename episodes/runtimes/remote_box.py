@@ -27,6 +27,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
+from episodes.runtimes import ledger
 from episodes.runtimes.base import Runtime, end_processes
 from episodes.runtimes.remote_shell import RemoteShellProcess
 
@@ -74,6 +75,7 @@ class RemoteBox(Runtime):
         self._start_lock = asyncio.Lock()
         self._ready = False
         self._destroyed = False
+        self._worker = self.labels.get("worker")  # whose ledger names this box
 
     # -- what a backend provides ---------------------------------------------------
     @abc.abstractmethod
@@ -140,8 +142,18 @@ class RemoteBox(Runtime):
 
     async def _create_shielded(self, call: Awaitable[T]) -> T:
         """Await a create call that a cancelled start must not abandon midway: the box
-        it may make still gets adopted and destroyed (see `_clean_failed_start`)."""
-        self._creating = asyncio.ensure_future(call)
+        it may make still gets adopted and destroyed (see `_clean_failed_start`).
+
+        The box is adopted and written to the worker's ledger in the step its create
+        returns, before any await, so a worker killed after that still names it."""
+
+        async def create_and_record() -> T:
+            created = await call
+            self._adopt(created)
+            ledger.record(self._worker, self.KIND, self.id)
+            return created
+
+        self._creating = asyncio.ensure_future(create_and_record())
         created = await asyncio.shield(self._creating)
         self._creating = None
         return created
@@ -201,7 +213,10 @@ class RemoteBox(Runtime):
                 self._destroy_once, attempts=DESTROY_ATTEMPTS, what=f"destroying {self._name}"
             )
         except Exception as e:
+            # Kept in the ledger: `episodes cleanup` retries once this worker is gone.
             log.warning("could not destroy %s (it ends at its own timeout): %s", self._name, e)
+        else:
+            ledger.forget(self._worker, self.id)
         await asyncio.gather(*(p.release() for p in procs))
 
     async def _teardown(self) -> None:

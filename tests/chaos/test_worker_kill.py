@@ -11,7 +11,6 @@ import uuid
 import pytest
 
 from episodes import contract
-from episodes.errors import SpecError
 from episodes.messages import EpisodeProgress
 from tests.chaos.helpers import (
     HARNESS,
@@ -61,25 +60,12 @@ async def _mid_flight_on(client, ids: list[str], worker_id: str, at_least: int) 
 
 
 def _policy_spec(policy: str, name: str, tasks, command):
-    if policy == "restart":
-        try:
-            return script_spec(name, tasks, command, on_worker_lost="restart")
-        except SpecError as e:
-            pytest.skip(f"on_worker_lost: restart is not supported yet ({e})")
-    return script_spec(name, tasks, command)
+    return script_spec(name, tasks, command, on_worker_lost=policy)
 
 
 @pytest.mark.parametrize(
     "policy",
-    [
-        "fail",
-        pytest.param(
-            "restart",
-            marks=pytest.mark.xfail(
-                strict=False, reason="on_worker_lost: restart is being implemented elsewhere"
-            ),
-        ),
-    ],
+    ["fail", "restart"],
 )
 async def test_sigkill_one_of_two_workers_mid_batch(chaos_server, chaos_client, tmp_path, policy):
     queue, tag = f"kill-{uuid.uuid4().hex[:6]}", new_tag()

@@ -89,6 +89,7 @@ def _modal_pairs() -> list[tuple[str, Any, Any]]:
         ("App.lookup.aio", f.fake_sdk().App.lookup.aio, modal.App.lookup.aio),
         ("Image.from_registry", f.Image.from_registry, modal.Image.from_registry),
         ("Sandbox.create.aio", f.fake_sdk().Sandbox.create.aio, modal.Sandbox.create.aio),
+        ("Sandbox.from_id.aio", f.fake_sdk().Sandbox.from_id.aio, modal.Sandbox.from_id.aio),
         ("Sandbox.exec.aio", f.Sandbox.exec.aio, modal.Sandbox.exec.aio),
         ("Sandbox.terminate.aio", f.Sandbox.terminate.aio, modal.Sandbox.terminate.aio),
         ("Sandbox.poll.aio", f.Sandbox.poll.aio, modal.Sandbox.poll.aio),

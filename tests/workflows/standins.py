@@ -27,6 +27,8 @@ from episodes.messages import (
     DriveResult,
     ProvisionInput,
     ReleaseInput,
+    RestoreInput,
+    RestoreResult,
     ScoreInput,
     ScoreTranscriptInput,
     SessionRef,
@@ -134,6 +136,20 @@ class StandIns:
         handle = self.client.get_workflow_handle(workflow_id, result_type=EpisodeResult)
         return await handle.result()
 
+    @activity.defn(name=contract.RESTORE)
+    async def restore(self, inp: RestoreInput) -> RestoreResult:
+        self._call("restore", inp)
+        ref = await self.on_provision(
+            ProvisionInput(
+                spec=inp.spec,
+                task=inp.task,
+                sample=inp.sample,
+                workflow_id=inp.workflow_id,
+                run_id=inp.run_id,
+            )
+        )
+        return RestoreResult(session=ref, turns_replayed=inp.turns)
+
     # -- what they do: the defaults of a healthy session ----------------------------------
 
     async def on_provision(self, inp: ProvisionInput) -> SessionRef:
@@ -168,7 +184,13 @@ class StandIns:
             self.client,
             task_queue=self.shared_queue,
             workflows=WORKFLOWS,
-            activities=[self.provision, self.score_transcript, self.await_episode],
+            activities=[self.provision, self.restore, self.score_transcript],
+        )
+        # `await_episode` runs on the side queue (slots of its own, never provision's).
+        side = Worker(
+            self.client,
+            task_queue=contract.side_queue(self.shared_queue),
+            activities=[self.await_episode],
         )
         session = Worker(
             self.client,
@@ -180,6 +202,7 @@ class StandIns:
         )
         async with contextlib.AsyncExitStack() as stack:
             await stack.enter_async_context(shared)
+            await stack.enter_async_context(side)
             if session_worker:
                 await stack.enter_async_context(session)
             try:

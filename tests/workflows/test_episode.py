@@ -159,7 +159,6 @@ class Overruns(StandIns):
         raise AssertionError("unreachable")
 
 
-@pytest.mark.xfail(strict=True, reason="defect: start-to-close counted as worker lost (issue 11)")
 async def test_a_drive_past_its_start_to_close_is_not_worker_lost(env) -> None:
     s = Overruns(env.client)
     # The drive's start-to-close is (turns left) x per-turn bound + score_timeout_s: a

@@ -1,8 +1,9 @@
 """A fake of exactly the `modal` SDK surface ModalRuntime calls, on local processes.
 
-Faked: `App.lookup.aio`, `Image.from_registry`, `Sandbox.create.aio`, `sandbox.exec.aio`,
-`sandbox.terminate.aio`, `sandbox.poll.aio`, `sandbox.object_id`, and on the exec's
-ContainerProcess: `wait.aio`, `stdout`/`stderr` (async iteration, `read.aio`),
+Faked: `App.lookup.aio`, `Image.from_registry`, `Sandbox.create.aio`,
+`Sandbox.from_id.aio`, `sandbox.exec.aio`, `sandbox.terminate.aio`, `sandbox.poll.aio`,
+`sandbox.object_id`, `exception.NotFoundError`, and on the exec's ContainerProcess:
+`wait.aio`, `stdout`/`stderr` (async iteration, `read.aio`),
 `stdin.write`/`write_eof`/`drain.aio`. Only the async (`.aio`) forms exist: a
 blocking call from the runtime fails here instead of stalling the event loop.
 Signatures are checked against the real SDK by tests/runtimes/test_sdk_fidelity.py.
@@ -28,13 +29,16 @@ from typing import Any
 from tests.runtimes.fakes._box import LocalBox
 
 try:
-    from modal.exception import InvalidError, SandboxTerminatedError
+    from modal.exception import InvalidError, NotFoundError, SandboxTerminatedError
 except ImportError:  # the fake works without the SDK; only fidelity needs it
 
     class SandboxTerminatedError(Exception):  # type: ignore[no-redef]
         pass
 
     class InvalidError(Exception):  # type: ignore[no-redef]
+        pass
+
+    class NotFoundError(Exception):  # type: ignore[no-redef]
         pass
 
 
@@ -230,6 +234,14 @@ class Sandbox:
 
     create = _Aio(_create, on_class=True)
 
+    async def _from_id(cls: type[Sandbox], sandbox_id: str, client: Any = None) -> Sandbox:
+        for sandbox in cls.cloud.sandboxes:
+            if sandbox.object_id == sandbox_id:
+                return sandbox
+        raise NotFoundError(f"Sandbox with id {sandbox_id!r} not found")
+
+    from_id = _Aio(_from_id, on_class=True)
+
     async def _exec(
         self,
         *args: str,
@@ -287,5 +299,6 @@ def fake_sdk(cloud: Cloud | None = None) -> types.SimpleNamespace:
         App=type("App", (App,), {"cloud": cloud}),
         Image=Image,
         Sandbox=type("Sandbox", (Sandbox,), {"cloud": cloud}),
+        exception=types.SimpleNamespace(NotFoundError=NotFoundError),
         cloud=cloud,
     )

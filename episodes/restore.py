@@ -1,0 +1,85 @@
+"""Restoring a lost session: a fresh harness and env brought to where the lost one was.
+
+The `restore` activity runs this (through `LiveSession.restore`) on a new worker after
+the one holding the session was lost (`on_worker_lost: restart`). It lives apart from
+`episodes.session` because it is a path of its own, taken once per restart, not part
+of the turn-by-turn life of a session.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from episodes.envs.base import call
+from episodes.errors import HarnessFailure
+from episodes.models import StepOutcome, TurnRecord, TurnResult
+from episodes.session import EnvironmentFailed, TurnOutOfOrder
+from episodes.truncate import fit_result
+
+if TYPE_CHECKING:
+    from episodes.session import LiveSession
+
+
+def _replay_failure(n: int, record: TurnRecord) -> HarnessFailure:
+    """A restore whose replay broke the new harness fails like a provision would."""
+    failure = HarnessFailure(f"replaying recorded turn {n}: {record.error}")
+    failure.error_type = record.error_type or "harness_crashed"
+    return failure
+
+
+async def restore_session(
+    session: LiveSession, records: list[TurnRecord]
+) -> tuple[list[int], bool]:
+    """After `session.open()`: bring its fresh harness and env to where a lost session was.
+
+    A harness whose `ready` said `resume: true` gets the recorded turns in one
+    `resume` packet; any other is sent each recorded message again, in order, and
+    its replies are compared with the recorded ones (the divergent turn indices are
+    returned). The env always steps on the *recorded* replies, so its state follows
+    the recorded run whatever the new harness answers. Tools the replaying harness
+    calls act on this fresh env (once each); what a tool or the harness did outside
+    the box and the env (a network call, a model call) happens again.
+    """
+    assert session.harness is not None and session.env is not None and session.services
+    timeout = session.spec.turn_timeout_s
+    resumed = bool(records) and bool(getattr(session.harness, "resumable", False))
+    if resumed:
+        transcript = [{"turn": r.turn, "message": r.message, "reply": r.reply} for r in records]
+        await session.harness.resume(transcript, timeout_s=timeout)  # type: ignore[attr-defined]
+    divergent: list[int] = []
+    for rec in records:
+        if rec.turn != session._next_turn:
+            raise TurnOutOfOrder(f"recorded turn {rec.turn} restored, next is {session._next_turn}")
+        if not resumed:
+            session.services.begin_turn([])
+            try:
+                new = await session.harness.turn(rec.turn, rec.message, timeout_s=timeout)
+            finally:
+                session.services.end_turn()
+            if new.error_type not in (None, "harness_error"):
+                raise _replay_failure(rec.turn, new)
+            # Compared as the history would have recorded it (scrubbed, fitted).
+            new = fit_result(
+                session.scrubber.model(TurnResult(record=new, observation=StepOutcome())),
+                mode=session.spec.record,
+                max_value_bytes=session.spec.record_max_value_bytes,
+                max_turn_bytes=session.spec.record_max_turn_bytes,
+                history_limit_bytes=session.history_limit_bytes,
+                where=f"session {session.session_id} replay of turn {rec.turn}",
+            ).record
+            if (new.reply, new.error_type) != (rec.reply, rec.error_type):
+                divergent.append(rec.turn)
+        observation = StepOutcome(done=True)
+        if rec.error_type is None:
+            try:
+                observation = await call(session.env.step, rec.reply)
+                if not isinstance(observation, StepOutcome):
+                    observation = StepOutcome.model_validate(observation)
+            except Exception as e:
+                raise EnvironmentFailed("step", e) from e
+            session._pending = observation.message
+        session._results[rec.turn] = TurnResult(record=rec, observation=observation)
+        session._next_turn += 1
+    session.last_used = time.monotonic()
+    return divergent, resumed
