@@ -5,7 +5,8 @@ One echo-stamp episode through `EpisodeWorkflow` (the drive continues-as-new eve
 `LiveSession` in-process. Per-turn latency is the gap between consecutive harness
 stamps; a boundary turn is the first turn of a continued run (the drive paused, the
 workflow continued-as-new, the next run's drive started). Printed: p50/p99/max of the
-gaps, the worst boundary, and the in-process p99 for scale.
+gaps, the worst gap within 300 turns of a boundary, the worst elsewhere, and the
+in-process p99 for scale.
 """
 
 from __future__ import annotations
@@ -80,7 +81,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     repeats = repeats or (1 if quick else 2)
     rows: dict[str, list[float]] = {}
     load_start = load()
-    with dev_server() as server:
+    # The server delays a continue-as-new within 1 s of its run's start (against tight
+    # loops): a 1,000-turn echo run is that short, so the throttle is off here (README).
+    with dev_server(
+        extra_dynamic_config={"history.workflowIdReuseMinimalInterval": '"0s"'}
+    ) as server:
         client = await connect(server.address, timeout_s=30)
         queue = f"long-{uuid.uuid4().hex[:6]}"
         async with running(EpisodeWorker(client, WorkerOptions(task_queue=queue))):
@@ -88,12 +93,15 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
             for _ in range(repeats):
                 direct = await direct_gaps(script_spec(turns, STAMP, name="long-direct"))
                 gaps, boundaries = await _durable(client, queue, turns, per_run)
-                inner = [g for i, g in enumerate(gaps) if i not in set(boundaries)]
+                # A boundary's cost may land a few turns after the next run's first one
+                # (a paused drive runs ahead): the worst gap within 300 turns of it.
+                near = {j for k in boundaries for j in range(k - 300, k + 300)}
+                inner = [g for i, g in enumerate(gaps) if i not in near]
                 for key, value in {
                     "median_ms": pct(gaps, 0.5),
                     "p99_ms": pct(gaps, 0.99),
                     "max_within_run_ms": max(inner),
-                    "worst_boundary_ms": max(gaps[i] for i in boundaries),
+                    "worst_boundary_ms": max(gaps[i] for i in near if 0 <= i < len(gaps)),
                     "direct_median_ms": pct(direct, 0.5),
                     "direct_p99_ms": pct(direct, 0.99),
                 }.items():
@@ -106,7 +114,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     for key, label in [
         ("median_ms", "temporal median"),
         ("p99_ms", "temporal p99"),
-        ("max_within_run_ms", "temporal worst turn within a run"),
+        ("max_within_run_ms", "temporal worst turn away from boundaries"),
         ("worst_boundary_ms", "temporal worst continue-as-new boundary"),
         ("direct_median_ms", "in-process median"),
         ("direct_p99_ms", "in-process p99"),
