@@ -15,6 +15,7 @@ already holds (a retried drive replaying its session's record) without a trace.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pydantic_core
@@ -26,8 +27,18 @@ from episodes.models import TurnResult
 
 
 class TurnRecorder:
-    def __init__(self, handle: WorkflowHandle, session_id: str, *, max_update_bytes: int) -> None:
+    def __init__(
+        self,
+        handle: WorkflowHandle,
+        session_id: str,
+        *,
+        max_update_bytes: int,
+        linger_s: float = 0.0,
+    ) -> None:
         self.handle = handle
+        # An Update waits until its oldest turn is this old: fast turns share one, and
+        # a short episode's turns all ride on the drive's result (`finish`), none on an Update.
+        self.linger_s = linger_s
         self.session_id = session_id
         self.max_update_bytes = max_update_bytes
         # Finished turns not yet acknowledged by the workflow, oldest first, with sizes.
@@ -38,17 +49,22 @@ class TurnRecorder:
         self.stop = False  # the workflow asked the drive to pause
         self._sender: asyncio.Task[None] | None = None
         self._acked = asyncio.Event()
+        self._closing = False  # finish(): no new Update beyond the one in flight
+        self._lingering = False
 
     @property
     def unrecorded(self) -> int:
         return len(self._pending)
 
-    def add(self, result: TurnResult) -> None:
+    def add(self, result: TurnResult, *, send: bool = True) -> None:
+        """A finished turn; `send` False: do not start an Update for it (the drive's
+        last turn, which its result will carry)."""
         size = len(pydantic_core.to_json(result))
         self._pending.append((result, size))
         self._finished_at.append(time.monotonic())
         self._pending_bytes += size
-        self._ensure_sender()
+        if send:
+            self._ensure_sender()
 
     def _behind(self, limit: int, lag_s: float) -> bool:
         if len(self._pending) > limit:
@@ -74,6 +90,25 @@ class TurnRecorder:
     async def flush(self) -> None:
         await self.wait_until_within(0)
 
+    async def finish(self) -> list[TurnResult]:
+        """The drive is ending: let the Update in flight land (a lingering one is not
+        sent), send more only while the rest exceeds one batch, and hand back the rest
+        for the drive's result to carry (one Update and workflow task fewer per episode)."""
+        self._closing = True
+        sender = self._sender
+        if sender is not None and not sender.done():
+            if self._lingering:
+                sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait({sender})
+        if sender is not None and sender.done() and not sender.cancelled():
+            sender.result()  # a failed Update fails the drive, here
+        while self._pending_bytes > self.max_update_bytes and len(self._pending) > 1:
+            await self._send_batch()
+        rest = [result for result, _ in self._pending]
+        self._pending, self._finished_at, self._pending_bytes = [], [], 0
+        return rest
+
     def close(self) -> None:
         if self._sender is not None and not self._sender.done():
             self._sender.cancel()
@@ -95,26 +130,38 @@ class TurnRecorder:
         return batch
 
     async def _send_all(self) -> None:
-        while self._pending:
-            batch = self._next_batch()
-            first, last = batch[0].record.turn, batch[-1].record.turn
-            try:
-                go_on = await self.handle.execute_update(
-                    contract.RECORD_TURNS,
-                    batch,
-                    id=f"{self.session_id}:turns-{first}-{last}",
-                    result_type=bool,
-                )
-            except WorkflowUpdateFailedError as e:
-                cause = e.cause
-                if not (
-                    isinstance(cause, ApplicationError)
-                    and cause.type == contract.TURNS_ALREADY_RECORDED
-                ):
-                    raise
-                go_on = True  # a replayed batch: later ones carry the workflow's answer
-            self._pending_bytes -= sum(n for _, n in self._pending[: len(batch)])
-            del self._pending[: len(batch)]
-            del self._finished_at[: len(batch)]
-            self.stop = self.stop or not go_on
-            self._acked.set()
+        while self._pending and not self._closing:
+            if self.linger_s:
+                wait = self._finished_at[0] + self.linger_s - time.monotonic()
+                if wait > 0:
+                    self._lingering = True
+                    try:
+                        await asyncio.sleep(wait)
+                    finally:
+                        self._lingering = False
+                    continue
+            await self._send_batch()
+
+    async def _send_batch(self) -> None:
+        batch = self._next_batch()
+        first, last = batch[0].record.turn, batch[-1].record.turn
+        try:
+            go_on = await self.handle.execute_update(
+                contract.RECORD_TURNS,
+                batch,
+                id=f"{self.session_id}:turns-{first}-{last}",
+                result_type=bool,
+            )
+        except WorkflowUpdateFailedError as e:
+            cause = e.cause
+            if not (
+                isinstance(cause, ApplicationError)
+                and cause.type == contract.TURNS_ALREADY_RECORDED
+            ):
+                raise
+            go_on = True  # a replayed batch: later ones carry the workflow's answer
+        self._pending_bytes -= sum(n for _, n in self._pending[: len(batch)])
+        del self._pending[: len(batch)]
+        del self._finished_at[: len(batch)]
+        self.stop = self.stop or not go_on
+        self._acked.set()

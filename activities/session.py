@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +45,7 @@ from episodes.spec import EpisodeSpec
 from episodes.truncate import HISTORY_TURN_LIMIT
 
 log = logging.getLogger("episodes.activities")
+_ENDED_KEPT = 4096
 
 
 class SessionActivities:
@@ -62,6 +65,10 @@ class SessionActivities:
         self.session_queue = session_queue
         self.worker_id = worker_id
         self.pools = pools
+        # The results of drives that released their session, for their retries.
+        self._ended: OrderedDict[str, DriveResult] = OrderedDict()
+        # Sessions turning on between a paused drive and the next run's (run_ahead).
+        self._ahead: dict[str, asyncio.Task[None]] = {}
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
@@ -169,11 +176,17 @@ class SessionActivities:
         already ran from its record, unsent, and the workflow ignores what it holds.
         """
         bind(workflow_id=inp.workflow_id, session_id=inp.session_id)
+        ended = self._ended.get(inp.session_id)
+        if ended is not None:
+            return ended  # a retried drive whose first attempt released the session
         session = self._session(inp.session_id)
+        self._stop_ahead(inp.session_id)  # its turns are in the session's record
         # The reaper checks the run that drives the session (a long episode's latest).
         self.registry.follow(inp.session_id, inp.run_id)
         handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
-        recorder = TurnRecorder(handle, inp.session_id, max_update_bytes=inp.max_update_bytes)
+        recorder = TurnRecorder(
+            handle, inp.session_id, max_update_bytes=inp.max_update_bytes, linger_s=inp.linger_s
+        )
         next_turn = inp.first_turn
         # Heartbeats go on through long turns and the score: their silence is the loss
         # signal. Their details (the turn in progress) show in the UI's pending activity.
@@ -189,8 +202,10 @@ class SessionActivities:
                     raise _out_of_order(e) from None
                 _observe_turn(result)
                 next_turn += 1
-                recorder.add(result)
-                await recorder.wait_until_within(inp.pipeline, inp.max_lag_s)
+                last = result.observation.done or next_turn >= inp.max_turns
+                recorder.add(result, send=not (last and inp.result_turns))
+                if not (last and inp.result_turns):
+                    await recorder.wait_until_within(inp.pipeline, inp.max_lag_s)
                 if result.observation.done:
                     termination, error = result.termination or "env_done", result.record.error
                     break
@@ -198,18 +213,72 @@ class SessionActivities:
                     break  # paused: the next run drives on from `next_turn`
             else:
                 termination = "max_turns"
-            await recorder.flush()
+            tail: list[TurnResult] = []
+            if inp.result_turns:
+                tail = await recorder.finish()
+            else:
+                await recorder.flush()
             if termination is None:
-                return DriveResult(next_turn=next_turn)
+                self._run_ahead(session, next_turn, inp)
+                return DriveResult(next_turn=next_turn, turns=tail)
             score = await session.score(termination)
             telemetry.TERMINATIONS.labels(kind=termination).inc()
             log.info("episode ended %s after %d turns", termination, next_turn)
-            return DriveResult(
-                termination=termination, error=error, next_turn=next_turn, score=score
+            ended = DriveResult(
+                termination=termination, error=error, next_turn=next_turn, score=score, turns=tail
             )
+            if inp.release:
+                ended.released = True
+                await self._release_ended(inp.session_id, ended)
+            return ended
         finally:
             beat.cancel()
             recorder.close()
+
+    def _run_ahead(self, session: LiveSession, first: int, inp: DriveInput) -> None:
+        """A paused drive (the workflow continues-as-new): keep turning while the next
+        run starts its drive, within the drive's own bounds (`pipeline` turns,
+        `max_lag_s`), so the harness does not wait on the boundary. The next drive
+        gets these turns from the session's record (exactly once, as a retried
+        drive does) and records them; a release or a lost worker drops them unrecorded,
+        like any turn not yet recorded."""
+
+        async def turn_on() -> None:
+            deadline = time.monotonic() + inp.max_lag_s
+            n = first
+            while n < min(inp.max_turns, first + inp.pipeline) and time.monotonic() < deadline:
+                result = await session.turn(n)
+                n += 1
+                if result.observation.done:
+                    return
+
+        task = asyncio.create_task(turn_on())
+        self._ahead[session.session_id] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self._ahead.get(session.session_id) is t:
+                del self._ahead[session.session_id]
+            if not t.cancelled() and t.exception() is not None:
+                # The next drive meets the same failure from the session's record.
+                log.info("run-ahead of %s stopped: %s", session.session_id, t.exception())
+
+        task.add_done_callback(done)
+
+    def _stop_ahead(self, session_id: str) -> None:
+        task = self._ahead.pop(session_id, None)
+        if task is not None:
+            task.cancel()  # a turn in flight goes on: the session owns it
+
+    async def _release_ended(self, session_id: str, ended: DriveResult) -> None:
+        """The drive's normal end releases the session; a retry of the same drive (its
+        completion was lost) gets the same result from `_ended`."""
+        self._ended[session_id] = ended
+        while len(self._ended) > _ENDED_KEPT:
+            self._ended.popitem(last=False)
+        session = self.registry.pop(session_id)
+        if session is not None:
+            await session.close()
+            log.info("released session %s", session_id)
 
     @activity.defn(name=contract.SCORE)
     async def score(self, inp: ScoreInput) -> ScoreResult:
@@ -222,6 +291,7 @@ class SessionActivities:
     @activity.defn(name=contract.RELEASE)
     async def release(self, inp: ReleaseInput) -> None:
         bind(session_id=inp.session_id)
+        self._stop_ahead(inp.session_id)
         session = self.registry.pop(inp.session_id)
         if session is not None:
             await session.close()

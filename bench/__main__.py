@@ -26,6 +26,8 @@ BENCHMARKS = {
     "designs": "bench.designs.study",
     "respawn": "bench.respawn",
     "throughput": "bench.throughput",
+    "long": "bench.long",
+    "levers": "bench.levers",
     "density": "bench.density",
     "pool": "bench.pool",
     "agents": "bench.agent_overhead",
@@ -65,6 +67,35 @@ def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "target": ">= 250 turns/s, 100 concurrent episodes on one worker",
             "value": f"{tps:.0f} turns/s",
             "met": tps >= 250,
+        }
+    r = _get(results, "throughput", "ratios", "durable_vs_in_process")
+    if r is not None:
+        out["throughput_vs_in_process"] = {
+            "target": "durable/in-process turns/s >= 0.6x (issue 13)",
+            "value": f"{r:.2f}x",
+            "met": r >= 0.6,
+        }
+    one = _get(results, "overhead", "figures", "temporal")
+    if one and "one_turn_episode_ms" in one:
+        ms = one["one_turn_episode_ms"]["median"]
+        cpu = (
+            one["server_cpu_ms_per_episode"]["median"] + one["worker_cpu_ms_per_episode"]["median"]
+        )
+        direct = _get(results, "overhead", "figures", "direct", "one_turn_episode_ms", "median")
+        out["one_turn_episode"] = {
+            "target": "1-turn episode <= 60 ms median over its in-process time, "
+            "server + worker CPU <= 50 ms (issue 13)",
+            "value": f"{ms:.1f} ms (in-process {direct:.1f} ms: +{ms - direct:.1f}), "
+            f"CPU {cpu:.1f} ms",
+            "met": ms - direct <= 60 and cpu <= 50,
+        }
+    lng = _get(results, "long", "figures")
+    if lng:
+        p99, worst = lng["p99_ms"]["median"], lng["worst_boundary_ms"]["max"]
+        out["long_episode"] = {
+            "target": "no turn of a 2,000-turn episode > 10 ms, boundaries included (issue 13)",
+            "value": f"p99 {p99:.2f} ms, worst boundary {worst:.2f} ms",
+            "met": p99 <= 10 and worst <= 10,
         }
     r = _get(results, "respawn", "ratios", "realistic")
     if r is not None:

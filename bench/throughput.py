@@ -9,33 +9,51 @@ episodes), by the harness processes, and by the Temporal server.
 from __future__ import annotations
 
 import asyncio
+import os
 import resource
 import time
 import uuid
 
 import psutil
+from temporalio.api.enums.v1 import EventType
 
 from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, spread, table
 from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
+from episodes.local import run_episode_local
 from episodes.messages import EpisodeInput
 from episodes.models import EpisodeResult
 from episodes.spec import parse_spec
 from workers.worker import EpisodeWorker, WorkerOptions
 
-# name -> (workflow type, runs on the design worker?)
-VARIANTS = {
+# BENCH_EAGER_START=0 measures the lever off (the first workflow task dispatched).
+EAGER = os.environ.get("BENCH_EAGER_START", "1") != "0"
+
+# name -> (workflow type, runs on the design worker?); None: in-process, no Temporal.
+VARIANTS: dict[str, tuple[str | None, bool]] = {
     "current": ("TurnPerActivityEpisode", True),
     "shipped": ("EpisodeWorkflow", False),
     "c1s": ("UpdateLagEpisode", True),
     "b": ("ChildLocalEpisode", True),
+    "turn_activity": ("EpisodeWorkflow:activity", False),
+    "in_process": (None, False),
 }
 LABELS = {
+    "in_process": "in-process episodes.local (no Temporal)",
+    "turn_activity": "shipped, turn_mode: activity",
     "current": "(a) one turn activity per turn",
     "shipped": "shipped EpisodeWorkflow (drive)",
     "c1s": "(c'1s) drive + batched Updates",
     "b": "(b) child, local-activity turns",
 }
+
+
+def _counts(f: dict) -> str:
+    if "events_per_episode" not in f:
+        return "-"
+    return (
+        f"{f['events_per_episode']['median']:.0f} / {f['workflow_tasks_per_episode']['median']:.0f}"
+    )
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -53,7 +71,7 @@ def _self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-async def _batch(client, workflow: str, queue: str, episodes: int, turns: int) -> dict:
+async def _batch(client, workflow: str | None, queue: str, episodes: int, turns: int) -> dict:
     spec = parse_spec(
         {
             "name": f"tp-{uuid.uuid4().hex[:6]}",
@@ -66,9 +84,19 @@ async def _batch(client, workflow: str, queue: str, episodes: int, turns: int) -
             "max_turns": turns,
             "turn_timeout_s": 120,
             "worker_lost_timeout_s": 60,
+            "turn_mode": "activity" if workflow and workflow.endswith(":activity") else "drive",
         }
     )
+    workflow = workflow.split(":")[0] if workflow else None
     started = time.perf_counter()
+    if workflow is None:
+        return _rates(
+            await asyncio.gather(*(run_episode_local(spec, t) for t in spec.tasks)),
+            started,
+            "in-process",
+            episodes,
+            turns,
+        )
     handles = await asyncio.gather(
         *(
             client.start_workflow(
@@ -77,17 +105,35 @@ async def _batch(client, workflow: str, queue: str, episodes: int, turns: int) -
                 id=f"{spec.name}.{t.id}",
                 task_queue=queue,
                 result_type=EpisodeResult,
+                # The starter has a worker on this queue: its first workflow task comes
+                # back with the start (EpisodesClient.start_episode does the same).
+                request_eager_start=EAGER,
             )
             for t in spec.tasks
         )
     )
     results = await asyncio.gather(*(h.result() for h in handles))
+    row = _rates(results, started, workflow, episodes, turns)
+    row.update(await _history_counts(handles[0]))
+    return row
+
+
+def _rates(results: list, started: float, what: str, episodes: int, turns: int) -> dict:
     wall = time.perf_counter() - started
     done = sum(r.turns for r in results)
     bad = [r for r in results if r.termination != "env_done" or r.turns != turns]
     if bad:
-        raise RuntimeError(f"{workflow}: {len(bad)} episodes ended badly, e.g. {bad[0]}")
+        raise RuntimeError(f"{what}: {len(bad)} episodes ended badly, e.g. {bad[0]}")
     return {"wall_s": wall, "episodes_per_s": episodes / wall, "turns_per_s": done / wall}
+
+
+async def _history_counts(handle) -> dict:
+    """History events and workflow tasks of one episode (its whole chain's first run)."""
+    events = tasks = 0
+    async for ev in handle.fetch_history_events():
+        events += 1
+        tasks += ev.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+    return {"events_per_episode": events, "workflow_tasks_per_episode": tasks}
 
 
 async def run(quick: bool = False, repeats: int | None = None) -> dict:
@@ -117,6 +163,8 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                     row["worker_cpu_s"] = cpu1[0] - cpu0[0]
                     row["harness_cpu_s"] = cpu1[1] - cpu0[1]
                     row["server_cpu_s"] = cpu1[2] - cpu0[2]
+                    for part in ("worker", "harness", "server"):
+                        row[f"{part}_cpu_ms_per_episode"] = row[f"{part}_cpu_s"] * 1000 / episodes
                     for k, v in row.items():
                         samples[name].setdefault(k, []).append(v)
     figures = {n: {k: spread(v) for k, v in row.items()} for n, row in samples.items()}
@@ -124,6 +172,9 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     ratios = {
         f"{n}_vs_current": ratio(f["turns_per_s"]["median"], base) for n, f in figures.items()
     }
+    ratios["durable_vs_in_process"] = ratio(
+        figures["shipped"]["turns_per_s"]["median"], figures["in_process"]["turns_per_s"]["median"]
+    )
     print(
         f"throughput: {episodes} concurrent {turns}-turn echo episodes on one worker, "
         f"{repeats} repeat(s), median [min..max]"
@@ -133,9 +184,10 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
             LABELS[n],
             fmt_spread(f["episodes_per_s"], "", 1),
             fmt_spread(f["turns_per_s"], "", 0),
-            fmt_spread(f["worker_cpu_s"], " s", 1),
-            fmt_spread(f["harness_cpu_s"], " s", 1),
-            fmt_spread(f["server_cpu_s"], " s", 1),
+            fmt_spread(f["worker_cpu_ms_per_episode"], "", 0),
+            fmt_spread(f["harness_cpu_ms_per_episode"], "", 0),
+            fmt_spread(f["server_cpu_ms_per_episode"], "", 0),
+            _counts(f),
             f"{ratios[f'{n}_vs_current']:.2f}x",
         ]
         for n, f in figures.items()
@@ -147,14 +199,20 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                 "design",
                 "episodes/s",
                 "turns/s",
-                "worker CPU",
-                "harness CPU",
-                "server CPU",
+                "worker CPU ms/ep",
+                "harness CPU ms/ep",
+                "server CPU ms/ep",
+                "events / WFTs per ep",
                 "turns/s vs current",
             ],
         )
     )
+    print(
+        f"  durable (shipped) / in-process turns/s: {ratios['durable_vs_in_process']:.2f}x"
+        f" (eager start {'on' if EAGER else 'off'})"
+    )
     return {
+        "eager_start": EAGER,
         "episodes": episodes,
         "turns": turns,
         "repeats": repeats,

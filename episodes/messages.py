@@ -10,7 +10,15 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from episodes.models import Model, ScoreResult, Task, Termination, Transcript, TurnRecord
+from episodes.models import (
+    Model,
+    ScoreResult,
+    Task,
+    Termination,
+    Transcript,
+    TurnRecord,
+    TurnResult,
+)
 from episodes.spec import EpisodeSpec
 
 DEFAULT_TASK_QUEUE = "episodes"
@@ -25,6 +33,7 @@ PROGRESS_MAX_BYTES = 2 * 1024 * 1024
 DEFAULT_PIPELINE = 256
 DEFAULT_MAX_LAG_S = 1.0
 DEFAULT_UPDATE_BYTES = 512 * 1024
+DEFAULT_LINGER_S = 0.05
 
 
 class SessionRef(Model):
@@ -97,6 +106,13 @@ class DriveInput(Model):
     pipeline: int = Field(default=DEFAULT_PIPELINE, ge=0)
     max_lag_s: float = Field(default=DEFAULT_MAX_LAG_S, ge=0)
     max_update_bytes: int = Field(default=DEFAULT_UPDATE_BYTES, ge=1024)
+    # An Update waits until its oldest turn is this old (fast turns share one).
+    linger_s: float = Field(default=DEFAULT_LINGER_S, ge=0)
+    # The folded episode end (workflows without it: the old path): the drive's result
+    # carries its last unrecorded turns (no final Update), and the drive releases the
+    # session itself once scored (no `release` activity on the normal path).
+    result_turns: bool = False
+    release: bool = False
 
 
 class DriveResult(Model):
@@ -107,6 +123,8 @@ class DriveResult(Model):
     error: str | None = None
     next_turn: int
     score: ScoreResult | None = None
+    turns: list[TurnResult] = Field(default_factory=list)  # unrecorded, in order
+    released: bool = False  # the drive released the session
 
 
 class ScoreInput(Model):

@@ -162,6 +162,10 @@ class EpisodeSpec(_Spec):
     samples: int = Field(default=1, ge=1)
     harness: HarnessSpec
     max_turns: int = Field(default=20, ge=1)
+    # `drive`: one activity on the session's worker runs the turn loop and records the
+    # turns in batches (the fast default). `activity`: one `turn` activity per turn,
+    # scheduled by the workflow (each turn durable before the next starts; README).
+    turn_mode: Literal["drive", "activity"] = "drive"
     turn_timeout_s: float = Field(default=60.0, gt=0)
     # `fail`: a lost worker ends the episode `worker_lost`. `restart`: a new session on a
     # live worker replays the recorded turns and the episode goes on (README: Failure

@@ -3,12 +3,37 @@
 Workflow modules import only temporalio, the standard library and models
 (`episodes.contract`, `episodes.messages`, `episodes.models`, ...), and pass only
 those through the sandbox (`tests/unit/test_layering.py`).
+
+The names below load on first use: the sandbox imports a workflow's module afresh for
+every workflow run, and an `EpisodeWorkflow` run should not execute the interactive
+and batch modules too (issue 13: that was a third of the worker's workflow CPU).
 """
 
-from workflows.batch import EvalBatchWorkflow
-from workflows.episode import EpisodeWorkflow
-from workflows.interactive import InteractiveEpisodeWorkflow
+from __future__ import annotations
 
-WORKFLOWS = [EpisodeWorkflow, InteractiveEpisodeWorkflow, EvalBatchWorkflow]
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workflows.batch import EvalBatchWorkflow
+    from workflows.episode import EpisodeWorkflow
+    from workflows.interactive import InteractiveEpisodeWorkflow
+
+    WORKFLOWS: list[type]
 
 __all__ = ["WORKFLOWS", "EpisodeWorkflow", "EvalBatchWorkflow", "InteractiveEpisodeWorkflow"]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'workflows' has no attribute {name!r}")
+    from workflows.batch import EvalBatchWorkflow
+    from workflows.episode import EpisodeWorkflow
+    from workflows.interactive import InteractiveEpisodeWorkflow
+
+    found = {
+        "EpisodeWorkflow": EpisodeWorkflow,
+        "InteractiveEpisodeWorkflow": InteractiveEpisodeWorkflow,
+        "EvalBatchWorkflow": EvalBatchWorkflow,
+        "WORKFLOWS": [EpisodeWorkflow, InteractiveEpisodeWorkflow, EvalBatchWorkflow],
+    }
+    return found[name]

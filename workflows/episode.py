@@ -29,11 +29,16 @@ from workflows.failures import (
     last_heartbeat_turn,
     lost_message,
 )
+from workflows.turn import TurnBackstop, WorkerLost, execute_turn
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
-    from episodes.messages import DriveInput, DriveResult, EpisodeCarry, EpisodeInput
+    from episodes.messages import DriveInput, DriveResult, EpisodeCarry, EpisodeInput, TurnInput
     from episodes.models import EpisodeResult, ScoreResult, TurnResult
+
+
+# The drive's result carries its last turns and the drive releases the session (issue 13).
+FOLD_END_PATCH = "drive-folds-episode-end"
 
 
 @workflow.defn(name=contract.EPISODE_WORKFLOW)
@@ -43,6 +48,7 @@ class EpisodeWorkflow(EpisodeBase):
         self._turns_per_run = 0
         self._driving = False
         self._lost_at_turn: int | None = None  # the lost drive's last heartbeat
+        self._released = False  # the drive released the session at its normal end
 
     @workflow.run
     async def run(self, inp: EpisodeInput) -> EpisodeResult:
@@ -81,7 +87,12 @@ class EpisodeWorkflow(EpisodeBase):
             self._termination = "cancelled"
             error = "the episode was cancelled"
         finally:
-            if self._ref is not None and self._termination != "worker_lost" and not paused:
+            if (
+                self._ref is not None
+                and self._termination != "worker_lost"
+                and not paused
+                and not self._released
+            ):
                 self._status = "releasing"
                 await self._release(self._ref)
         if paused:
@@ -123,12 +134,16 @@ class EpisodeWorkflow(EpisodeBase):
 
     async def _drive(self, inp: EpisodeInput) -> DriveResult:
         """Run the turns (and the score) on the session's worker, from the next turn on."""
+        if inp.spec.turn_mode == "activity":
+            return await self._turn_activities(inp)
         assert self._ref is not None
         ref, spec, info = self._ref, inp.spec, workflow.info()
         first = self._turns_done
         lost = timedelta(seconds=spec.worker_lost_timeout_s)
         per_turn = spec.turn_timeout_s + 2 * spec.harness.stop_timeout_s + 30
         backstop = timedelta(seconds=(spec.max_turns - first) * per_turn + spec.score_timeout_s)
+        # Histories from before it: a final Update, and a `release` activity after the drive.
+        fold = workflow.patched(FOLD_END_PATCH)
         self._driving = True
         try:
             result = await workflow.execute_activity(
@@ -139,6 +154,8 @@ class EpisodeWorkflow(EpisodeBase):
                     run_id=info.run_id,
                     first_turn=first,
                     max_turns=spec.max_turns,
+                    result_turns=fold,
+                    release=fold,
                 ),
                 task_queue=ref.task_queue,
                 # A dead worker never picks the task up, or stops heartbeating: noticed
@@ -179,7 +196,42 @@ class EpisodeWorkflow(EpisodeBase):
             self._driving = False
         # An Update still being handled finishes before the workflow moves on.
         await workflow.wait_condition(workflow.all_handlers_finished)
+        for turn in result.turns:  # the drive's last turns, after every Update's
+            if turn.record.turn == self._turns_done:
+                self._turns.append(turn.record)
+        self._released = result.released
         return result
+
+    async def _turn_activities(self, inp: EpisodeInput) -> DriveResult:
+        """`turn_mode: activity`: one `turn` activity per turn, each recorded before the
+        next starts; the same pause, loss and backstop outcomes as the drive's (the
+        score is the `score` activity's, run by the caller)."""
+        assert self._ref is not None
+        ref, spec = self._ref, inp.spec
+        while self._turns_done < spec.max_turns:
+            n = self._turns_done
+            if len(self._turns) >= self._turns_per_run or (
+                workflow.info().is_continue_as_new_suggested()
+            ):
+                return DriveResult(next_turn=n)  # paused: the next run turns on
+            try:
+                result = await execute_turn(
+                    ref, spec, TurnInput(session_id=ref.session_id, turn=n), f"turn {n}"
+                )
+            except WorkerLost as e:
+                self._lost_at_turn = n
+                return DriveResult(termination="worker_lost", error=str(e), next_turn=n)
+            except TurnBackstop as e:
+                self._score_recorded = True
+                return DriveResult(termination="turn_timeout", error=str(e), next_turn=n)
+            self._turns.append(result.record)
+            self._set_details()
+            if result.observation.done:
+                termination = result.termination or "env_done"
+                return DriveResult(
+                    termination=termination, error=result.record.error, next_turn=n + 1
+                )
+        return DriveResult(termination="max_turns", next_turn=self._turns_done)
 
 
 def _turns_rejected(message: str) -> ApplicationError:

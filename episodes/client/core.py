@@ -94,6 +94,9 @@ class EpisodesClient:
                 # A finished episode is never run twice; a failed workflow may be re-run.
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                # With a worker on this queue in the same process (tests, benchmarks, a
+                # trainer hosting one), the first workflow task comes back with the start.
+                request_eager_start=True,
                 search_attributes=episode_search_attributes(spec, task, batch),
                 static_summary=f"{spec.env} · task {task.id} · sample {sample}",
                 static_details=(

@@ -5,6 +5,13 @@ reader is throttled to `history.transferProcessorMaxPollRPS` (default 20) polls/
 per shard. Once its burst is spent, every activity dispatched to another task
 queue (our per-worker session queues) waits ~45 ms. Raising the limit and running
 SQLite in WAL mode with `synchronous=normal` brings a cross-queue turn to ~10 ms.
+
+One partition per task queue (the server's default is 4, even here on one shard):
+a task written to a partition whose pollers are all waiting on the others sits in
+that partition's backlog until a poll lands there, up to a long poll (~60 s) later
+when the queue is quiet. That was issue 13's ~50 s stall with no CPU spent at the end
+of a throughput repeat. Per-worker session queues carry a trickle of tasks each, the
+worst case for partitions; a self-hosted cluster should give them one (README).
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ from episodes.search_attributes import CLI_TYPES
 TUNING_FLAGS = [
     "--dynamic-config-value",
     "history.transferProcessorMaxPollRPS=10000",
+    "--dynamic-config-value",
+    "matching.numTaskqueueReadPartitions=1",
+    "--dynamic-config-value",
+    "matching.numTaskqueueWritePartitions=1",
     "--sqlite-pragma",
     "journal_mode=wal",
     "--sqlite-pragma",

@@ -25,7 +25,7 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.errors import EpisodesError
-from episodes.messages import RestoreResult, SessionRef
+from episodes.messages import DriveResult, RestoreResult, SessionRef
 from episodes.models import EpisodeResult, Task, Transcript, TurnRecord, TurnResult
 
 
@@ -108,6 +108,9 @@ async def _read_run(
             elif kind == contract.TURN and payloads:  # an interactive session's step
                 [res] = await conv.decode(payloads, [TurnResult])
                 _add_turns(out, [res], max_turns)
+            elif kind == contract.DRIVE and payloads:  # its last turns, after its Updates
+                [drive] = await conv.decode(payloads, [DriveResult])
+                _add_turns(out, drive.turns, max_turns)
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
             if req.input.name == contract.RECORD_TURNS:  # a batch of turns from the drive

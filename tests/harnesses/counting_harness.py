@@ -1,11 +1,13 @@
 """A harness that counts every turn packet it receives (for exactly-once tests).
 
+COUNTING_DELAY_S (seconds) makes every turn that slow.
 Replies {"message": <message>, "received": <turn packets seen so far>, "pid": <pid>}.
 A turn delivered twice would show up as a jump in `received`.
 """
 
 import os
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -18,6 +20,7 @@ received = 0
 def handle(turn, message, emit):
     global received
     received += 1
+    time.sleep(float(os.environ.get("COUNTING_DELAY_S", "0")))  # slow turns: one Update each
     return {"message": message, "received": received, "pid": os.getpid()}
 
 

@@ -10,6 +10,9 @@ from typing import Any
 
 from episodes.spec import EpisodeSpec, parse_spec
 
+# The integration tests that cover both turn modes parametrize this (`turn_mode` fixture).
+TURN_MODE = "drive"
+
 
 def spec(
     *,
@@ -33,6 +36,7 @@ def spec(
         "max_turns": 10,
         "turn_timeout_s": 5.0,
         "worker_lost_timeout_s": 3.0,
+        "turn_mode": TURN_MODE,
     }
     data.update(over)
     return parse_spec(data)
@@ -63,3 +67,38 @@ async def wait_until(pred, timeout: float = 20.0, interval: float = 0.1) -> bool
             return True
         await asyncio.sleep(interval)
     return False
+
+
+def turn_modes_fixture():  # type: ignore[no-untyped-def]
+    """An autouse fixture running a module's tests in both turn modes."""
+    import pytest
+
+    @pytest.fixture(autouse=True, params=["drive", "activity"])
+    def turn_mode(request, monkeypatch):  # type: ignore[no-untyped-def]
+        import tests.integration.helpers as helpers
+
+        monkeypatch.setattr(helpers, "TURN_MODE", request.param)
+        return request.param
+
+    return turn_mode
+
+
+async def drive_result_turns(client, handle) -> list:  # type: ignore[no-untyped-def]
+    """The turns the completed drives' results carried (their last turns, after every
+    Update of theirs), in history order: TurnResult objects."""
+    from temporalio.api.enums.v1 import EventType
+
+    from episodes.messages import DriveResult
+
+    scheduled: dict[int, str] = {}
+    out: list = []
+    async for ev in handle.fetch_history_events():
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
+        elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            attrs = ev.activity_task_completed_event_attributes
+            if scheduled.get(attrs.scheduled_event_id) == "drive":
+                payloads = list(attrs.result.payloads)
+                [drive] = await client.data_converter.decode(payloads, [DriveResult])
+                out += drive.turns
+    return out

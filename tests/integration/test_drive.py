@@ -15,7 +15,7 @@ from episodes.client import EpisodesClient
 from episodes.messages import DEFAULT_PIPELINE, DEFAULT_UPDATE_BYTES
 from episodes.models import TurnResult
 from tests.integration.envs import ENDLESS
-from tests.integration.helpers import spec
+from tests.integration.helpers import drive_result_turns, spec
 
 QUEUE = "episodes-test"
 
@@ -34,11 +34,14 @@ async def _updates(client: Client, handle: WorkflowHandle) -> list[tuple[int, li
 
 
 async def _run(client: Client, **over) -> tuple[WorkflowHandle, list[tuple[int, list[int]]]]:  # type: ignore[no-untyped-def]
+    """The Updates' (bytes, turns), then the drive result's last turns as one more batch
+    (bytes 0: not an Update)."""
     s = spec(name=f"drive-{uuid.uuid4().hex[:6]}", env=ENDLESS, tasks=[{"id": "t0"}], **over)
     handle = await EpisodesClient(client, task_queue=QUEUE).start_episode(s, s.tasks[0])
     result = await handle.result()
     assert (result.termination, result.turns) == ("max_turns", s.max_turns)
-    return handle, await _updates(client, handle)
+    tail = [r.record.turn for r in await drive_result_turns(client, handle)]
+    return handle, await _updates(client, handle) + ([(0, tail)] if tail else [])
 
 
 async def test_fast_turns_are_recorded_in_order_in_bounded_batches(client, worker) -> None:
@@ -55,5 +58,5 @@ async def test_big_turns_split_into_updates_under_the_byte_bound(client, worker)
     # ~180 KB a turn (message, reply and next message of 60 KB): 3 would pass 512 KiB.
     _, updates = await _run(client, max_turns=20, env_args={"pad": 60_000})
     assert [t for _, b in updates for t in b] == list(range(20))
-    sizes = [size for size, _ in updates]
+    sizes = [size for size, _ in updates if size]  # the Updates' (not the result's)
     assert min(sizes) > 150_000 and max(sizes) <= DEFAULT_UPDATE_BYTES, sizes

@@ -8,7 +8,10 @@ from temporalio.client import Client
 
 from episodes.client import EpisodesClient
 from episodes.models import Task
-from tests.integration.helpers import spec
+from tests.integration.helpers import spec, turn_modes_fixture
+
+# Both `turn_mode`s: the drive (default) and one activity per turn.
+turn_mode = turn_modes_fixture()
 
 QUEUE = "episodes-test"
 

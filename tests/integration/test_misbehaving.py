@@ -10,7 +10,10 @@ import pytest
 
 from episodes.client import EpisodesClient
 from tests.conftest import scripted_command
-from tests.integration.helpers import spec, wait_until
+from tests.integration.helpers import spec, turn_modes_fixture, wait_until
+
+# Both `turn_mode`s: the drive (default) and one activity per turn.
+turn_mode = turn_modes_fixture()
 
 QUEUE = "episodes-test"
 MESSAGES = ["a", "b", "c"]

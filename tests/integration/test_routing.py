@@ -17,7 +17,7 @@ from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.messages import EpisodeProgress
 from episodes.models import TurnResult
-from tests.integration.helpers import spec
+from tests.integration.helpers import drive_result_turns, spec
 from workers.worker import EpisodeWorker, WorkerOptions
 
 
@@ -59,12 +59,13 @@ async def test_session_activities_stay_on_the_provisioning_worker(client, dev_se
             owner = provision[0][2].split("@")[0]
             used_workers.add(owner)
             rest = [x for x in started_by if x[0] != "provision"]
-            assert sorted(x[0] for x in rest) == ["drive", "release"]
+            # The drive releases the session itself at the episode's normal end.
+            assert sorted(x[0] for x in rest) == ["drive"]
             for name, tq, identity in rest:
                 assert tq in session_queues, (name, tq)
                 assert session_queues[tq] == owner, f"{name} left its worker"
                 assert identity == f"{owner}@session"
-            # Every turn was recorded by an Update from that session's drive.
+            # Every turn was recorded by that session's drive: its Updates, its result.
             ref = (await h.query("progress", result_type=EpisodeProgress)).session
             assert ref is not None and ref.worker_id == owner
             recorded = [
@@ -73,6 +74,7 @@ async def test_session_activities_stay_on_the_provisioning_worker(client, dev_se
                 if u[0].startswith(f"{ref.session_id}:turns-")
                 for r in u[1]
             ]
+            recorded += [r.record.turn for r in await drive_result_turns(client, h)]
             assert sorted(recorded) == [0, 1, 2, 3], updates
         # Not a vacuous pass: both workers held sessions.
         assert used_workers == {w.worker_id for w in workers}

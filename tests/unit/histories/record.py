@@ -259,8 +259,45 @@ async def record_new(client: Client, address: str) -> None:
             await asyncio.wait_for(task, 30)
 
 
+async def record_issue13(client: Client) -> None:
+    """The paths added by issue 13: the drive's result carries its last turns and the
+    drive releases the session (patch `drive-folds-episode-end`), also across
+    continue-as-new; `turn_mode: activity`."""
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = _spec("folded", messages=6)
+    h = await ec.start_episode(s, s.tasks[0])
+    await _result(h)
+    await _save(client, "episode_folded_end", h.id, h.first_execution_run_id)
+
+    s = _spec("foldcan").model_copy(
+        update={"env": "tests.integration.envs:Endless", "env_args": {"delay_s": 0.1}}
+    )
+    s = s.model_copy(update={"max_turns": 7})
+    h = await client.start_workflow(
+        "EpisodeWorkflow",
+        EpisodeInput(spec=s, task=s.tasks[0], turns_per_run=3, batch="foldcan"),
+        id="foldcan.t0.s0",
+        task_queue=QUEUE,
+        result_type=EpisodeResult,
+    )
+    await _result(h)
+    await _save(client, "episode_folded_continue_as_new", h.id, h.first_execution_run_id)
+
+    s = _spec("turnact").model_copy(update={"turn_mode": "activity"})
+    h = await client.start_workflow(
+        "EpisodeWorkflow",
+        EpisodeInput(spec=s, task=s.tasks[0], turns_per_run=2, batch="turnact"),
+        id="turnact.t0.s0",
+        task_queue=QUEUE,
+        result_type=EpisodeResult,
+    )
+    await _result(h)
+    await _save(client, "episode_turn_activities", h.id, h.first_execution_run_id)
+
+
 async def main() -> None:
     only_new = "--new" in sys.argv[1:]
+    only_13 = "--issue13" in sys.argv[1:]
     with tempfile.TemporaryDirectory() as tmp:
         server = DevServer(
             auto_port=True, headless=True, db_file=Path(tmp) / "t.db", log_file=Path(tmp) / "log"
@@ -271,9 +308,13 @@ async def main() -> None:
             worker = EpisodeWorker(client, WorkerOptions(task_queue=QUEUE, worker_id="recorder"))
             task = asyncio.create_task(worker.run())
             try:
+                if only_13:
+                    await record_issue13(client)
+                    return
                 if not only_new:
                     await record(client)
                 await record_new(client, server.address)
+                await record_issue13(client)
             finally:
                 worker.request_stop()
                 await asyncio.wait_for(task, 30)
