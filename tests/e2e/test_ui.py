@@ -15,6 +15,7 @@ import contextlib
 import importlib.util
 import os
 import shutil
+import sys
 import time
 import urllib.error
 import urllib.parse
@@ -25,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from episodes.client import EpisodesClient
+from tests.conftest import ROOT
 from tests.integration.helpers import spec, wait_until
 
 CHROMIUM = next(
@@ -73,8 +75,12 @@ async def test_ui_finds_the_episode_by_search_attribute(
     client, worker, dev_server, tmp_path
 ) -> None:
     batch = f"ui-{uuid.uuid4().hex[:6]}"
+    # Turns slower than the recorder's linger, so the timeline shows `record_turns`
+    # Updates (a fast episode's turns all ride the drive's result).
+    slow = [sys.executable, str(ROOT / "tests/harnesses/chaos_harness.py"), "log", "delay=0.3"]
     s = spec(
         name=batch,
+        command=slow,
         tasks=[
             {
                 "id": "solved",

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import contextlib
 import os
+import sys
 import uuid
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from episodes.client.connect import connect
 from episodes.client.devserver import DevServer, free_port
 from episodes.payloads import AesGcmEncryption, PayloadsConfig, data_converter
 from episodes.payloads.codec_server import start_codec_server
+from tests.conftest import ROOT
 from tests.e2e.test_ui import (
     CHROMEDRIVER,
     CHROMIUM,
@@ -58,7 +60,19 @@ async def test_ui_decodes_the_transcript_with_the_codec_server_only(tmp_path: Pa
         worker = EpisodeWorker(client, WorkerOptions(task_queue=queue))
         running = asyncio.create_task(worker.run())
         try:
-            s = spec(name="ui-codec", tasks=[{"id": "t0", "data": {"messages": [MARKER, "bye"]}}])
+            # Turns slower than the recorder's linger, so the first turn is recorded by a
+            # `record_turns` Update (a fast episode's turns all ride the drive's result).
+            slow = [
+                sys.executable,
+                str(ROOT / "tests/harnesses/chaos_harness.py"),
+                "log",
+                "delay=0.5",
+            ]
+            s = spec(
+                name="ui-codec",
+                command=slow,
+                tasks=[{"id": "t0", "data": {"messages": [MARKER, "bye", "end"]}}],
+            )
             result = await EpisodesClient(client, task_queue=queue).run_episode(s, s.tasks[0])
             assert result.termination == "env_done"
         finally:
