@@ -139,7 +139,9 @@ def test_compose_config_is_valid(files: list[Path]) -> None:
     assert done.returncode == 0, done.stderr
 
 
-def test_compose_refuses_to_run_without_a_database_password(tmp_path) -> None:
+def test_compose_config_passes_as_a_fresh_clone_has_it(tmp_path) -> None:
+    """`docker-compose config` with no variables set and no .env: the password falls back
+    to a trial default, which is safe only because the database publishes no port."""
     binary = compose_binary()
     if binary is None:
         pytest.skip("neither docker-compose nor `docker compose` is installed")
@@ -152,8 +154,9 @@ def test_compose_refuses_to_run_without_a_database_password(tmp_path) -> None:
         text=True,
         env=env,
     )
-    assert done.returncode != 0
-    assert "POSTGRES_PASSWORD" in done.stdout + done.stderr
+    assert done.returncode == 0, done.stderr
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    assert "ports" not in services["postgresql"]
 
 
 # --- compose invariants, by parsing --------------------------------------------------
