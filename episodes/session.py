@@ -275,7 +275,10 @@ class LiveSession:
                 )
             finally:
                 model_failure = self.services.end_turn()
-            extra = [e for e in record.events if not any(e is seen for seen in events)]
+            # Events the driver recorded without passing them on (ACP's permission
+            # decisions); by identity, in one pass: a turn may stream thousands.
+            seen = {id(e) for e in events}
+            extra = [e for e in record.events if id(e) not in seen]
             record = record.model_copy(update={"events": events + extra})
             full_reply = record.reply
             if model_failure is not None:
