@@ -72,11 +72,17 @@ class SessionActivities:
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
-        pool = None
-        if inp.spec.reuse_key and self.pools is not None:
-            pool = await self.pools.get(inp.spec.pool)
-        session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool)
-        first = await _opened(session)
+        # A box and a harness can take a while to start: beat, so a worker killed
+        # mid-provision is noticed after the heartbeat timeout, not the start-to-close.
+        beat = asyncio.create_task(_heartbeat_until_cancelled(eager=False))
+        try:
+            pool = None
+            if inp.spec.reuse_key and self.pools is not None:
+                pool = await self.pools.get(inp.spec.pool)
+            session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool)
+            first = await _opened(session)
+        finally:
+            beat.cancel()
         self.registry.add(session, inp.workflow_id, inp.run_id)
         telemetry.PROVISIONS.labels(outcome="ok").inc()
         if session.pool_hit is not None:
@@ -350,10 +356,16 @@ def _out_of_order(e: TurnOutOfOrder) -> ApplicationError:
     return ApplicationError(str(e), type=contract.TURN_OUT_OF_ORDER, non_retryable=True)
 
 
-async def _heartbeat_until_cancelled(details: Callable[[], Any] | None = None) -> None:
-    """Tell the server this worker still holds the session while the harness works."""
+async def _heartbeat_until_cancelled(
+    details: Callable[[], Any] | None = None, *, eager: bool = True
+) -> None:
+    """Tell the server this worker still holds the session while the harness works.
+    Not `eager`: the first beat waits an interval (the heartbeat timeout runs from the
+    activity's start anyway), so a quick activity costs no heartbeat call."""
     timeout = activity.info().heartbeat_timeout
     interval = max(0.2, timeout.total_seconds() / 3) if timeout else 5.0
+    if not eager:
+        await asyncio.sleep(interval)
     while True:
         if details is None:
             activity.heartbeat()

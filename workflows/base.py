@@ -154,6 +154,10 @@ class EpisodeBase:
             ),
             # Box start (a container, a VM) plus the harness's own ready timeout.
             start_to_close_timeout=timedelta(seconds=h.ready_timeout_s + 300),
+            # The provision beats while it works: a worker lost mid-provision is noticed
+            # after this and the provision retried elsewhere. (Activity options are not
+            # part of replay's command check: older histories replay unchanged.)
+            heartbeat_timeout=timedelta(seconds=inp.spec.worker_lost_timeout_s),
             retry_policy=RetryPolicy(
                 maximum_attempts=3,
                 initial_interval=timedelta(seconds=1),

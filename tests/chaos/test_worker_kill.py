@@ -44,7 +44,8 @@ async def _progress(client, wid: str) -> EpisodeProgress | None:
 
 async def _mid_flight_on(client, ids: list[str], worker_id: str, at_least: int) -> bool:
     """`at_least` episodes run turns on the worker and none is provisioning there (a
-    provision in flight on a killed worker waits out its start-to-close timeout)."""
+    provision in flight on the killed worker is retried on the other: see the test of
+    that below; here each episode's holder must be plain)."""
     running = 0
     for wid in ids:
         desc = await client.get_workflow_handle(wid).describe()
@@ -132,6 +133,68 @@ async def test_sigkill_one_of_two_workers_mid_batch(chaos_server, chaos_client, 
         api, _ = docker_api()
         if api is not None:  # no container of A's either (there should be none)
             assert containers_of(api, a.worker_id) == []
+    finally:
+        a.kill()
+        b.kill()
+
+
+async def _provisions_started_on(client, ids: list[str], worker_id: str) -> bool:
+    """Every episode's provision is running on the worker (started, not yet done)."""
+    for wid in ids:
+        desc = await client.get_workflow_handle(wid).describe()
+        started = [
+            pa
+            for pa in desc.raw_description.pending_activities
+            if pa.activity_type.name == contract.PROVISION
+            and pa.last_worker_identity.startswith(worker_id)
+            and pa.HasField("last_started_time")
+        ]
+        if not started:
+            return False
+    return True
+
+
+async def test_sigkill_mid_provision_retries_the_provision_on_another_worker(
+    chaos_server, chaos_client, tmp_path
+):
+    """A worker killed while its harnesses start: the provisions stop heartbeating, are
+    retried on the other worker after `worker_lost_timeout_s`, and the episodes complete
+    (before, they waited out the provision's start-to-close: ready_timeout_s + 300 s)."""
+    queue, tag, start_s, n = f"kill-{uuid.uuid4().hex[:6]}", new_tag(), 6.0, 3
+    command = ["{python}", str(HARNESS), "log", f"start={start_s}", f"tag={tag}"]
+    tasks = {f"p{i}": turns(f"p{i}", 2) for i in range(n)}
+    spec = script_spec(f"kill-prov-{uuid.uuid4().hex[:6]}", tasks, command)
+    spec = spec.model_copy(update={"worker_lost_timeout_s": LOST_S})
+    a = WorkerProc(chaos_server.address, queue, tmp_path / "a.log").start()
+    b = WorkerProc(chaos_server.address, queue, tmp_path / "b.log")
+    try:
+        await a.ready()
+        ids = await start_all(chaos_client, queue, spec)
+        # Only A polls: every provision starts there, its harness still in its slow start.
+        assert await wait_until(
+            lambda: _provisions_started_on(chaos_client, ids, a.worker_id), timeout=30
+        )
+        assert a.children(), "worker A should be starting harnesses"
+        await b.start().ready()
+        killed = time.time()
+        a.signal(signal.SIGKILL)
+        assert a.wait(10) == -signal.SIGKILL
+        # Detection (LOST_S) + a fresh slow start on B + two turns, with slack.
+        bound = LOST_S + start_s + 30
+        closed = await wait_closed(chaos_client, ids, timeout_s=bound)
+        assert len(closed) == n, f"stuck: {sorted(set(ids) - set(closed))}"
+        by_id = await results(chaos_client, ids)
+        waits = sorted(round(closed[w] - killed, 1) for w in ids)
+        print(f"\nkill mid-provision: {n} episodes closed {waits} s after the kill")
+        for wid in ids:
+            assert by_id[wid].termination == "env_done" and by_id[wid].reward == 1.0, by_id[wid]
+            [(identity, attempt, _)] = await provisions(chaos_client, wid)
+            assert identity.startswith(b.worker_id) and attempt >= 2, (identity, attempt)
+        # The harnesses A was starting died with it.
+        assert await wait_until(lambda: not (set(tagged_processes(tag)) & a.harnesses), timeout=10)
+        b.signal(signal.SIGTERM)
+        assert b.wait(60) == 0, b.text()
+        assert not tagged_processes(tag)
     finally:
         a.kill()
         b.kill()

@@ -5,7 +5,9 @@ hostile ones. Stdlib and the harness SDK only, so it also runs in the Docker ima
 Run by file path: `python chaos_harness.py MODE [key=value ...]`; `tag=...` is ignored
 (the tests put a unique tag in the argv to find their processes by command line).
 Modes:
-  log delay=S dir=D   echo each message after S seconds; with `dir`, first append
+  log delay=S dir=D start=T
+                      sleep T seconds before saying ready (a slow start); echo each
+                      message after S seconds; with `dir`, first append
                       {"turn", "message", "pid"} as a JSON line to D/<key>.log, where
                       <key> is the message up to its first ':' (the task id). A message
                       ending in ':hang' is never answered.
@@ -74,6 +76,7 @@ def main(argv: list[str]) -> None:
     mode = argv[0] if argv else "log"
     opts = dict(arg.split("=", 1) for arg in argv[1:])
     if mode == "log":
+        time.sleep(float(opts.get("start", "0")))
         sdk.serve(logging_echo(float(opts.get("delay", "0")), opts.get("dir")))
     elif mode in ("hog", "fork-bomb"):
         act = hog if mode == "hog" else fork_bomb
