@@ -31,9 +31,6 @@ from episodes.models import Task
 from episodes.runtimes.config import RuntimeConfig, SubprocessConfig
 
 DEFAULT_MAX_PACKET = 16 * 1024 * 1024
-# Runtimes whose boxes live on another machine: the worker's loopback services (the tool
-# bridge, the model proxy) are out of their reach.
-REMOTE_RUNTIMES = ("modal", "prime")
 
 
 class _Spec(BaseModel):
@@ -213,12 +210,6 @@ class EpisodeSpec(_Spec):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             if dupes:
                 raise ValueError(f"task ids must be unique; repeated: {', '.join(dupes)}")
-        if self.model is not None and self.harness.runtime.type in REMOTE_RUNTIMES:
-            raise ValueError(
-                f"model: a {self.harness.runtime.type} box runs on another machine and cannot "
-                "reach the worker's model proxy (it would need a tunnel, not supported yet); "
-                "use runtime subprocess or docker"
-            )
         return self
 
     def load_tasks(self) -> list[Task]:

@@ -11,9 +11,10 @@ Reaching them from the box:
   directory bind-mounted in (`Runtime.channel_dir`); the services listen on Unix
   sockets there and a stdlib relay inside the box (`episodes/agents/relay.py`) turns
   each socket into a loopback port of the box. The bearer tokens still guard both;
-- other boxes (Modal, Prime) run on another machine: they would need a tunnel to
-  the worker, which is not built, so a spec that asks for tools or a model there is
-  refused with that reason.
+- other boxes (Modal, Prime) run on another machine and share nothing with the
+  worker but processes' stdio: a stdio tunnel (`episodes/agents/tunnel.py`) runs a
+  stdlib program in the box that serves each service on the box's loopback and
+  carries its connections over its own stdin/stdout to the worker.
 """
 
 from __future__ import annotations
@@ -79,13 +80,7 @@ class AgentServices:
 
         local = runtime.shares_host_loopback
         channel = None if local else runtime.channel_dir
-        if not local and channel is None:
-            raise SpecError(
-                f"harness.runtime {runtime_type!r} cannot reach the worker's tool bridge "
-                "or model proxy (its box runs on another machine and needs a tunnel, which "
-                "is not supported yet): use subprocess or docker for episodes with tools "
-                "or a model"
-            )
+        tunnelled = not local and channel is None
         try:
             if self._tools:
                 sock = str(channel[0] / "mcp.sock") if channel else False
@@ -108,6 +103,8 @@ class AgentServices:
                     port = await self._relay(runtime, f"{channel[1]}/model.sock")
                     env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
                 self.harness_env.update(env)
+            if tunnelled:
+                await self._tunnel(runtime)
         except ModelError as e:
             await self.stop()
             # The worker lacks what the spec names (the upstream key's variable): a
@@ -125,6 +122,27 @@ class AgentServices:
             with contextlib.suppress(Exception):
                 await relay.kill()
         await asyncio.shield(self._stack.aclose())
+
+    async def _tunnel(self, runtime: Runtime) -> None:
+        """A box on another machine: the services through a stdio tunnel, at the box's
+        loopback ports it opens (the harness's variables are rewritten to them)."""
+        from episodes.agents.bridge import MCP_PATH
+        from episodes.agents.tunnel import StdioTunnel
+
+        # Both services listen on the worker's loopback (also when tunnelled).
+        wanted: dict[str, tuple[str, int]] = {}
+        if self.bridge is not None and self.bridge.port is not None:
+            wanted["mcp"] = ("127.0.0.1", self.bridge.port)
+        if self.proxy is not None and self.proxy.port is not None:
+            wanted["model"] = ("127.0.0.1", self.proxy.port)
+        tunnel = StdioTunnel(wanted)
+        self._stack.push_async_callback(tunnel.stop)
+        ports = await tunnel.start(runtime)
+        if self.bridge is not None:
+            self.mcp_url = f"http://127.0.0.1:{ports['mcp']}{MCP_PATH}"
+            self.harness_env.update(self.bridge.env(url=self.mcp_url))
+        if "model" in ports:
+            self.harness_env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{ports['model']}/v1"
 
     async def _relay(self, runtime: Runtime, socket_in_box: str) -> int:
         """Start the in-box relay for one socket; the box's loopback port it listens on."""

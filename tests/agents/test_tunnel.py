@@ -1,0 +1,71 @@
+"""The stdio tunnel's byte semantics, with its in-box end as a real local process.
+
+An echo server stands in for a service: bytes arrive whole and in order in both
+directions, a half-close travels, connections are independent, a service that
+refuses closes the box's connection, and stopping leaves nothing listening.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from episodes.agents.tunnel import StdioTunnel
+from episodes.runtimes.subprocess import SubprocessRuntime
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(65536):
+        writer.write(data)
+        await writer.drain()
+    writer.close()  # after the client's EOF: the half-close came through
+
+
+async def _roundtrip(port: int, payload: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(payload)
+    await writer.drain()
+    writer.write_eof()
+    got = await reader.read()  # to EOF: the server closed after echoing everything
+    writer.close()
+    return got
+
+
+async def test_bytes_half_close_and_parallel_connections_through_the_tunnel():
+    server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    refused = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    dead_port = refused.sockets[0].getsockname()[1]
+    refused.close()
+    await refused.wait_closed()
+    runtime = SubprocessRuntime()
+    await runtime.start()
+    tunnel = StdioTunnel(
+        {
+            "echo": ("127.0.0.1", server.sockets[0].getsockname()[1]),
+            "dead": ("127.0.0.1", dead_port),
+        }
+    )
+    try:
+        ports = await tunnel.start(runtime)
+        assert set(ports) == {"echo", "dead"}
+        big = os.urandom(3 * 1024 * 1024 + 7)  # many frames, not a multiple of a chunk
+        assert await _roundtrip(ports["echo"], big) == big
+        small = [f"conn {i} ".encode() * (i + 1) for i in range(12)]
+        got = await asyncio.gather(*(_roundtrip(ports["echo"], p) for p in small))
+        assert got == small
+        # The worker's end cannot connect: the box's client sees its connection end.
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["dead"])
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        # Still serving after all that.
+        assert await _roundtrip(ports["echo"], b"again") == b"again"
+    finally:
+        await tunnel.stop()
+        await runtime.stop()
+        server.close()
+    with pytest.raises(OSError):
+        await asyncio.open_connection("127.0.0.1", ports["echo"])
