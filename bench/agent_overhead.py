@@ -5,6 +5,9 @@
   transport (streamable HTTP on loopback, same client), alternating;
 - **proxy, per call**: `bench.proxy_overhead` (through the proxy vs straight to the
   upstream);
+- **tunnel, per call**: the same bridge reached through the stdio tunnel that Modal
+  and Prime boxes use (its in-box end as a local process here, so this is the
+  tunnel's own cost, without a remote exec channel's latency);
 - **per session**: starting and stopping the bridge and the proxy (what a session
   with tools and a model pays once, before its harness starts).
 
@@ -26,10 +29,12 @@ from fastmcp import FastMCP
 
 from bench import proxy_overhead
 from bench.common import fmt_spread, ratio, spread, summary, table
+from episodes.agents.bridge import MCP_PATH
 from episodes.agents.model import ModelSpec
 from episodes.agents.net import tcp_listener
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.agents.services import AgentServices
+from episodes.agents.tunnel import StdioTunnel
 from episodes.runtimes.subprocess import SubprocessRuntime
 
 
@@ -83,7 +88,7 @@ async def _tool_ms(client: object) -> float:
 async def run(quick: bool = False, repeats: int | None = None) -> dict:
     calls = 20 if quick else 200
     repeats = repeats or (1 if quick else 3)
-    tool: dict[str, dict[str, list[float]]] = {"bare": {}, "bridge": {}}
+    tool: dict[str, dict[str, list[float]]] = {"bare": {}, "bridge": {}, "tunnel": {}}
     sessions: list[float] = []
     async with ScriptedUpstream(policy=echo_policy) as upstream:
         model = ModelSpec(base_url=upstream.base_url, model="m")
@@ -99,13 +104,18 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                 sessions.append((time.perf_counter() - t0) * 1000)
             services = AgentServices([put], None, session_id="bench")
             env = await services.start(runtime, "subprocess")
+            assert services.bridge is not None and services.bridge.port is not None
+            tunnel = StdioTunnel({"mcp": ("127.0.0.1", services.bridge.port)})
+            tunnelled = f"http://127.0.0.1:{(await tunnel.start(runtime))['mcp']}{MCP_PATH}"
+            token = env["EPISODES_MCP_TOKEN"]
             try:
                 async with (
                     bare_server() as bare_url,
                     mcp_client(bare_url, None) as bare,
-                    mcp_client(env["EPISODES_MCP_URL"], env["EPISODES_MCP_TOKEN"]) as ours,
+                    mcp_client(env["EPISODES_MCP_URL"], token) as ours,
+                    mcp_client(tunnelled, token) as through,
                 ):
-                    clients = {"bare": bare, "bridge": ours}
+                    clients = {"bare": bare, "bridge": ours, "tunnel": through}
                     for c in clients.values():
                         await _tool_ms(c)  # warm-up
                     for _ in range(repeats):
@@ -118,11 +128,13 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                             tool[path].setdefault("median", []).append(s["median"])
                             tool[path].setdefault("p95", []).append(s["p95"])
             finally:
+                await tunnel.stop()
                 await services.stop()
         finally:
             await runtime.stop()
     figures = {name: {k: spread(v) for k, v in row.items()} for name, row in tool.items()}
     bridge_ms = figures["bridge"]["median"]["median"] - figures["bare"]["median"]["median"]
+    tunnel_ms = figures["tunnel"]["median"]["median"] - figures["bridge"]["median"]["median"]
     session = summary(sessions)
     print(f"bridge overhead: {calls} tool calls per path, {repeats} repeat(s), median [min..max]")
     print(
@@ -136,6 +148,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     )
     ratio_ = ratio(figures["bridge"]["median"]["median"], figures["bare"]["median"]["median"])
     print(f"  bridge adds {bridge_ms:.2f} ms per tool call ({ratio_:.2f}x a bare FastMCP server)")
+    print(f"  the stdio tunnel adds {tunnel_ms:.2f} ms per tool call (Modal/Prime path)")
     print(f"  bridge + proxy start and stop per session: median {session['median']:.1f} ms")
     proxy = await proxy_overhead.run(quick=quick, repeats=repeats)
     return {
@@ -144,6 +157,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         "figures": {"tool_call": figures, "session_start_stop_ms": session},
         "overhead_ms": {
             "tool_call": bridge_ms,
+            "tool_call_tunnel": tunnel_ms,
             **{f"model_{k}": v for k, v in proxy["overhead_ms"].items()},
         },
         "ratios": {
