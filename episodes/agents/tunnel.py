@@ -132,7 +132,8 @@ class StdioTunnel:
             reader, writer = await asyncio.open_connection(*address)
         except OSError as e:
             log.warning("tunnel: connection %d to %s failed: %s", conn, service, e)
-            await self._mux.send(conn, CLOSE)
+            with contextlib.suppress(OSError):  # the in-box end may be gone too
+                await self._mux.send(conn, CLOSE)
             return
         self._mux.add(conn, writer)
         task = asyncio.create_task(self._mux.pump(conn, reader))
