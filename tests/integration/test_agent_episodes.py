@@ -118,7 +118,20 @@ async def test_upstream_5xx_is_retried_then_always_500_is_model_error(client, wo
     assert UPSTREAM_KEY not in (failed.error or "")
 
 
-async def test_acp_agent_uses_the_bridge_and_the_proxy_across_turns(client, worker):
+@pytest.mark.parametrize("box", ["subprocess", "modal", "prime"])
+async def test_acp_agent_uses_the_bridge_and_the_proxy_across_turns(
+    client, worker, box, monkeypatch
+):
+    """On a local box, and on Modal and Prime boxes (their SDK fakes, in this
+    process's worker), where the bridge and the proxy are reached through the tunnel."""
+    if box != "subprocess":
+        import episodes.session
+        from tests.runtimes.backends import modal_fake, prime_fake
+
+        backend = {"modal": modal_fake, "prime": prime_fake}[box]
+        monkeypatch.setattr(
+            episodes.session, "make_runtime", lambda *a, **k: backend.make_runtime()
+        )
     agent = [sys.executable, str(ROOT / "tests" / "harnesses" / "acp_agent.py"), "ok"]
     async with ScriptedUpstream(["the answer is 42"], key=UPSTREAM_KEY) as upstream:
         data = _named(agent_spec(upstream.base_url))
@@ -139,7 +152,12 @@ async def test_acp_agent_uses_the_bridge_and_the_proxy_across_turns(client, work
             env_args={},
         )
         data["env"] = TOOLS_ENV.replace("Toolbox", "ScriptedToolbox")
-        data["harness"] = {"command": agent, "protocol": "acp", "ready_timeout_s": 20}
+        data["harness"] = {
+            "command": agent,
+            "protocol": "acp",
+            "ready_timeout_s": 20,
+            "runtime": {"type": box},
+        }
         spec = parse_spec(data)
         episodes = EpisodesClient(client, task_queue="episodes-test")
         result = await episodes.run_episode(spec, spec.tasks[0])
