@@ -80,31 +80,24 @@ class AgentServices:
 
         local = runtime.shares_host_loopback
         channel = None if local else runtime.channel_dir
-        tunnelled = not local and channel is None
         try:
             if self._tools:
                 sock = str(channel[0] / "mcp.sock") if channel else False
                 self.bridge = ToolBridge(self._tools, on_call=self._record, unix_socket=sock)
                 await self._stack.enter_async_context(self.bridge)
-                url = self.bridge.url
-                if channel:
-                    port = await self._relay(runtime, f"{channel[1]}/mcp.sock")
-                    url = f"http://127.0.0.1:{port}/mcp"
-                self.mcp_url = url
-                self.harness_env.update(self.bridge.env(url=url))
+                self.mcp_url = self.bridge.url
+                self.harness_env.update(self.bridge.env())
             if self._model is not None:
                 uds = str(channel[0] / "model.sock") if channel else None
                 self.proxy = ModelProxy(
                     self._model, on_call=self._record, on_failure=self._failed, uds_path=uds
                 )
                 await self._stack.enter_async_context(self.proxy)
-                env = self.proxy.env()
-                if channel:
-                    port = await self._relay(runtime, f"{channel[1]}/model.sock")
-                    env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{port}/v1"
-                self.harness_env.update(env)
-            if tunnelled:
-                await self._tunnel(runtime)
+                self.harness_env.update(self.proxy.env())
+            if channel:
+                self._point_at_box(await self._relays_for(runtime, channel[1]))
+            elif not local:
+                self._point_at_box(await self._tunnel(runtime))
         except ModelError as e:
             await self.stop()
             # The worker lacks what the spec names (the upstream key's variable): a
@@ -123,26 +116,44 @@ class AgentServices:
                 await relay.kill()
         await asyncio.shield(self._stack.aclose())
 
-    async def _tunnel(self, runtime: Runtime) -> None:
-        """A box on another machine: the services through a stdio tunnel, at the box's
-        loopback ports it opens (the harness's variables are rewritten to them)."""
-        from episodes.agents.bridge import MCP_PATH
-        from episodes.agents.tunnel import StdioTunnel
+    def _services(self) -> list[str]:
+        """The services this session serves, by the names the box-side ends use."""
+        served = (("mcp", self.bridge), ("model", self.proxy))
+        return [name for name, service in served if service is not None]
 
-        # Both services listen on the worker's loopback (also when tunnelled).
-        wanted: dict[str, tuple[str, int]] = {}
-        if self.bridge is not None and self.bridge.port is not None:
-            wanted["mcp"] = ("127.0.0.1", self.bridge.port)
-        if self.proxy is not None and self.proxy.port is not None:
-            wanted["model"] = ("127.0.0.1", self.proxy.port)
-        tunnel = StdioTunnel(wanted)
-        self._stack.push_async_callback(tunnel.stop)
-        ports = await tunnel.start(runtime)
+    def _point_at_box(self, ports: dict[str, int]) -> None:
+        """The harness's variables, rewritten to the box-loopback ports that reach the
+        services (a relay's or the tunnel's)."""
+        from episodes.agents.bridge import MCP_PATH
+
         if self.bridge is not None:
             self.mcp_url = f"http://127.0.0.1:{ports['mcp']}{MCP_PATH}"
             self.harness_env.update(self.bridge.env(url=self.mcp_url))
-        if "model" in ports:
+        if self.proxy is not None:
             self.harness_env["OPENAI_BASE_URL"] = f"http://127.0.0.1:{ports['model']}/v1"
+
+    async def _relays_for(self, runtime: Runtime, dir_in_box: str) -> dict[str, int]:
+        """A box with the channel directory: one in-box relay per socket, started
+        together (each is an exec into the box: ~0.7 s on Docker)."""
+        names = self._services()
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [
+                    group.create_task(self._relay(runtime, f"{dir_in_box}/{n}.sock")) for n in names
+                ]
+        except BaseExceptionGroup as failed:  # the first relay's own error, as one line
+            raise failed.exceptions[0] from None
+        return {name: task.result() for name, task in zip(names, tasks, strict=True)}
+
+    async def _tunnel(self, runtime: Runtime) -> dict[str, int]:
+        """A box on another machine: the services through one stdio tunnel."""
+        from episodes.agents.tunnel import StdioTunnel
+
+        # Both services listen on the worker's loopback (also when tunnelled).
+        addresses = {"mcp": self.bridge, "model": self.proxy}
+        tunnel = StdioTunnel({n: ("127.0.0.1", _port(addresses[n])) for n in self._services()})
+        self._stack.push_async_callback(tunnel.stop)
+        return await tunnel.start(runtime)
 
     async def _relay(self, runtime: Runtime, socket_in_box: str) -> int:
         """Start the in-box relay for one socket; the box's loopback port it listens on."""
@@ -190,3 +201,8 @@ async def _first_line(proc: RuntimeProcess) -> str:
             break
         data += chunk
     return data.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+
+
+def _port(service: ToolBridge | ModelProxy | None) -> int:
+    assert service is not None and service.port is not None, "started before this"
+    return service.port
