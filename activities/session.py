@@ -23,8 +23,9 @@ from activities import telemetry
 from activities.logs import bind
 from activities.recorder import TurnRecorder
 from episodes import contract
+from episodes.breaker import ProvisionBreaker
 from episodes.envs import load_env
-from episodes.errors import HarnessFailure, SpecError
+from episodes.errors import HarnessFailure, RuntimeUnavailable, SpecError
 from episodes.messages import (
     DriveInput,
     DriveResult,
@@ -57,6 +58,7 @@ class SessionActivities:
         worker_id: str,
         pools: WorkerPools | None = None,
         history_limit_bytes: int | None = HISTORY_TURN_LIMIT,
+        breaker: ProvisionBreaker | None = None,
     ) -> None:
         """`history_limit_bytes`: None when the worker's converter stores large payloads
         externally (turns are recorded whole); else what one turn may take inline."""
@@ -65,6 +67,9 @@ class SessionActivities:
         self.session_queue = session_queue
         self.worker_id = worker_id
         self.pools = pools
+        # Told of every provision: a run of failures of this worker's own pauses its
+        # provisions (the slot supplier reads it).
+        self.breaker = breaker
         # The results of drives that released their session, for their retries.
         self._ended: OrderedDict[str, DriveResult] = OrderedDict()
         # Sessions turning on between a paused drive and the next run's (run_ahead).
@@ -81,8 +86,14 @@ class SessionActivities:
                 pool = await self.pools.get(inp.spec.pool)
             session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool)
             first = await _opened(session)
+        except BaseException as e:
+            if self.breaker is not None and _worker_fault(e):
+                self.breaker.failure(e)
+            raise
         finally:
             beat.cancel()
+        if self.breaker is not None:
+            self.breaker.success()
         self.registry.add(session, inp.workflow_id, inp.run_id)
         telemetry.PROVISIONS.labels(outcome="ok").inc()
         if session.pool_hit is not None:
@@ -345,6 +356,16 @@ def _as_outcome(e: BaseException, session: LiveSession) -> BaseException:
     if isinstance(e, Exception) and message != str(e):
         return ApplicationError(message, type=type(e).__name__)
     return e
+
+
+def _worker_fault(e: BaseException) -> bool:
+    """A provision failure that says this worker cannot run boxes at all: its runtime
+    is unavailable here (no engine, no SDK, no credentials). Not the episode's own
+    outcome (a harness that cannot start, a bad spec, the env's reset), not a box
+    error one spec may cause (a missing image: ImageMissing), not a cancel: counting
+    those would let one bad spec pause every worker of the fleet."""
+    kind = e.type if isinstance(e, ApplicationError) else type(e).__name__
+    return kind == RuntimeUnavailable.__name__
 
 
 def _observe_turn(result: TurnResult) -> None:

@@ -28,6 +28,12 @@ LIVE_SESSIONS = Gauge(
 MAX_SESSIONS = Gauge(
     "episodes_max_sessions", "Sessions this worker may hold.", ["worker"], registry=REGISTRY
 )
+PROVISIONS_PAUSED = Gauge(
+    "episodes_provisions_paused",
+    "1 while this worker takes no provisions: too many in a row failed (its breaker).",
+    ["worker"],
+    registry=REGISTRY,
+)
 PROVISIONS = Counter(
     "episodes_provisions",
     "Provision attempts by outcome (ok, harness_failure, spec_error, error).",

@@ -24,6 +24,12 @@ class RuntimeUnavailable(EpisodesError):
     """A runtime cannot be used here (SDK missing, engine down, credentials absent)."""
 
 
+class ImageMissing(RuntimeUnavailable):
+    """The box image a spec names is not where this worker looks: maybe the host's
+    build or pull is missing, maybe the spec's name is wrong (so no sign, alone, that
+    the worker is broken: see episodes/breaker.py)."""
+
+
 class HarnessFailure(EpisodesError):
     """The harness misbehaved. `error_type` names the outcome; `stderr_tail` helps debug it."""
 

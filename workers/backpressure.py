@@ -4,6 +4,8 @@ A custom slot supplier for the shared queue's activity slots (only `provision`
 uses them): a slot is handed out only while live sessions plus outstanding
 permits stay under `max_sessions`. A full worker simply stops asking the server
 for provisions, so they go to workers with room instead of failing and retrying.
+So does a worker whose provision breaker is open (`episodes/breaker.py`: its boxes
+keep failing to start).
 """
 
 from __future__ import annotations
@@ -18,14 +20,16 @@ from temporalio.worker import (
     SlotReserveContext,
 )
 
+from episodes.breaker import ProvisionBreaker
 from episodes.registry import SessionRegistry
 
 _POLL_S = 0.05
 
 
 class SessionSlots(CustomSlotSupplier):
-    def __init__(self, registry: SessionRegistry) -> None:
+    def __init__(self, registry: SessionRegistry, breaker: ProvisionBreaker | None = None) -> None:
         self.registry = registry
+        self.breaker = breaker
         self.permits = 0
         self.stopped = False
 
@@ -34,7 +38,7 @@ class SessionSlots(CustomSlotSupplier):
         self.stopped = True
 
     def _has_room(self) -> bool:
-        if self.stopped:
+        if self.stopped or (self.breaker is not None and self.breaker.is_open()):
             return False
         return len(self.registry) + self.permits < self.registry.max_sessions
 

@@ -40,6 +40,7 @@ from activities import telemetry
 from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
 from episodes import contract
+from episodes.breaker import ProvisionBreaker
 from episodes.messages import DEFAULT_TASK_QUEUE
 from episodes.payloads.settings import stores_externally
 from episodes.registry import SessionRegistry
@@ -96,6 +97,7 @@ class EpisodeWorker:
         self.session_queue = f"{opts.task_queue}-session-{self.worker_id}"
         self.registry = SessionRegistry(opts.max_sessions)
         self.pools = WorkerPools(max_ttl_s=opts.pool_ttl_s, max_idle=opts.pool_max_idle)
+        self.breaker = ProvisionBreaker(name=f"worker {self.worker_id}")
         self.activities = SessionActivities(
             self.registry,
             session_queue=self.session_queue,
@@ -105,12 +107,16 @@ class EpisodeWorker:
             history_limit_bytes=None
             if stores_externally(client.data_converter)
             else (HISTORY_TURN_LIMIT),
+            breaker=self.breaker,
         )
-        self.slots = SessionSlots(self.registry)
+        self.slots = SessionSlots(self.registry, self.breaker)
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(
             lambda: len(self.registry)
         )
         telemetry.MAX_SESSIONS.labels(worker=self.worker_id).set(opts.max_sessions)
+        telemetry.PROVISIONS_PAUSED.labels(worker=self.worker_id).set_function(
+            lambda: float(self.breaker.is_open())
+        )
         deployment = deployment_config(opts)
         self.drain = DrainState(self.worker_id)
         self.drain.drain_timeout_s = opts.drain_timeout_s
@@ -305,6 +311,8 @@ class EpisodeWorker:
             "sessions": len(self.registry),
             "max_sessions": self.registry.max_sessions,
             "reaped": self.reaped,
+            "provisions_paused": self.breaker.is_open(),
+            "provision_failures_in_a_row": self.breaker.failures,
         }
         stats["pool"] = self.pools.stats.model_dump()
         return stats

@@ -18,7 +18,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from episodes.errors import RuntimeUnavailable
+from episodes.errors import ImageMissing, RuntimeUnavailable
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.config import DockerConfig
 from episodes.runtimes.docker_engine import (
@@ -118,9 +118,7 @@ class DockerRuntime(Runtime):
                 if cfg.image == DEFAULT_IMAGE
                 else f"pull or build it first (docker pull {cfg.image})"
             )
-            raise RuntimeUnavailable(
-                f"Docker image {cfg.image!r} is not on this engine; {how}"
-            ) from None
+            raise ImageMissing(f"Docker image {cfg.image!r} is not on this engine; {how}") from None
         except docker.errors.DockerException as e:
             raise RuntimeUnavailable(f"no Docker engine answers ({e}); {ENGINE_HINT}") from None
         mounts = [
