@@ -46,7 +46,13 @@ async def worker(client) -> AsyncIterator[object]:  # type: ignore[no-untyped-de
     """One in-process worker on the shared queue for the whole session."""
     from workers.worker import EpisodeWorker, WorkerOptions
 
-    w = EpisodeWorker(client, WorkerOptions(task_queue="episodes-test", reap_interval_s=2))
+    # No provision breaker: tests provoke unavailable runtimes on purpose (a Docker
+    # spec on a machine without an engine), and it would pause this shared worker for
+    # the tests after them. Its own tests: tests/production/test_breaker.py.
+    w = EpisodeWorker(
+        client,
+        WorkerOptions(task_queue="episodes-test", reap_interval_s=2, provision_breaker_after=0),
+    )
     task = asyncio.create_task(w.run())
     yield w
     w.request_stop()

@@ -71,6 +71,9 @@ class WorkerOptions:
     sticky_timeout_s: float = 2.0
     # On stop (SIGTERM): how long live sessions may run on before they are abandoned.
     drain_timeout_s: float = 30.0
+    # Provisions in a row that find the runtime unavailable before this worker pauses
+    # taking provisions (episodes/breaker.py); 0: never pause.
+    provision_breaker_after: int = 3
     worker_id: str | None = None
     # Caps on what specs ask of this worker's box pools (None: the spec decides).
     pool_ttl_s: float | None = None
@@ -97,7 +100,9 @@ class EpisodeWorker:
         self.session_queue = f"{opts.task_queue}-session-{self.worker_id}"
         self.registry = SessionRegistry(opts.max_sessions)
         self.pools = WorkerPools(max_ttl_s=opts.pool_ttl_s, max_idle=opts.pool_max_idle)
-        self.breaker = ProvisionBreaker(name=f"worker {self.worker_id}")
+        self.breaker = ProvisionBreaker(
+            opts.provision_breaker_after or 1, name=f"worker {self.worker_id}"
+        )
         self.activities = SessionActivities(
             self.registry,
             session_queue=self.session_queue,
@@ -107,7 +112,7 @@ class EpisodeWorker:
             history_limit_bytes=None
             if stores_externally(client.data_converter)
             else (HISTORY_TURN_LIMIT),
-            breaker=self.breaker,
+            breaker=self.breaker if opts.provision_breaker_after else None,
         )
         self.slots = SessionSlots(self.registry, self.breaker)
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(

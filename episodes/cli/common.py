@@ -178,6 +178,14 @@ CONFIG_OPTIONS: dict[str, Any] = {
             rich_help_panel=_SET,
         ),
     ],
+    "provision_breaker_after": Annotated[
+        int | None,
+        typer.Option(
+            help="Pause taking provisions after this many in a row find the runtime "
+            "unavailable (0: never).",
+            rich_help_panel=_SET,
+        ),
+    ],
     "pool_ttl_s": Annotated[
         float | None,
         typer.Option(

@@ -38,6 +38,7 @@ async def run_worker(cfg: Config) -> None:
                 max_sessions=s.max_sessions,
                 session_idle_ttl_s=s.session_idle_ttl_s,
                 drain_timeout_s=s.drain_timeout_s,
+                provision_breaker_after=s.provision_breaker_after,
                 pool_ttl_s=s.pool_ttl_s,
                 pool_max_idle=s.pool_max_idle,
                 deployment_name=s.deployment_name,

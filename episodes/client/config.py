@@ -49,6 +49,9 @@ class Settings(BaseModel):
     session_idle_ttl_s: float = Field(3600.0, gt=0)
     drain_timeout_s: float = Field(30.0, ge=0)
     """On SIGTERM/SIGINT: how long live sessions may finish before they are abandoned."""
+    provision_breaker_after: int = Field(3, ge=0)
+    """Provisions failing in a row with the runtime unavailable (no engine, SDK or
+    credentials) before the worker pauses taking provisions (0: never pause)."""
     pool_ttl_s: float = Field(600.0, gt=0)
     """The longest a spec's pool may keep an idle box on this worker (a cap)."""
     pool_max_idle: int = Field(16, ge=0)
