@@ -99,11 +99,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
             for _ in range(5 if quick else 20):
                 services = AgentServices([put], model, session_id="bench")
                 t0 = time.perf_counter()
-                env = await services.start(runtime, "subprocess")
+                env = await services.start(runtime)
                 await services.stop()
                 sessions.append((time.perf_counter() - t0) * 1000)
             services = AgentServices([put], None, session_id="bench")
-            env = await services.start(runtime, "subprocess")
+            env = await services.start(runtime)
             assert services.bridge is not None and services.bridge.port is not None
             tunnel = StdioTunnel({"mcp": ("127.0.0.1", services.bridge.port)})
             tunnelled = f"http://127.0.0.1:{(await tunnel.start(runtime))['mcp']}{MCP_PATH}"

@@ -141,7 +141,7 @@ class LiveSession:
                 raise EnvironmentFailed("tools", e) from e
             # Before the harness: it gets their addresses and may use them at start.
             self.services = AgentServices(tools, self.spec.model, session_id=self.session_id)
-            extra = await self.services.start(self.runtime, self.spec.harness.runtime.type)
+            extra = await self.services.start(self.runtime)
             bridge = self.services.bridge
             self.harness = make_driver(
                 self.spec,

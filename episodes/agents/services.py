@@ -70,7 +70,7 @@ class AgentServices:
 
     # -- lifecycle -----------------------------------------------------------------------
 
-    async def start(self, runtime: Runtime, runtime_type: str) -> dict[str, str]:
+    async def start(self, runtime: Runtime) -> dict[str, str]:
         """Start what the episode needs, reachable from `runtime`: the harness's variables."""
         if not self.wanted:
             return {}

@@ -83,7 +83,7 @@ async def test_a_client_in_the_box_calls_a_tool_and_the_model_through_the_tunnel
             [put], ModelSpec(base_url=upstream.base_url, model="m"), session_id="s"
         )
         try:
-            env = await services.start(runtime, backend.NAME.split("-")[0])
+            env = await services.start(runtime)
             assert services.bridge is not None and services.proxy is not None
             # The harness is given the tunnel's box-loopback ports, not the services'.
             mcp_port = urlparse(env["EPISODES_MCP_URL"]).port
@@ -116,7 +116,7 @@ async def test_stopping_the_services_ends_the_tunnel_in_the_box(backend):
     await runtime.start()
     try:
         services = AgentServices([put], None, session_id="s")
-        env = await services.start(runtime, backend.NAME.split("-")[0])
+        env = await services.start(runtime)
         port = urlparse(env["EPISODES_MCP_URL"]).port
         assert port is not None
         await services.stop()
@@ -140,7 +140,7 @@ async def test_an_in_box_end_that_cannot_start_is_one_clear_error(backend, monke
             tunnel.TunnelFailed,
             match=r"harness\.runtime: .*needs python3 on the PATH.*no python here",
         ):
-            await services.start(runtime, backend.NAME.split("-")[0])
+            await services.start(runtime)
         assert services.bridge is not None
         # The bridge it had started is stopped again.
         with pytest.raises(OSError):
