@@ -29,6 +29,7 @@ from episodes.models import EpisodeResult
 from episodes.runtimes.config import DockerConfig
 from episodes.spec import EpisodeSpec, parse_spec
 from tests.conftest import ROOT
+from tests.integration.helpers import wait_until
 
 HARNESS = ROOT / "tests" / "harnesses" / "chaos_harness.py"
 
@@ -218,6 +219,18 @@ async def provisions(client: Client, wid: str) -> list[tuple[str, int, float]]:
             if scheduled.get(attrs.scheduled_event_id) == contract.PROVISION:
                 found.append((attrs.identity, attrs.attempt, ev.event_time.ToMicroseconds() / 1e6))
     return found
+
+
+async def assert_killed_and_survivor_leave_nothing(
+    killed: WorkerProc, survivor: WorkerProc, tag: str
+) -> None:
+    """After one worker was SIGKILLed: its harnesses died with it (PR_SET_PDEATHSIG),
+    the survivor drains and exits 0 on SIGTERM, and no `tag`ged process is left."""
+    gone = await wait_until(lambda: not (set(tagged_processes(tag)) & killed.harnesses), timeout=10)
+    assert gone, f"harnesses of the killed worker outlived it: {tagged_processes(tag)}"
+    survivor.signal(signal.SIGTERM)
+    assert survivor.wait(60) == 0, survivor.text()
+    assert not tagged_processes(tag)
 
 
 def sigterm_all(workers: list[WorkerProc]) -> None:

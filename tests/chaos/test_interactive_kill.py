@@ -12,7 +12,13 @@ import uuid
 import pytest
 
 from episodes.client import EpisodesClient
-from tests.chaos.helpers import HARNESS, WorkerProc, new_tag, script_spec, tagged_processes
+from tests.chaos.helpers import (
+    HARNESS,
+    WorkerProc,
+    assert_killed_and_survivor_leave_nothing,
+    new_tag,
+    script_spec,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -79,11 +85,8 @@ async def test_sigkill_under_an_interactive_session_restarts_it_on_the_other_wor
         assert [(t, m) for t, m, pid in turns if pid == first_pid] == [(0, "p:0"), (1, "p:1")]
         assert on_b == list(enumerate(MESSAGES)), turns
 
-        # A's harness died with A; B releases its own at close.
-        assert not (set(tagged_processes(tag)) & a.harnesses)
-        b.signal(signal.SIGTERM)
-        assert b.wait(60) == 0, b.text()
-        assert not tagged_processes(tag)
+        # A's harness died with A; B released its own at close.
+        await assert_killed_and_survivor_leave_nothing(a, b, tag)
     finally:
         a.kill()
         b.kill()

@@ -15,6 +15,7 @@ from episodes.messages import EpisodeProgress
 from tests.chaos.helpers import (
     HARNESS,
     WorkerProc,
+    assert_killed_and_survivor_leave_nothing,
     containers_of,
     docker_api,
     new_tag,
@@ -22,7 +23,6 @@ from tests.chaos.helpers import (
     results,
     script_spec,
     start_all,
-    tagged_processes,
     turns,
     wait_closed,
 )
@@ -125,11 +125,8 @@ async def test_sigkill_one_of_two_workers_mid_batch(chaos_server, chaos_client, 
             assert all(by_id[w].termination == "env_done" for w in hit), by_id
             assert all(by_id[w].reward == 1.0 and by_id[w].turns == TURNS for w in hit)
 
-        # No harness outlives its worker (PR_SET_PDEATHSIG), and none is left on B.
-        assert await wait_until(lambda: not (set(tagged_processes(tag)) & a.harnesses), timeout=10)
-        b.signal(signal.SIGTERM)
-        assert b.wait(60) == 0, b.text()
-        assert not tagged_processes(tag)
+        # No harness outlives its worker, and none is left on B.
+        await assert_killed_and_survivor_leave_nothing(a, b, tag)
         api, _ = docker_api()
         if api is not None:  # no container of A's either (there should be none)
             assert containers_of(api, a.worker_id) == []
@@ -190,11 +187,8 @@ async def test_sigkill_mid_provision_retries_the_provision_on_another_worker(
             assert by_id[wid].termination == "env_done" and by_id[wid].reward == 1.0, by_id[wid]
             [(identity, attempt, _)] = await provisions(chaos_client, wid)
             assert identity.startswith(b.worker_id) and attempt >= 2, (identity, attempt)
-        # The harnesses A was starting died with it.
-        assert await wait_until(lambda: not (set(tagged_processes(tag)) & a.harnesses), timeout=10)
-        b.signal(signal.SIGTERM)
-        assert b.wait(60) == 0, b.text()
-        assert not tagged_processes(tag)
+        # The harnesses A was starting died with it; B leaves none either.
+        await assert_killed_and_survivor_leave_nothing(a, b, tag)
     finally:
         a.kill()
         b.kill()

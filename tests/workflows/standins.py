@@ -213,3 +213,17 @@ class StandIns:
 
 def task() -> Task:
     return Task(id="t")
+
+
+class HangsIn(StandIns):
+    """Hangs in one phase (`provisioning` here; a test adds its own), so the test can
+    cancel the episode there."""
+
+    def __init__(self, client: Client, phase: str) -> None:
+        super().__init__(client)
+        self.phase = phase
+
+    async def on_provision(self, inp: ProvisionInput) -> SessionRef:
+        if self.phase == "provisioning":
+            await self.hang()
+        return await super().on_provision(inp)

@@ -32,7 +32,7 @@ from episodes.messages import (
     SessionRef,
 )
 from episodes.models import EpisodeResult, ScoreResult, TurnResult
-from tests.workflows.standins import StandIns, spec, task, turn_result
+from tests.workflows.standins import HangsIn, StandIns, spec, task, turn_result
 
 
 async def start(
@@ -182,18 +182,7 @@ async def test_a_drive_past_its_start_to_close_is_not_worker_lost(env) -> None:
 # -- cancellation -------------------------------------------------------------------------
 
 
-class Hangs(StandIns):
-    """Hangs in one phase, so the test can cancel the episode there."""
-
-    def __init__(self, client: Any, phase: str) -> None:
-        super().__init__(client)
-        self.phase = phase
-
-    async def on_provision(self, inp: ProvisionInput) -> SessionRef:
-        if self.phase == "provisioning":
-            await self.hang()
-        return await super().on_provision(inp)
-
+class Hangs(HangsIn):
     async def on_drive(self, inp: DriveInput) -> DriveResult:
         if self.phase == "driving":
             await self.hang()

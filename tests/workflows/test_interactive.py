@@ -24,7 +24,7 @@ from episodes.messages import (
     TurnInput,
 )
 from episodes.models import EpisodeResult, ScoreResult, TurnResult
-from tests.workflows.standins import StandIns, spec, task, turn_result
+from tests.workflows.standins import HangsIn, StandIns, spec, task, turn_result
 
 
 async def start(env, s: StandIns, **inp: Any) -> WorkflowHandle[Any, EpisodeResult]:
@@ -139,16 +139,7 @@ async def test_a_harness_start_failure_is_what_open_answers(env) -> None:
 # -- cancellation -------------------------------------------------------------------------
 
 
-class Hangs(StandIns):
-    def __init__(self, client: Any, phase: str) -> None:
-        super().__init__(client)
-        self.phase = phase
-
-    async def on_provision(self, inp: ProvisionInput) -> SessionRef:
-        if self.phase == "provisioning":
-            await self.hang()
-        return await super().on_provision(inp)
-
+class Hangs(HangsIn):
     async def on_turn(self, inp: TurnInput) -> TurnResult:
         await self.hang()  # the release stops the harness under it
         return turn_result(inp.turn)
