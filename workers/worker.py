@@ -100,8 +100,10 @@ class EpisodeWorker:
         self.session_queue = f"{opts.task_queue}-session-{self.worker_id}"
         self.registry = SessionRegistry(opts.max_sessions)
         self.pools = WorkerPools(max_ttl_s=opts.pool_ttl_s, max_idle=opts.pool_max_idle)
-        self.breaker = ProvisionBreaker(
-            opts.provision_breaker_after or 1, name=f"worker {self.worker_id}"
+        self.breaker = (
+            ProvisionBreaker(opts.provision_breaker_after, name=f"worker {self.worker_id}")
+            if opts.provision_breaker_after
+            else None
         )
         self.activities = SessionActivities(
             self.registry,
@@ -112,7 +114,7 @@ class EpisodeWorker:
             history_limit_bytes=None
             if stores_externally(client.data_converter)
             else (HISTORY_TURN_LIMIT),
-            breaker=self.breaker if opts.provision_breaker_after else None,
+            breaker=self.breaker,
         )
         self.slots = SessionSlots(self.registry, self.breaker)
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(
@@ -120,7 +122,7 @@ class EpisodeWorker:
         )
         telemetry.MAX_SESSIONS.labels(worker=self.worker_id).set(opts.max_sessions)
         telemetry.PROVISIONS_PAUSED.labels(worker=self.worker_id).set_function(
-            lambda: float(self.breaker.is_open())
+            lambda: float(self._provisions_paused())
         )
         deployment = deployment_config(opts)
         self.drain = DrainState(self.worker_id)
@@ -310,14 +312,17 @@ class EpisodeWorker:
             return await self._workflow_running(workflow_id, None)
         return desc.status == WorkflowExecutionStatus.RUNNING
 
+    def _provisions_paused(self) -> bool:
+        return self.breaker is not None and self.breaker.is_open()
+
     def stats(self) -> dict[str, object]:
         stats: dict[str, object] = {
             "worker_id": self.worker_id,
             "sessions": len(self.registry),
             "max_sessions": self.registry.max_sessions,
             "reaped": self.reaped,
-            "provisions_paused": self.breaker.is_open(),
-            "provision_failures_in_a_row": self.breaker.failures,
+            "provisions_paused": self._provisions_paused(),
+            "provision_failures_in_a_row": self.breaker.failures if self.breaker else 0,
         }
         stats["pool"] = self.pools.stats.model_dump()
         return stats
