@@ -116,10 +116,10 @@ class AgentServices:
                 await relay.kill()
         await asyncio.shield(self._stack.aclose())
 
-    def _services(self) -> list[str]:
+    def _served(self) -> dict[str, ToolBridge | ModelProxy]:
         """The services this session serves, by the names the box-side ends use."""
-        served = (("mcp", self.bridge), ("model", self.proxy))
-        return [name for name, service in served if service is not None]
+        served = {"mcp": self.bridge, "model": self.proxy}
+        return {name: service for name, service in served.items() if service is not None}
 
     def _point_at_box(self, ports: dict[str, int]) -> None:
         """The harness's variables, rewritten to the box-loopback ports that reach the
@@ -135,7 +135,7 @@ class AgentServices:
     async def _relays_for(self, runtime: Runtime, dir_in_box: str) -> dict[str, int]:
         """A box with the channel directory: one in-box relay per socket, started
         together (each is an exec into the box: ~0.7 s on Docker)."""
-        names = self._services()
+        names = list(self._served())
         try:
             async with asyncio.TaskGroup() as group:
                 tasks = [
@@ -150,8 +150,7 @@ class AgentServices:
         from episodes.agents.tunnel import StdioTunnel
 
         # Both services listen on the worker's loopback (also when tunnelled).
-        addresses = {"mcp": self.bridge, "model": self.proxy}
-        tunnel = StdioTunnel({n: ("127.0.0.1", _port(addresses[n])) for n in self._services()})
+        tunnel = StdioTunnel({n: ("127.0.0.1", _port(v)) for n, v in self._served().items()})
         self._stack.push_async_callback(tunnel.stop)
         return await tunnel.start(runtime)
 
@@ -203,6 +202,6 @@ async def _first_line(proc: RuntimeProcess) -> str:
     return data.split(b"\n", 1)[0].decode("utf-8", errors="replace")
 
 
-def _port(service: ToolBridge | ModelProxy | None) -> int:
-    assert service is not None and service.port is not None, "started before this"
+def _port(service: ToolBridge | ModelProxy) -> int:
+    assert service.port is not None, "started before this"
     return service.port
