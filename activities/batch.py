@@ -16,7 +16,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from episodes import contract
-from episodes.models import EpisodeResult
+from episodes.types.results import EpisodeResult
 
 HEARTBEAT_S = 5.0
 

@@ -23,7 +23,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from episodes import contract
-from episodes.models import TurnResult
+from episodes.types.results import TurnResult
 
 
 class TurnRecorder:

@@ -25,8 +25,18 @@ from activities.recorder import TurnRecorder
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
 from episodes.envs import load_env
-from episodes.errors import HarnessFailure, RuntimeUnavailable, SpecError
-from episodes.messages import (
+from episodes.errors import (
+    EnvironmentFailed,
+    HarnessFailure,
+    RuntimeUnavailable,
+    SpecError,
+    TurnOutOfOrder,
+)
+from episodes.registry import SessionRegistry
+from episodes.runtimes.pools import WorkerPools
+from episodes.session import LiveSession, score_transcript
+from episodes.truncate import HISTORY_TURN_LIMIT
+from episodes.types.io import (
     DriveInput,
     DriveResult,
     ProvisionInput,
@@ -38,12 +48,8 @@ from episodes.messages import (
     SessionRef,
     TurnInput,
 )
-from episodes.models import ScoreResult, Task, Termination, TurnResult
-from episodes.registry import SessionRegistry
-from episodes.runtimes.pools import WorkerPools
-from episodes.session import EnvironmentFailed, LiveSession, TurnOutOfOrder, score_transcript
-from episodes.spec import EpisodeSpec
-from episodes.truncate import HISTORY_TURN_LIMIT
+from episodes.types.results import ScoreResult, Task, Termination, TurnResult
+from episodes.types.spec import EpisodeSpec
 
 log = logging.getLogger("episodes.activities")
 _ENDED_KEPT = 4096

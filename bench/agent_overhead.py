@@ -30,12 +30,12 @@ from fastmcp import FastMCP
 from bench import proxy_overhead
 from bench.common import fmt_spread, ratio, spread, summary, table
 from episodes.agents.bridge import MCP_PATH
-from episodes.agents.model import ModelSpec
 from episodes.agents.net import tcp_listener
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.agents.services import AgentServices
 from episodes.agents.tunnel import StdioTunnel
 from episodes.runtimes.subprocess import SubprocessRuntime
+from episodes.types.model import ModelSpec
 
 
 def put(key: str, value: str) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from episodes.client.devserver import DevServer
-from episodes.spec import EpisodeSpec, parse_spec
+from episodes.types.spec import EpisodeSpec, parse_spec
 
 HERE = Path(__file__).resolve().parent
 STAMP = [sys.executable, str(HERE / "harnesses" / "stamp.py")]
@@ -156,8 +156,8 @@ async def episode_gaps(
     """Run one episode of `workflow`; its per-turn gaps (ms), wall time (s), and result."""
     import time
 
-    from episodes.messages import EpisodeInput, EpisodeProgress
-    from episodes.models import EpisodeResult
+    from episodes.types.io import EpisodeInput, EpisodeProgress
+    from episodes.types.results import EpisodeResult
 
     started = time.perf_counter()
     handle = await client.start_workflow(

@@ -37,8 +37,8 @@ from bench.common import (
     summary,
 )
 from episodes.client.connect import connect
-from episodes.messages import EpisodeInput
-from episodes.models import EpisodeResult
+from episodes.types.io import EpisodeInput
+from episodes.types.results import EpisodeResult
 from workers.worker import EpisodeWorker, WorkerOptions
 
 GATE = [sys.executable, "-I", "-S", str(HERE / "harnesses" / "gate.py")]

@@ -29,8 +29,8 @@ from bench.common import (
 )
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
-from episodes.messages import EpisodeInput
-from episodes.models import EpisodeResult
+from episodes.types.io import EpisodeInput
+from episodes.types.results import EpisodeResult
 from workers.worker import EpisodeWorker, WorkerOptions
 
 

@@ -15,9 +15,9 @@ import time
 import uuid
 
 from bench.common import ECHO, fmt_spread, load, ratio, script_spec, spread, table
-from episodes.runtimes.config import DockerConfig, SubprocessConfig
 from episodes.runtimes.pool import RuntimePool
 from episodes.session import LiveSession
+from episodes.types.runtime import DockerConfig, SubprocessConfig
 
 BOX_ECHO = ["python3", "-m", "episodes.harnesses.echo"]
 

@@ -18,9 +18,9 @@ import time
 import openai
 
 from bench.common import fmt_spread, ratio, spread, summary, table
-from episodes.agents.model import ModelSpec
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
+from episodes.types.model import ModelSpec
 
 MESSAGES = [{"role": "user", "content": "measure me, please, with a few words"}]
 

@@ -21,9 +21,9 @@ from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, spr
 from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
 from episodes.local import run_episode_local
-from episodes.messages import EpisodeInput
-from episodes.models import EpisodeResult
-from episodes.spec import parse_spec
+from episodes.types.io import EpisodeInput
+from episodes.types.results import EpisodeResult
+from episodes.types.spec import parse_spec
 from workers.worker import EpisodeWorker, WorkerOptions
 
 # BENCH_EAGER_START=0 measures the lever off (the first workflow task dispatched).

@@ -17,7 +17,7 @@ from typing import Literal
 
 from temporalio import activity
 
-from episodes.messages import (
+from episodes.types.io import (
     DriveInput,
     DriveResult,
     ProvisionInput,
@@ -29,8 +29,15 @@ from episodes.messages import (
     SessionRef,
     TurnInput,
 )
-from episodes.models import EpisodeResult, ErrorType, ScoreResult, Task, Termination, TurnResult
-from episodes.spec import EpisodeSpec
+from episodes.types.results import (
+    EpisodeResult,
+    ErrorType,
+    ScoreResult,
+    Task,
+    Termination,
+    TurnResult,
+)
+from episodes.types.spec import EpisodeSpec
 
 # -- workflow types ---------------------------------------------------------------------
 

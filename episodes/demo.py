@@ -24,8 +24,9 @@ from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.cli.common import console, summary_table
 from episodes.cli.embedded import embedded_stack
 from episodes.client import EpisodesClient
-from episodes.models import EpisodeResult
-from episodes.spec import EpisodeSpec, load_spec
+from episodes.specfile import load_spec
+from episodes.types.results import EpisodeResult
+from episodes.types.spec import EpisodeSpec
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

@@ -1,15 +1,26 @@
-"""Typed failures. Each harness failure carries the `error_type` the workflow reports."""
+"""Every error this package raises on purpose, in one place: `EpisodesError` and its kin.
+
+Standard library only: any layer may import it, the workflow sandbox included. Each
+harness failure carries the `error_type` (a termination) the workflow reports.
+"""
 
 from __future__ import annotations
 
+import traceback
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from episodes.models import ErrorType
+    from episodes.types.results import ErrorType
+
+# How much of an environment's traceback an `env_error` keeps.
+ENV_TRACEBACK_CHARS = 4000
 
 
 class EpisodesError(Exception):
     """Base for every error this package raises on purpose."""
+
+
+# -- specs and configuration ------------------------------------------------------------
 
 
 class SpecError(EpisodesError):
@@ -20,6 +31,26 @@ class EnvironmentLoadError(SpecError):
     """An environment name or `module:Class` reference could not be loaded."""
 
 
+class SecretMissing(SpecError):
+    """A secret the spec names is not on this worker (one line: the name and the source)."""
+
+
+class TunnelFailed(SpecError):
+    """The in-box end did not start: the box's image lacks what it needs (`python3`).
+    A spec error, not retried: another attempt on the same image fails the same way."""
+
+
+class ConfigError(EpisodesError):
+    """A setting is invalid; the message names it and its source."""
+
+
+class PayloadsConfigError(SpecError):
+    """A payloads setting is invalid; the message names the field, variable or file."""
+
+
+# -- runtimes ---------------------------------------------------------------------------
+
+
 class RuntimeUnavailable(EpisodesError):
     """A runtime cannot be used here (SDK missing, engine down, credentials absent)."""
 
@@ -28,6 +59,13 @@ class ImageMissing(RuntimeUnavailable):
     """The box image a spec names is not where this worker looks: maybe the host's
     build or pull is missing, maybe the spec's name is wrong (so no sign, alone, that
     the worker is broken: see episodes/breaker.py)."""
+
+
+class PoolClosed(EpisodesError):
+    """A lease was requested from a pool that is closed."""
+
+
+# -- harnesses (each a named termination) ------------------------------------------------
 
 
 class HarnessFailure(EpisodesError):
@@ -69,3 +107,84 @@ class HarnessReportedError(HarnessFailure):
     """The harness answered a turn with an `error` packet; it is still alive."""
 
     error_type = "harness_error"
+
+
+# -- sessions, environments and models ----------------------------------------------------
+
+
+class TurnOutOfOrder(EpisodesError):
+    """A turn index other than the next one (or a recorded one) was asked for."""
+
+
+class EnvironmentFailed(EpisodesError):
+    """The environment's own code raised (reset, step, score): the episode ends `env_error`."""
+
+    error_type = "env_error"
+
+    def __init__(self, method: str, e: BaseException) -> None:
+        tail = "".join(traceback.format_exception(e))[-ENV_TRACEBACK_CHARS:]
+        super().__init__(
+            f"environment {method}() raised {type(e).__name__}: {e}\n"
+            f"--- environment traceback (tail) ---\n{tail.rstrip()}"
+        )
+
+
+class ModelError(EpisodesError):
+    """A model call failed for good (retries exhausted, or the upstream stream broke).
+
+    The message is one line and never contains the upstream key: the session turns
+    it into the episode's `error` with termination `model_error`.
+    """
+
+
+# -- the client and the server ------------------------------------------------------------
+
+
+class EpisodeFailed(EpisodesError):
+    """The workflow itself failed (a bug or a bad spec), so there is no EpisodeResult.
+    `provision_failed`: its `provision` failed after Temporal's retries for a reason
+    that is not the harness's (the batch runner may retry the episode)."""
+
+    def __init__(self, workflow_id: str, detail: str, *, provision_failed: bool = False) -> None:
+        self.workflow_id = workflow_id
+        self.provision_failed = provision_failed
+        super().__init__(f"episode {workflow_id} failed: {detail}")
+
+
+class StepRejected(EpisodesError):
+    """The session refused a step: out of order, one already running, or the episode is over."""
+
+
+class SessionFailed(EpisodesError):
+    """The session's workflow failed (a bug or a bad spec), so there is no reply or result."""
+
+
+class ServerUnreachable(EpisodesError):
+    """The Temporal frontend did not answer in time."""
+
+
+class DevServerError(EpisodesError):
+    """The embedded Temporal dev server could not be found or started."""
+
+
+class ScheduleError(EpisodesError):
+    """A schedule could not be made, read or changed (the message says which)."""
+
+
+# -- payloads ---------------------------------------------------------------------------------
+
+
+class PayloadKeyError(EpisodesError):
+    """A payload names a key id that is not configured (or the keys are unusable)."""
+
+
+class PayloadDecryptError(EpisodesError):
+    """A payload could not be decrypted: the wrong key under its id, or corrupt data."""
+
+
+class CodecServerError(EpisodesError):
+    """The codec server could not start or answer."""
+
+
+class LocalPayloadMissing(EpisodesError):
+    """A history refers to a stored payload that is not (or no longer) in the directory."""

@@ -11,9 +11,9 @@ import uuid
 from typing import TYPE_CHECKING
 
 from episodes.errors import HarnessFailure
-from episodes.models import EpisodeResult, ScoreResult, Task, Termination
 from episodes.session import LiveSession
-from episodes.spec import EpisodeSpec
+from episodes.types.results import EpisodeResult, ScoreResult, Task, Termination
+from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
     from episodes.runtimes.pool import RuntimePool

@@ -1,141 +1,36 @@
-"""Data that crosses the workflow boundary.
+"""The results an episode produces, under the import path environment authors were
+told to use (`from episodes.models import StepOutcome, ScoreResult, Task`).
 
-Only pydantic and the standard library here: workflows import this module, and
-the workflow sandbox must be able to load it deterministically.
+They are defined in `episodes.types.results`; new code imports them from there or
+from the package itself (`from episodes import StepOutcome`).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from episodes.types.base import Model
+from episodes.types.results import (
+    WORKFLOW_FAILED,
+    EpisodeResult,
+    ErrorType,
+    ScoreResult,
+    StepOutcome,
+    Task,
+    Termination,
+    Transcript,
+    TurnRecord,
+    TurnResult,
+)
 
-from pydantic import BaseModel, ConfigDict, Field
-
-# Why an episode ended. Harness failures are outcomes, not exceptions: the
-# episode is still scored and released.
-Termination = Literal[
-    "env_done",
-    "max_turns",
-    "harness_start_failed",
-    "harness_crashed",
-    "turn_timeout",
-    "protocol_error",
-    "harness_error",
-    "worker_lost",
-    # The environment's own code raised (reset or step): its message and traceback tail
-    # are in `error`.
-    "env_error",
-    # The model proxy gave up on a call (upstream 429/5xx/timeouts past its retries).
-    "model_error",
-    "cancelled",
-    # Interactive sessions: the trainer closed the session before the env said done,
-    # or sent no step for the session's idle timeout.
-    "closed",
-    "idle_timeout",
+__all__ = [
+    "WORKFLOW_FAILED",
+    "EpisodeResult",
+    "ErrorType",
+    "Model",
+    "ScoreResult",
+    "StepOutcome",
+    "Task",
+    "Termination",
+    "Transcript",
+    "TurnRecord",
+    "TurnResult",
 ]
-
-# The subset of terminations that a failing harness or runtime produces.
-ErrorType = Literal[
-    "harness_start_failed",
-    "harness_crashed",
-    "turn_timeout",
-    "protocol_error",
-    "harness_error",
-    "worker_lost",
-]
-
-
-class Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class Task(Model):
-    """One unit of work from a dataset: an id and whatever the environment reads."""
-
-    id: str
-    data: dict[str, Any] = Field(default_factory=dict)
-
-
-class TurnRecord(Model):
-    """One turn as the harness saw it: what was sent, what streamed back, the answer."""
-
-    turn: int
-    message: Any = None
-    events: list[Any] = Field(default_factory=list)
-    reply: Any = None
-    error: str | None = None
-    error_type: ErrorType | None = None
-    duration_ms: float = 0.0
-
-
-class StepOutcome(Model):
-    """What the environment made of a reply."""
-
-    message: Any = None  # the next message, when not done
-    done: bool = False
-    reward: float | None = None
-
-
-class TurnResult(Model):
-    """What one turn activity returns to the workflow: the record plus the observation."""
-
-    record: TurnRecord
-    observation: StepOutcome
-    # Set when this turn ended the episode for a reason other than the env saying so.
-    termination: Termination | None = None
-
-
-class ScoreResult(Model):
-    reward: float | None = None
-    details: dict[str, Any] = Field(default_factory=dict)
-
-
-class Transcript(Model):
-    task: Task
-    first_message: Any = None
-    turns: list[TurnRecord] = Field(default_factory=list)
-    termination: Termination | None = None
-    error: str | None = None
-
-    def events(self, kind: str | None = None) -> list[Any]:
-        """Every turn's events in order; with `kind`, only dict events of that kind."""
-        found = [e for t in self.turns for e in t.events]
-        return found if kind is None else [e for e in found if _kind(e) == kind]
-
-    def model_calls(self) -> list[dict[str, Any]]:
-        """Every call the harness made through the session's model proxy, in order:
-        `{"kind": "model_call", "request", "response", "usage", "ms", ...}` with the
-        token data the upstream returned (logprobs, token ids) kept in `response`."""
-        return self.events("model_call")
-
-    def tool_calls(self) -> list[dict[str, Any]]:
-        """Every call of the env's tools over the MCP bridge, in order:
-        `{"kind": "tool_call", "name", "arguments", "result" | "error", "ms"}`."""
-        return self.events("tool_call")
-
-
-def _kind(event: Any) -> Any:
-    return event.get("kind") if isinstance(event, dict) else None
-
-
-class EpisodeResult(Model):
-    workflow_id: str
-    task_id: str
-    sample: int
-    env: str
-    spec_name: str
-    termination: Termination
-    error: str | None = None
-    turns: int
-    reward: float | None = None
-    score_details: dict[str, Any] = Field(default_factory=dict)
-    duration_s: float
-    # Whether provision reused a parked box (spec.reuse_key), None when no pool was asked for.
-    pool_hit: bool | None = None
-    # `on_worker_lost: restart`: sessions restored on another worker, the recorded turns
-    # replayed into them, the replayed turns whose reply differed from the recorded one,
-    # and finished turns the lost worker had not recorded yet (run again). 0 in results
-    # from before restarts existed.
-    restarts: int = 0
-    turns_replayed: int = 0
-    replay_divergences: int = 0
-    turns_rerun: int = 0

@@ -12,10 +12,9 @@ import time
 from typing import TYPE_CHECKING
 
 from episodes.envs.base import call
-from episodes.errors import HarnessFailure
-from episodes.models import StepOutcome, TurnRecord, TurnResult
-from episodes.session import EnvironmentFailed, TurnOutOfOrder
+from episodes.errors import EnvironmentFailed, HarnessFailure, TurnOutOfOrder
 from episodes.truncate import fit_result
+from episodes.types.results import StepOutcome, TurnRecord, TurnResult
 
 if TYPE_CHECKING:
     from episodes.session import LiveSession

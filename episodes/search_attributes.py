@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 if TYPE_CHECKING:
-    from episodes.models import Task
-    from episodes.spec import EpisodeSpec
+    from episodes.types.results import Task
+    from episodes.types.spec import EpisodeSpec
 
 ENV = SearchAttributeKey.for_keyword("EpisodeEnv")
 TASK = SearchAttributeKey.for_keyword("EpisodeTask")

@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from episodes.errors import SpecError
-from episodes.spec import EnvSecret, EpisodeSpec
+from episodes.errors import SecretMissing
+from episodes.types.spec import EnvSecret, EpisodeSpec
 
 MASK = "***"
 # Values shorter than this are not scrubbed: replacing every "a" would wreck the
@@ -26,10 +26,6 @@ MASK = "***"
 MIN_SCRUB_CHARS = 4
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class SecretMissing(SpecError):
-    """A secret the spec names is not on this worker (one line: the name and the source)."""
 
 
 def resolve_secrets(spec: EpisodeSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -16,14 +16,18 @@ import contextlib
 import os
 import sys
 import time
-import traceback
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
+from episodes.agents.proxy import read_upstream_key
 from episodes.agents.services import AgentServices
 from episodes.envs.base import Environment, call
+from episodes.errors import EnvironmentFailed, TurnOutOfOrder
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
-from episodes.models import (
+from episodes.runtimes import Runtime, make_runtime
+from episodes.secret_values import Scrubber, resolve_secrets
+from episodes.truncate import fit_result
+from episodes.types.results import (
     ScoreResult,
     StepOutcome,
     Task,
@@ -32,37 +36,15 @@ from episodes.models import (
     TurnRecord,
     TurnResult,
 )
-from episodes.runtimes import Runtime, SubprocessConfig, make_runtime
-from episodes.secret_values import Scrubber, resolve_secrets
-from episodes.spec import EpisodeSpec
-from episodes.truncate import fit_result
+from episodes.types.runtime import SubprocessConfig
+from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
     from episodes.runtimes.pool import RuntimePool
 
-# How much of an environment's traceback an `env_error` keeps (the last frames matter).
-_ENV_TRACEBACK_CHARS = 4000
-
 
 # "No message given": the env's pending message is sent (None is a valid message).
 _PENDING: Any = object()
-
-
-class TurnOutOfOrder(RuntimeError):
-    """A turn index other than the next one (or a recorded one) was asked for."""
-
-
-class EnvironmentFailed(RuntimeError):
-    """The environment's own code raised (reset, step): the episode ends `env_error`."""
-
-    error_type = "env_error"
-
-    def __init__(self, method: str, e: BaseException) -> None:
-        tail = "".join(traceback.format_exception(e))[-_ENV_TRACEBACK_CHARS:]
-        super().__init__(
-            f"environment {method}() raised {type(e).__name__}: {e}\n"
-            f"--- environment traceback (tail) ---\n{tail.rstrip()}"
-        )
 
 
 def harness_argv(spec: EpisodeSpec) -> list[str]:
@@ -166,12 +148,12 @@ class LiveSession:
 
     def _upstream_key(self) -> str | None:
         """The model proxy's upstream key, to scrub (a missing one fails in the proxy)."""
-        from episodes.agents.model import ModelError
+        from episodes.errors import ModelError
 
         if self.spec.model is None:
             return None
         try:
-            return self.spec.model.upstream_key()
+            return read_upstream_key(self.spec.model)
         except ModelError:
             return None
 

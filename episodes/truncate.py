@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import pydantic_core
 
-from episodes.models import TurnRecord, TurnResult
+from episodes.types.results import TurnRecord, TurnResult
 
 MARKER = "__truncated__"
 PREVIEW_CHARS = 2000

@@ -23,8 +23,8 @@ from typing import Any
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
 from episodes.errors import EpisodesError
-from episodes.models import EpisodeResult, Transcript
-from episodes.spec import load_spec
+from episodes.specfile import load_spec
+from episodes.types.results import EpisodeResult, Transcript
 
 HERE = Path(__file__).resolve().parent
 

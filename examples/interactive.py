@@ -22,8 +22,8 @@ import sys
 
 from episodes.client import EpisodesClient
 from episodes.errors import EpisodesError
-from episodes.models import Task
-from episodes.spec import EpisodeSpec, parse_spec
+from episodes.types.results import Task
+from episodes.types.spec import EpisodeSpec, parse_spec
 
 
 def guess_spec() -> EpisodeSpec:

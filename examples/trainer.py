@@ -23,8 +23,8 @@ from pathlib import Path
 
 from episodes.client.sync import SyncEpisodesClient
 from episodes.errors import EpisodesError
-from episodes.models import EpisodeResult
-from episodes.spec import load_spec
+from episodes.specfile import load_spec
+from episodes.types.results import EpisodeResult
 
 HERE = Path(__file__).resolve().parent
 

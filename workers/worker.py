@@ -41,11 +41,11 @@ from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
-from episodes.messages import DEFAULT_TASK_QUEUE
 from episodes.payloads.settings import stores_externally
 from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
 from episodes.truncate import HISTORY_TURN_LIMIT
+from episodes.types.tuning import DEFAULT_TASK_QUEUE
 from workers.backpressure import SessionSlots
 from workers.drain import DrainInterceptor, DrainState
 from workers.orphans import reap_orphans

@@ -1,7 +1,7 @@
 """Deterministic workflow code.
 
 Workflow modules import only temporalio, the standard library and models
-(`episodes.contract`, `episodes.messages`, `episodes.models`, ...), and pass only
+(`episodes.types`, `episodes.contract`, `episodes.search_attributes`), and pass only
 those through the sandbox (`tests/unit/test_layering.py`).
 
 The names below load on first use: the sandbox imports a workflow's module afresh for

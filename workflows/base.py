@@ -29,9 +29,7 @@ from workflows.failures import (
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes import search_attributes as sa
-    from episodes.messages import (
-        DEFAULT_PROGRESS_TURNS,
-        PROGRESS_MAX_BYTES,
+    from episodes.types.io import (
         EpisodeCarry,
         EpisodeInput,
         EpisodeProgress,
@@ -44,7 +42,14 @@ with workflow.unsafe.imports_passed_through():
         ScoreTranscriptInput,
         SessionRef,
     )
-    from episodes.models import EpisodeResult, ScoreResult, Termination, Transcript, TurnRecord
+    from episodes.types.results import (
+        EpisodeResult,
+        ScoreResult,
+        Termination,
+        Transcript,
+        TurnRecord,
+    )
+    from episodes.types.tuning import DEFAULT_PROGRESS_TURNS, PROGRESS_MAX_BYTES
 
 
 # Histories recorded before a continued run's transcript score included earlier runs.

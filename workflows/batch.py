@@ -32,17 +32,16 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes import search_attributes as sa
-    from episodes.batch_models import (
-        WORKFLOW_FAILED,
+    from episodes.types.io import (
         BatchInput,
         BatchProgress,
         BatchResult,
         BatchState,
         BatchStatus,
+        EpisodeInput,
     )
-    from episodes.messages import EpisodeInput
-    from episodes.metrics import BatchMetrics, MetricsAccumulator, report_ks
-    from episodes.models import EpisodeResult, Task
+    from episodes.types.metrics import BatchMetrics, MetricsAccumulator, report_ks
+    from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task
 
 KEEP_ERRORS = 5
 # Histories recorded before `await_episode` ran on the side queue.

@@ -8,7 +8,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from episodes.models import TurnRecord
+    from episodes.types.results import TurnRecord
 
 _SNIPPET = 300
 

@@ -33,8 +33,8 @@ from workflows.turn import TurnBackstop, WorkerLost, execute_turn
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
-    from episodes.messages import DriveInput, DriveResult, EpisodeCarry, EpisodeInput, TurnInput
-    from episodes.models import EpisodeResult, ScoreResult, TurnResult
+    from episodes.types.io import DriveInput, DriveResult, EpisodeCarry, EpisodeInput, TurnInput
+    from episodes.types.results import EpisodeResult, ScoreResult, TurnResult
 
 
 # The drive's result carries its last turns and the drive releases the session (issue 13).

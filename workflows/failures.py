@@ -16,8 +16,8 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
-    from episodes.messages import SessionRef
-    from episodes.models import Termination
+    from episodes.types.io import SessionRef
+    from episodes.types.results import Termination
 
 # Histories recorded before it counted every activity timeout as a lost worker,
 # start-to-close (the activity's own backstop) included.

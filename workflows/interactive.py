@@ -26,7 +26,7 @@ from workflows.turn import TurnBackstop, WorkerLost, execute_turn
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
-    from episodes.messages import (
+    from episodes.types.io import (
         InteractiveCarry,
         InteractiveInput,
         SessionOpened,
@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         StepReply,
         TurnInput,
     )
-    from episodes.models import EpisodeResult, ScoreResult, TurnResult
+    from episodes.types.results import EpisodeResult, ScoreResult, TurnResult
 
 
 @workflow.defn(name=contract.INTERACTIVE_WORKFLOW)

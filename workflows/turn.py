@@ -15,9 +15,9 @@ from workflows.failures import backstop_message, is_backstop_timeout, is_worker_
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
-    from episodes.messages import SessionRef, TurnInput
-    from episodes.models import TurnResult
-    from episodes.spec import EpisodeSpec
+    from episodes.types.io import SessionRef, TurnInput
+    from episodes.types.results import TurnResult
+    from episodes.types.spec import EpisodeSpec
 
 
 class WorkerLost(Exception):

@@ -16,9 +16,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.session import SessionActivities, _heartbeat_until_cancelled
 from bench.designs.models import DriveInput, DriveResult, WatchInput
-from episodes.messages import ReleaseInput, ScoreInput, TurnInput
-from episodes.models import ScoreResult, TurnResult
-from episodes.session import TurnOutOfOrder
+from episodes.errors import TurnOutOfOrder
+from episodes.types.io import ReleaseInput, ScoreInput, TurnInput
+from episodes.types.results import ScoreResult, TurnResult
 
 
 class DesignActivities(SessionActivities):

@@ -18,8 +18,8 @@ from workflows.base import EpisodeBase
 from workflows.turn import WorkerLost, execute_turn
 
 with workflow.unsafe.imports_passed_through():
-    from episodes.messages import EpisodeInput, TurnInput
-    from episodes.models import EpisodeResult, ScoreResult, Termination, TurnResult
+    from episodes.types.io import EpisodeInput, TurnInput
+    from episodes.types.results import EpisodeResult, ScoreResult, Termination, TurnResult
 
 
 @workflow.defn(name="TurnPerActivityEpisode")

@@ -31,8 +31,8 @@ with workflow.unsafe.imports_passed_through():
     from bench.designs.baseline import TurnPerActivityEpisode
     from bench.designs.models import LoopInput, LoopResult, WatchInput
     from episodes import contract
-    from episodes.messages import EpisodeInput, ScoreInput, TurnInput
-    from episodes.models import ScoreResult, Termination, TurnRecord, TurnResult
+    from episodes.types.io import EpisodeInput, ScoreInput, TurnInput
+    from episodes.types.results import ScoreResult, Termination, TurnRecord, TurnResult
 
 
 class _ChildEpisode(TurnPerActivityEpisode):

@@ -6,9 +6,10 @@ from typing import Literal
 
 from pydantic import Field
 
-from episodes.messages import SessionRef
-from episodes.models import Model, ScoreResult, Task, Termination, TurnRecord
-from episodes.spec import EpisodeSpec
+from episodes.types.base import Model
+from episodes.types.io import SessionRef
+from episodes.types.results import ScoreResult, Task, Termination, TurnRecord
+from episodes.types.spec import EpisodeSpec
 
 
 class LoopInput(Model):

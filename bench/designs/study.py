@@ -37,8 +37,8 @@ from bench.common import (
 )
 from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
-from episodes.messages import EpisodeInput, EpisodeProgress
-from episodes.models import EpisodeResult
+from episodes.types.io import EpisodeInput, EpisodeProgress
+from episodes.types.results import EpisodeResult
 
 DESIGNS = {
     "a": ("TurnPerActivityEpisode", "(a) one turn activity per turn on the session queue"),

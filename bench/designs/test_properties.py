@@ -31,10 +31,10 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
-from episodes.messages import EpisodeInput, EpisodeProgress
-from episodes.models import EpisodeResult
 from episodes.payloads.settings import configured_data_converter
-from episodes.spec import EpisodeSpec, parse_spec
+from episodes.types.io import EpisodeInput, EpisodeProgress
+from episodes.types.results import EpisodeResult
+from episodes.types.spec import EpisodeSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]

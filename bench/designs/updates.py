@@ -22,8 +22,8 @@ with workflow.unsafe.imports_passed_through():
     from bench.designs.baseline import TurnPerActivityEpisode
     from bench.designs.models import DriveInput, DriveResult
     from episodes import contract
-    from episodes.messages import EpisodeInput
-    from episodes.models import ScoreResult, Termination, TurnResult
+    from episodes.types.io import EpisodeInput
+    from episodes.types.results import ScoreResult, Termination, TurnResult
 
 
 @workflow.defn(name="UpdateEpisode")

@@ -1,6 +1,6 @@
 """The model proxy: one OpenAI-compatible endpoint per session, on loopback, for the harness.
 
-    proxy = ModelProxy(spec, on_call=record)      # spec: episodes.agents.model.ModelSpec
+    proxy = ModelProxy(spec, on_call=record)      # spec: episodes.types.model.ModelSpec
     await proxy.start()
     harness_env.update(proxy.env())               # OPENAI_BASE_URL, OPENAI_API_KEY
     ...
@@ -30,19 +30,21 @@ import hmac
 import inspect
 import json
 import logging
+import os
 import secrets
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
 from aiohttp import web
 
-from episodes.agents.model import ModelError, ModelSpec
 from episodes.agents.net import tcp_listener
 from episodes.agents.stream import SseParser, assemble, chunks_of
 from episodes.aio import finish
+from episodes.errors import ModelError
+from episodes.types.model import ModelSpec
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +110,7 @@ class ModelProxy:
         also serves on that Unix socket (for boxes without a network).
         """
         self.spec = spec
-        self._key = upstream_key if upstream_key is not None else spec.upstream_key()
+        self._key = upstream_key if upstream_key is not None else read_upstream_key(spec)
         self.token = token or secrets.token_urlsafe(32)
         self.on_call = on_call
         self.on_failure = on_failure
@@ -380,3 +382,14 @@ def _tls_context() -> ssl.SSLContext:
     once per process: loading the CA bundle costs ~50 ms, which every session's proxy
     would pay at start. One context is safe to share across clients."""
     return httpx.create_ssl_context()
+
+
+def read_upstream_key(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
+    """The key from the worker's environment; a clear error (naming only the variable)."""
+    if spec.api_key_env is None:
+        return None
+    env = os.environ if environ is None else environ
+    key = env.get(spec.api_key_env)
+    if not key:
+        raise ModelError(f"model upstream key: environment variable {spec.api_key_env} is not set")
+    return key

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodes.agents.model import ModelError, ModelSpec
-from episodes.errors import SpecError
+from episodes.errors import ModelError, SpecError
 from episodes.runtimes.base import Runtime, RuntimeProcess
+from episodes.types.model import ModelSpec
 
 if TYPE_CHECKING:
     from episodes.agents.bridge import ToolBridge

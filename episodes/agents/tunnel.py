@@ -22,7 +22,7 @@ from pathlib import Path
 
 from episodes.agents import stdio_relay
 from episodes.agents.stdio_relay import CLOSE, Mux
-from episodes.errors import SpecError
+from episodes.errors import TunnelFailed
 from episodes.runtimes.base import Runtime, RuntimeProcess
 
 log = logging.getLogger(__name__)
@@ -30,11 +30,6 @@ log = logging.getLogger(__name__)
 # Sent as `python3 -I -c SOURCE`: nothing to install in the box.
 RELAY_SOURCE = Path(stdio_relay.__file__).read_text(encoding="utf-8")
 READY_TIMEOUT_S = 30.0
-
-
-class TunnelFailed(SpecError):
-    """The in-box end did not start: the box's image lacks what it needs (`python3`).
-    A spec error, not retried: another attempt on the same image fails the same way."""
 
 
 class StdioTunnel:

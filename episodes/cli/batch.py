@@ -11,7 +11,6 @@ from pathlib import Path
 
 from rich.table import Table
 
-from episodes.batch_models import BatchProgress, BatchResult
 from episodes.cli.common import console, progress_bar
 from episodes.cli.embedded import client_for
 from episodes.client.batches import (
@@ -22,8 +21,9 @@ from episodes.client.batches import (
     wait_batch,
 )
 from episodes.client.config import Config
-from episodes.metrics import BatchMetrics, report_ks
-from episodes.spec import load_spec
+from episodes.specfile import load_spec
+from episodes.types.io import BatchProgress, BatchResult
+from episodes.types.metrics import BatchMetrics, report_ks
 
 
 async def run_spec_batch(

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from episodes import contract
 from episodes.errors import EpisodesError
-from episodes.models import EpisodeResult
+from episodes.types.results import EpisodeResult
 
 if TYPE_CHECKING:
     from episodes.client.config import Config

@@ -17,7 +17,7 @@ from episodes.cli.doctor import doctor, setup
 from episodes.cli.schedule import app as schedule_app
 from episodes.client.config import Config
 from episodes.client.exit import run_main
-from episodes.messages import DEFAULT_TASK_QUEUE
+from episodes.types.tuning import DEFAULT_TASK_QUEUE
 
 app = typer.Typer(
     add_completion=False,
@@ -193,7 +193,7 @@ def _one_line_spec_warnings() -> None:
     """A spec warning (an inline secret) is one `warning:` line on stderr, not a traceback."""
     import warnings
 
-    from episodes.spec import SpecWarning
+    from episodes.types.spec import SpecWarning
 
     default = warnings.showwarning
 

@@ -9,8 +9,8 @@ from episodes.cli.common import console, progress_bar, summary_table
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
 from episodes.client.config import Config
-from episodes.models import EpisodeResult
-from episodes.spec import load_spec
+from episodes.specfile import load_spec
+from episodes.types.results import EpisodeResult
 
 
 async def run_spec(

@@ -52,7 +52,7 @@ def create(
     """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
     from episodes.client.schedules import create_schedule
     from episodes.envs import check_env_ref
-    from episodes.spec import load_spec
+    from episodes.specfile import load_spec
 
     async def main() -> None:
         s = load_spec(spec)

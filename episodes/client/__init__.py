@@ -10,9 +10,10 @@ the trainer steps), `sync` (the blocking facade), `batches` and `schedules`
 Temporal-free.
 """
 
-from episodes.client.core import EpisodeFailed, EpisodesClient
-from episodes.client.interactive import InteractiveSession, SessionFailed, StepRejected
+from episodes.client.core import EpisodesClient
+from episodes.client.interactive import InteractiveSession
 from episodes.client.sync import SyncEpisodesClient
+from episodes.errors import EpisodeFailed, SessionFailed, StepRejected
 
 __all__ = [
     "EpisodeFailed",

@@ -21,11 +21,12 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes import search_attributes as sa
-from episodes.batch_models import MAX_INPUT_BYTES, BatchInput, BatchProgress, BatchResult
 from episodes.errors import EpisodesError
-from episodes.models import EpisodeResult
 from episodes.search_attributes import batch_search_attributes
-from episodes.spec import EpisodeSpec
+from episodes.types.io import BatchInput, BatchProgress, BatchResult
+from episodes.types.results import EpisodeResult
+from episodes.types.spec import EpisodeSpec
+from episodes.types.tuning import MAX_INPUT_BYTES
 
 
 def batch_input(

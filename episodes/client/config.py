@@ -27,15 +27,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, ClientConnectConfig
 
-from episodes.errors import EpisodesError
-from episodes.messages import DEFAULT_TASK_QUEUE
+from episodes.errors import ConfigError
+from episodes.types.tuning import DEFAULT_TASK_QUEUE
 
 LOCAL_FILE = Path("episodes.toml")
 DEFAULT_ADDRESS = "127.0.0.1:7233"
-
-
-class ConfigError(EpisodesError):
-    """A setting is invalid; the message names it and its source."""
 
 
 class Settings(BaseModel):

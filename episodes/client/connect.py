@@ -17,14 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 
-from episodes.errors import EpisodesError
+from episodes.errors import ServerUnreachable
 
 if TYPE_CHECKING:
     from episodes.client.config import Config
-
-
-class ServerUnreachable(EpisodesError):
-    pass
 
 
 async def connect(

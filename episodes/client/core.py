@@ -23,29 +23,13 @@ from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 from episodes import contract
 from episodes.client.connect import connect
 from episodes.client.interactive import InteractiveSession, open_session
-from episodes.errors import EpisodesError
-from episodes.messages import (
-    DEFAULT_IDLE_TIMEOUT_S,
-    DEFAULT_TASK_QUEUE,
-    DEFAULT_TURNS_PER_RUN,
-    EpisodeInput,
-)
-from episodes.models import EpisodeResult, Task, Transcript
+from episodes.errors import EpisodeFailed
 from episodes.search_attributes import episode_search_attributes
-from episodes.spec import EpisodeSpec, load_spec
-
-
-class EpisodeFailed(EpisodesError):
-    """The workflow itself failed (a bug or a bad spec), so there is no EpisodeResult."""
-
-    def __init__(self, workflow_id: str, cause: BaseException) -> None:
-        self.workflow_id = workflow_id
-        detail = cause.cause if isinstance(cause, WorkflowFailureError) else cause
-        # `provision` failed after Temporal's retries for a non-harness reason.
-        self.provision_failed = (
-            isinstance(detail, ActivityError) and detail.activity_type == contract.PROVISION
-        )
-        super().__init__(f"episode {workflow_id} failed: {detail}")
+from episodes.specfile import load_spec
+from episodes.types.io import EpisodeInput
+from episodes.types.results import EpisodeResult, Task, Transcript
+from episodes.types.spec import EpisodeSpec
+from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, DEFAULT_TURNS_PER_RUN
 
 
 class EpisodesClient:
@@ -209,4 +193,13 @@ async def _result(handle: WorkflowHandle) -> EpisodeResult:
     try:
         return await handle.result()
     except WorkflowFailureError as e:
-        raise EpisodeFailed(handle.id, e) from None
+        raise _failed(handle.id, e) from None
+
+
+def _failed(workflow_id: str, cause: BaseException) -> EpisodeFailed:
+    detail = cause.cause if isinstance(cause, WorkflowFailureError) else cause
+    # `provision` failed after Temporal's retries for a non-harness reason.
+    provision_failed = (
+        isinstance(detail, ActivityError) and detail.activity_type == contract.PROVISION
+    )
+    return EpisodeFailed(workflow_id, str(detail), provision_failed=provision_failed)

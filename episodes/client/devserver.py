@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from episodes.errors import EpisodesError
+from episodes.errors import DevServerError
 from episodes.lifetime import with_death_signal
 from episodes.search_attributes import CLI_TYPES
 
@@ -42,10 +42,6 @@ TUNING_FLAGS = [
     "--sqlite-pragma",
     "synchronous=normal",
 ]
-
-
-class DevServerError(EpisodesError):
-    pass
 
 
 def temporal_binary() -> str:

@@ -224,7 +224,8 @@ def check_runtime(name: str, required: bool) -> Check:
 
 
 async def check_payloads() -> list[Check]:
-    from episodes.payloads.config import LocalStorage, PayloadsConfigError, S3Storage
+    from episodes.errors import PayloadsConfigError
+    from episodes.payloads.config import LocalStorage, S3Storage
     from episodes.payloads.config import payloads_config_from_env as from_env
 
     try:

@@ -25,8 +25,8 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.errors import EpisodesError
-from episodes.messages import DriveResult, RestoreResult, SessionRef
-from episodes.models import EpisodeResult, Task, Transcript, TurnRecord, TurnResult
+from episodes.types.io import DriveResult, RestoreResult, SessionRef
+from episodes.types.results import EpisodeResult, Task, Transcript, TurnRecord, TurnResult
 
 
 async def fetch_transcript(client: Client, workflow_id: str) -> Transcript:

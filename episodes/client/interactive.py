@@ -32,27 +32,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import contract
-from episodes.errors import EpisodesError
-from episodes.messages import (
-    DEFAULT_IDLE_TIMEOUT_S,
-    DEFAULT_TURNS_PER_RUN,
-    EpisodeProgress,
-    InteractiveInput,
-    SessionOpened,
-    StepInput,
-    StepReply,
-)
-from episodes.models import EpisodeResult, Task, Termination
+from episodes.errors import SessionFailed, StepRejected
 from episodes.search_attributes import episode_search_attributes
-from episodes.spec import EpisodeSpec
-
-
-class StepRejected(EpisodesError):
-    """The session refused a step: out of order, one already running, or the episode is over."""
-
-
-class SessionFailed(EpisodesError):
-    """The session's workflow failed (a bug or a bad spec), so there is no reply or result."""
+from episodes.types.io import EpisodeProgress, InteractiveInput, SessionOpened, StepInput, StepReply
+from episodes.types.results import EpisodeResult, Task, Termination
+from episodes.types.spec import EpisodeSpec
+from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TURNS_PER_RUN
 
 
 class InteractiveSession:

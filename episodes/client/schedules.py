@@ -36,9 +36,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from episodes import search_attributes as sa
 from episodes.client.batches import batch_input, total_episodes
 from episodes.contract import BATCH_WORKFLOW
-from episodes.errors import EpisodesError
-from episodes.models import Model
-from episodes.spec import EpisodeSpec
+from episodes.errors import ScheduleError
+from episodes.types.base import Model
+from episodes.types.spec import EpisodeSpec
 
 OVERLAP: dict[str, ScheduleOverlapPolicy] = {
     "skip": ScheduleOverlapPolicy.SKIP,
@@ -51,10 +51,6 @@ OVERLAP: dict[str, ScheduleOverlapPolicy] = {
 _OVERLAP_NAMES = {v: k for k, v in OVERLAP.items()}
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"(\d+)([dhms])")
-
-
-class ScheduleError(EpisodesError):
-    pass
 
 
 def parse_every(text: str) -> timedelta:

@@ -23,14 +23,10 @@ from temporalio.converter import DataConverter
 
 from episodes.client.core import EpisodesClient
 from episodes.client.interactive import InteractiveSession
-from episodes.messages import (
-    DEFAULT_IDLE_TIMEOUT_S,
-    DEFAULT_TASK_QUEUE,
-    EpisodeProgress,
-    StepReply,
-)
-from episodes.models import EpisodeResult, Task, Termination
-from episodes.spec import EpisodeSpec
+from episodes.types.io import EpisodeProgress, StepReply
+from episodes.types.results import EpisodeResult, Task, Termination
+from episodes.types.spec import EpisodeSpec
+from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE
 
 T = TypeVar("T")
 _END = object()

@@ -15,7 +15,7 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from episodes.models import ScoreResult, StepOutcome, Task, Transcript
+from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
 
 if TYPE_CHECKING:  # fastmcp is only needed by envs that hand over a server of their own
     from fastmcp import FastMCP

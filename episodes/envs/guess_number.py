@@ -20,7 +20,7 @@ import hashlib
 from typing import Any
 
 from episodes.envs.base import Environment
-from episodes.models import ScoreResult, StepOutcome, Task, Transcript
+from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
 
 
 def derive_secret(task_id: str, low: int, high: int) -> int:

@@ -20,7 +20,7 @@ import re
 from typing import Any
 
 from episodes.envs.base import Environment
-from episodes.models import ScoreResult, StepOutcome, Task, Transcript
+from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
 
 TOOL_NAMES = ["put", "get", "list_keys", "delete"]
 

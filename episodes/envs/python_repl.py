@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from episodes.envs.script import ScriptEnv
-from episodes.models import Task
+from episodes.types.results import Task
 
 
 class PythonReplEnv(ScriptEnv):

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from episodes.models import TurnRecord
+from episodes.types.results import TurnRecord
 
 if TYPE_CHECKING:
     from episodes.runtimes.base import Runtime
-    from episodes.spec import EpisodeSpec
+    from episodes.types.spec import EpisodeSpec
 
 EventCallback = Callable[[Any], Awaitable[None] | None]
 

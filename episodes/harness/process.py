@@ -25,8 +25,8 @@ from episodes.errors import (
 )
 from episodes.harness.driver import EventCallback
 from episodes.harness.protocol import READ_CHUNK_BYTES
-from episodes.models import TurnRecord
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
+from episodes.types.results import TurnRecord
 
 # After the process exits, what it wrote is already in the pipe: this only bounds the
 # wait for an EOF that a leftover grandchild (holding the pipe open) would withhold.

@@ -15,9 +15,9 @@ from typing import Any
 
 from episodes.errors import ProtocolError
 from episodes.runtimes.base import ByteStream
+from episodes.types.tuning import DEFAULT_MAX_PACKET_BYTES
 
 HEADER = struct.Struct(">Q")
-DEFAULT_MAX_PACKET_BYTES = 16 * 1024 * 1024
 READ_CHUNK_BYTES = 64 * 1024
 
 # Required fields per packet type (beyond `type`). Extra fields are allowed so the

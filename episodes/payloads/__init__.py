@@ -5,7 +5,8 @@
 `episodes.payloads.codec_server` serves /encode and /decode for the Temporal UI and CLI.
 """
 
-from episodes.payloads.codec import AesGcmCodec, PayloadDecryptError, PayloadKeyError
+from episodes.errors import PayloadDecryptError, PayloadKeyError, PayloadsConfigError
+from episodes.payloads.codec import AesGcmCodec
 from episodes.payloads.config import (
     DEFAULT_THRESHOLD_BYTES,
     AesGcmEncryption,
@@ -13,7 +14,6 @@ from episodes.payloads.config import (
     NoEncryption,
     NoStorage,
     PayloadsConfig,
-    PayloadsConfigError,
     S3Storage,
     payloads_config_from_env,
 )

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 
-from episodes.errors import EpisodesError
+from episodes.errors import PayloadDecryptError, PayloadKeyError
 
 ENCODING = b"binary/encrypted"
 KEY_ID_KEY = "encryption-key-id"
@@ -26,14 +26,6 @@ CIPHER_KEY = "encryption-cipher"
 CIPHER = b"AES-GCM"
 _NONCE_BYTES = 12
 _AAD_PREFIX = b"episodes.payloads/aes-gcm/v1:"
-
-
-class PayloadKeyError(EpisodesError):
-    """A payload names a key id that is not configured (or the keys are unusable)."""
-
-
-class PayloadDecryptError(EpisodesError):
-    """A payload could not be decrypted: the wrong key under its id, or corrupt data."""
 
 
 class AesGcmCodec(PayloadCodec):

@@ -42,7 +42,7 @@ from temporalio.converter import (
     StorageDriverRetrieveContext,
 )
 
-from episodes.errors import EpisodesError
+from episodes.errors import CodecServerError
 from episodes.payloads.config import PayloadsConfig, payloads_config_from_env
 from episodes.payloads.converter import payload_codec, storage_driver
 
@@ -55,10 +55,6 @@ ALLOW_HEADERS = "Content-Type, X-Namespace, Authorization"
 _REFERENCE_TYPE = ExternalStorageReference.DESCRIPTOR.full_name.encode()
 # The SDK marks codec-encoded references with this (written by later SDK releases).
 _REFERENCE_MARKER = "__temporal_external_storage_reference"
-
-
-class CodecServerError(EpisodesError):
-    pass
 
 
 class PayloadTranslator:

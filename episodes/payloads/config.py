@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from episodes.errors import SpecError
+from episodes.errors import PayloadsConfigError
 
 # The SDK's own default: payloads at or above this size leave the history. Well under
 # Temporal's 2 MB per-payload limit, and small enough that a long transcript of model
@@ -32,10 +32,6 @@ DEFAULT_KEYS_ENV = "EPISODES_PAYLOAD_KEYS"
 
 _KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _AES_KEY_SIZES = (16, 24, 32)
-
-
-class PayloadsConfigError(SpecError):
-    """A payloads setting is invalid; the message names the field, variable or file."""
 
 
 class _Model(BaseModel):

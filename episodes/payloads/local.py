@@ -27,14 +27,10 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
-from episodes.errors import EpisodesError
+from episodes.errors import LocalPayloadMissing
 
 DRIVER_NAME = "episodes.local"
 _DIGEST = re.compile(r"^[0-9a-f]{64}$")
-
-
-class LocalPayloadMissing(EpisodesError):
-    """A history refers to a stored payload that is not (or no longer) in the directory."""
 
 
 class LocalDirectoryDriver(StorageDriver):

@@ -21,7 +21,8 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 from temporalio.converter import StorageDriverClaim, StorageDriverStoreContext
 
-from episodes.payloads.config import PayloadsConfigError, S3Storage
+from episodes.errors import PayloadsConfigError
+from episodes.payloads.config import S3Storage
 
 DRIVER_NAME = "aws.s3driver"  # the SDK's default name: other SDKs' workers can read our claims
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
-from episodes.runtimes.config import (
+from episodes.types.runtime import (
     DockerConfig,
     ModalConfig,
     PrimeConfig,

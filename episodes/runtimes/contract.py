@@ -364,7 +364,8 @@ async def run_checks(
 def main(argv: list[str] | None = None) -> int:
     from pydantic import TypeAdapter
 
-    from episodes.runtimes import RuntimeConfig, make_runtime
+    from episodes.runtimes import make_runtime
+    from episodes.types.runtime import RuntimeConfig
 
     parser = argparse.ArgumentParser(
         prog="python -m episodes.runtimes.contract",

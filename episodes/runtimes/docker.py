@@ -20,7 +20,6 @@ from typing import Any
 
 from episodes.errors import ImageMissing, RuntimeUnavailable
 from episodes.runtimes.base import Runtime
-from episodes.runtimes.config import DockerConfig
 from episodes.runtimes.docker_engine import (
     ENGINE_HINT,
     MANAGED_LABEL,
@@ -33,6 +32,7 @@ from episodes.runtimes.docker_engine import (
     shared_client,
 )
 from episodes.runtimes.docker_process import WRAPPER, DockerProcess
+from episodes.types.runtime import DockerConfig
 
 __all__ = ["DockerProcess", "DockerRuntime", "cleanup_orphans", "image_available"]
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable
-from episodes.runtimes.config import ModalConfig
 from episodes.runtimes.remote_box import RemoteBox
 from episodes.runtimes.remote_shell import WRAPPER, RemoteShellProcess
+from episodes.types.runtime import ModalConfig
 
 
 def load_modal_sdk() -> Any:

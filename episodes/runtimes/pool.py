@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from episodes.errors import EpisodesError
-from episodes.runtimes import RuntimeConfig, make_runtime
+from episodes.errors import PoolClosed
+from episodes.runtimes import make_runtime
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.reuse import render_reuse_key
+from episodes.types.runtime import RuntimeConfig
 
 __all__ = [
     "PoolClosed",
@@ -60,10 +61,6 @@ class PoolStats(BaseModel):
     idle: int = 0
     leased: int = 0
     stopped: int = 0  # boxes the pool retired (stale, evicted, expired, failed, closed)
-
-
-class PoolClosed(EpisodesError):
-    """A lease was requested from a pool that is closed."""
 
 
 @dataclass

@@ -11,7 +11,7 @@ import contextlib
 import logging
 
 from episodes.runtimes.pool import PoolStats, RuntimePool, RuntimePoolConfig
-from episodes.spec import PoolSpec
+from episodes.types.spec import PoolSpec
 
 log = logging.getLogger("episodes.worker")
 

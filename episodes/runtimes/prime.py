@@ -29,9 +29,9 @@ import uuid
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.runtimes.config import PrimeConfig
 from episodes.runtimes.remote_box import RemoteBox, retrying
 from episodes.runtimes.remote_shell import CONTROL_TIMEOUT_S, WRAPPER, RemoteShellProcess
+from episodes.types.runtime import PrimeConfig
 
 CREATE_ATTEMPTS = 3
 _PROCESS_CLOSE_WAIT_S = 10.0

@@ -6,7 +6,7 @@ import string
 from typing import Any
 
 from episodes.errors import SpecError
-from episodes.models import Task
+from episodes.types.results import Task
 
 __all__ = ["render_reuse_key"]
 

@@ -32,7 +32,7 @@ import tempfile
 import uuid
 
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess, end_processes
-from episodes.runtimes.config import SubprocessConfig
+from episodes.types.runtime import SubprocessConfig
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 _KILL_WAIT_S = 5.0

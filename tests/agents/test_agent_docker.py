@@ -13,7 +13,7 @@ import pytest
 
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.session import LiveSession
-from episodes.spec import parse_spec
+from episodes.types.spec import parse_spec
 from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.runtimes.backends import docker as backend
 

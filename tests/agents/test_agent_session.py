@@ -13,9 +13,9 @@ import pytest
 
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.local import run_episode_local
-from episodes.models import Task
 from episodes.session import LiveSession
-from episodes.spec import parse_spec
+from episodes.types.results import Task
+from episodes.types.spec import parse_spec
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -7,7 +7,7 @@ import pytest
 from episodes.agents.bridge import ToolBridge
 from episodes.envs import load_env
 from episodes.envs.kv_store import KvStoreEnv, says_done
-from episodes.models import Task, Transcript, TurnRecord
+from episodes.types.results import Task, Transcript, TurnRecord
 from tests.agents.mcp_client import mcp_client
 
 GOAL = {"a": "1", "b": "2", "c": "3"}

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from episodes.agents.model import ModelSpec
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.harness import HarnessSession
+from episodes.types.model import ModelSpec
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,9 +8,10 @@ import httpx
 import openai
 import pytest
 
-from episodes.agents.model import ModelError, ModelSpec
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream, token_id, tokenize
+from episodes.errors import ModelError
+from episodes.types.model import ModelSpec
 
 pytestmark = pytest.mark.timeout(60)
 

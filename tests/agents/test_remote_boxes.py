@@ -17,11 +17,11 @@ from urllib.parse import urlparse
 import pytest
 
 from episodes.agents import tunnel
-from episodes.agents.model import ModelSpec
 from episodes.agents.scripted import ScriptedUpstream, echo_policy, kv_policy
 from episodes.agents.services import AgentServices
 from episodes.session import LiveSession
-from episodes.spec import parse_spec
+from episodes.types.model import ModelSpec
+from episodes.types.spec import parse_spec
 from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.runtimes.backends import modal_fake, prime_fake
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from episodes.envs.base import Environment
-from episodes.models import ScoreResult, StepOutcome, Task, Transcript
+from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
 
 
 class Flood(Environment):

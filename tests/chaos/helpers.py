@@ -25,9 +25,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from episodes import contract
 from episodes.client import EpisodesClient
-from episodes.models import EpisodeResult
-from episodes.runtimes.config import DockerConfig
-from episodes.spec import EpisodeSpec, parse_spec
+from episodes.types.results import EpisodeResult
+from episodes.types.runtime import DockerConfig
+from episodes.types.spec import EpisodeSpec, parse_spec
 from tests.conftest import ROOT
 from tests.integration.helpers import wait_until
 

@@ -12,7 +12,7 @@ from typing import Any
 import psutil
 import pytest
 
-from episodes.spec import EpisodeSpec
+from episodes.types.spec import EpisodeSpec
 from tests.chaos.envs import FLOOD
 from tests.chaos.helpers import (
     HARNESS,

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from episodes import contract
-from episodes.messages import EpisodeProgress
+from episodes.types.io import EpisodeProgress
 from tests.chaos.helpers import (
     HARNESS,
     WorkerProc,

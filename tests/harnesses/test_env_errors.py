@@ -6,10 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from episodes.errors import EnvironmentFailed
 from episodes.local import run_episode_local
-from episodes.models import Task
-from episodes.session import EnvironmentFailed, LiveSession
-from episodes.spec import parse_spec
+from episodes.session import LiveSession
+from episodes.types.results import Task
+from episodes.types.spec import parse_spec
 from tests.integration.envs import FAULTY
 
 ECHO = "{python} -m episodes.harnesses.echo"

@@ -16,9 +16,10 @@ import pytest
 
 from episodes.envs.script import ScriptEnv
 from episodes.local import run_episode_local
-from episodes.models import StepOutcome
 from episodes.session import LiveSession
-from episodes.spec import EpisodeSpec, load_spec, parse_spec
+from episodes.specfile import load_spec
+from episodes.types.results import StepOutcome
+from episodes.types.spec import EpisodeSpec, parse_spec
 
 pytestmark = pytest.mark.timeout(120)
 

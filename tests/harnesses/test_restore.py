@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from episodes.models import TurnRecord
 from episodes.session import LiveSession
-from episodes.spec import parse_spec
+from episodes.types.results import TurnRecord
+from episodes.types.spec import parse_spec
 from tests.conftest import ROOT
 
 RESUMABLE = [sys.executable, str(ROOT / "tests" / "harnesses" / "resumable_harness.py")]

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from episodes.envs.base import Environment
-from episodes.models import ScoreResult, StepOutcome, Task, Transcript
+from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
 
 
 class Endless(Environment):

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from episodes.spec import EpisodeSpec, parse_spec
+from episodes.types.spec import EpisodeSpec, parse_spec
 
 # The integration tests that cover both turn modes parametrize this (`turn_mode` fixture).
 TURN_MODE = "drive"
@@ -88,7 +88,7 @@ async def drive_result_turns(client, handle) -> list:  # type: ignore[no-untyped
     Update of theirs), in history order: TurnResult objects."""
     from temporalio.api.enums.v1 import EventType
 
-    from episodes.messages import DriveResult
+    from episodes.types.io import DriveResult
 
     scheduled: dict[int, str] = {}
     out: list = []

@@ -23,9 +23,9 @@ import pytest
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
-from episodes.messages import EpisodeProgress
-from episodes.models import Task
-from episodes.spec import parse_spec
+from episodes.types.io import EpisodeProgress
+from episodes.types.results import Task
+from episodes.types.spec import parse_spec
 from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.conftest import ROOT
 from tests.integration.helpers import pid_alive, wait_until

@@ -15,15 +15,15 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import is_cancelled_exception
 from temporalio.worker import Replayer
 
-from episodes.batch_models import BatchProgress
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, query_progress, start_batch, wait_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
 from episodes.contract import batch_workflow_id
-from episodes.metrics import BatchMetrics
-from episodes.models import EpisodeResult
 from episodes.payloads.settings import configured_data_converter
+from episodes.types.io import BatchProgress
+from episodes.types.metrics import BatchMetrics
+from episodes.types.results import EpisodeResult
 from tests.conftest import scripted_command
 from tests.integration.helpers import spec, wait_until
 from tests.integration.test_cli import episodes

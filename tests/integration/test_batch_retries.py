@@ -9,7 +9,7 @@ import uuid
 
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch
-from episodes.client.core import EpisodeFailed
+from episodes.errors import EpisodeFailed
 from tests.integration.helpers import spec
 
 QUEUE = "episodes-test"

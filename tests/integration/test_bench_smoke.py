@@ -14,7 +14,7 @@ from bench.__main__ import _clean, targets
 from bench.common import ECHO, STAMP, episode_gaps, floor_gaps, pct, script_spec, stamp_gaps_ms
 from bench.designs.study import DESIGNS
 from bench.designs.worker import DesignWorker
-from episodes.runtimes.config import SubprocessConfig
+from episodes.types.runtime import SubprocessConfig
 
 
 def test_stats_and_target_judging() -> None:

@@ -19,8 +19,8 @@ from temporalio.client import Client
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.client.sync import SyncEpisodesClient
-from episodes.messages import EpisodeProgress
-from episodes.models import EpisodeResult
+from episodes.types.io import EpisodeProgress
+from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT
 from tests.integration.helpers import pid_alive, spec, wait_until
 

@@ -62,8 +62,8 @@ async def test_docker_batch_through_episodes_run(tmp_path, dev_server, worker) -
 
 
 async def test_dead_local_workers_containers_are_reaped() -> None:
-    from episodes.runtimes.config import DockerConfig
     from episodes.runtimes.docker import DockerRuntime
+    from episodes.types.runtime import DockerConfig
     from workers.orphans import reap_orphan_containers
 
     dead = f"{socket.gethostname()}-999999-{uuid.uuid4().hex[:6]}"  # pid 999999: not running

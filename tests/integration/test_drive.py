@@ -12,8 +12,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from episodes.client import EpisodesClient
-from episodes.messages import DEFAULT_PIPELINE, DEFAULT_UPDATE_BYTES
-from episodes.models import TurnResult
+from episodes.types.results import TurnResult
+from episodes.types.tuning import DEFAULT_PIPELINE, DEFAULT_UPDATE_BYTES
 from tests.integration.envs import ENDLESS
 from tests.integration.helpers import drive_result_turns, spec
 

@@ -13,7 +13,7 @@ import uuid
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch
 from episodes.client.interactive import open_session
-from episodes.messages import EpisodeProgress
+from episodes.types.io import EpisodeProgress
 from tests.conftest import ROOT
 from tests.integration.envs import ENDLESS, FAULTY
 from tests.integration.helpers import pid_alive, spec, wait_until

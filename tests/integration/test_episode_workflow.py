@@ -7,7 +7,7 @@ import uuid
 from temporalio.client import Client
 
 from episodes.client import EpisodesClient
-from episodes.models import Task
+from episodes.types.results import Task
 from tests.integration.helpers import spec, turn_modes_fixture
 
 # Both `turn_mode`s: the drive (default) and one activity per turn.
@@ -54,8 +54,8 @@ async def test_max_turns(client, worker) -> None:
 async def test_oversized_reply_is_truncated_in_history(client, worker) -> None:
     """A 3 MB reply would exceed Temporal's 2 MB payload limit: with `record: full` but no
     external storage on this worker, it is recorded as a marker that says why."""
-    from episodes.messages import EpisodeProgress
     from episodes.truncate import NO_STORAGE_REASON
+    from episodes.types.io import EpisodeProgress
 
     s = spec(
         name=f"big-{uuid.uuid4().hex[:6]}",

@@ -34,9 +34,9 @@ from temporalio.worker import (
 )
 
 from episodes.client import EpisodesClient
-from episodes.messages import DriveResult, EpisodeProgress
-from episodes.models import EpisodeResult, TurnResult
 from episodes.payloads.settings import configured_data_converter
+from episodes.types.io import DriveResult, EpisodeProgress
+from episodes.types.results import EpisodeResult, TurnResult
 from tests.conftest import ROOT
 from tests.integration.helpers import spec
 from workers.worker import EpisodeWorker, WorkerOptions

@@ -16,9 +16,9 @@ from temporalio.client import Client
 from temporalio.worker import Replayer
 
 from episodes.client import EpisodesClient
-from episodes.client.interactive import StepRejected
-from episodes.messages import StepInput, StepReply
+from episodes.errors import StepRejected
 from episodes.payloads.settings import configured_data_converter
+from episodes.types.io import StepInput, StepReply
 from tests.conftest import ROOT, scripted_command
 from tests.integration.helpers import pid_alive, spec, wait_until
 from workflows import WORKFLOWS

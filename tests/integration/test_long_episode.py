@@ -25,9 +25,9 @@ from episodes.cli.show import load_transcript
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
-from episodes.messages import EpisodeInput, EpisodeProgress
-from episodes.models import EpisodeResult
 from episodes.payloads.settings import configured_data_converter
+from episodes.types.io import EpisodeInput, EpisodeProgress
+from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT
 from tests.integration.envs import ENDLESS
 from tests.integration.helpers import pid_alive, spec, wait_until

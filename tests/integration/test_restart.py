@@ -16,8 +16,8 @@ import psutil
 
 from episodes.client.connect import connect
 from episodes.client.history import load_transcript
-from episodes.messages import EpisodeInput, EpisodeProgress
-from episodes.models import EpisodeResult
+from episodes.types.io import EpisodeInput, EpisodeProgress
+from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT
 from tests.integration.envs import ENDLESS
 from tests.integration.helpers import pid_alive, spec, wait_until

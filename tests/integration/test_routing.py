@@ -15,8 +15,8 @@ from temporalio.api.enums.v1 import EventType
 
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
-from episodes.messages import EpisodeProgress
-from episodes.models import TurnResult
+from episodes.types.io import EpisodeProgress
+from episodes.types.results import TurnResult
 from tests.integration.helpers import drive_result_turns, spec
 from workers.worker import EpisodeWorker, WorkerOptions
 

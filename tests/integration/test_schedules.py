@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from episodes.batch_models import BatchResult
+from episodes.types.io import BatchResult
 from tests.integration.helpers import wait_until
 from tests.integration.test_cli import episodes
 

@@ -14,7 +14,7 @@ from temporalio.api.sdk.v1 import WorkflowMetadata
 from temporalio.client import Client, WorkflowHandle
 
 from episodes.client import EpisodesClient
-from episodes.messages import EpisodeProgress
+from episodes.types.io import EpisodeProgress
 from tests.conftest import scripted_command
 from tests.integration.helpers import drive_result_turns, spec, wait_until
 

@@ -15,7 +15,7 @@ import psutil
 
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
-from episodes.messages import EpisodeProgress
+from episodes.types.io import EpisodeProgress
 from tests.conftest import ROOT
 from tests.integration.helpers import pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions

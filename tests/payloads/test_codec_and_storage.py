@@ -14,6 +14,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext
 from temporalio.converter import StorageDriverStoreContext as StoreContext
 
+from episodes.errors import LocalPayloadMissing
 from episodes.payloads import (
     AesGcmCodec,
     AesGcmEncryption,
@@ -26,7 +27,6 @@ from episodes.payloads import (
     prune_local_payloads,
 )
 from episodes.payloads.codec import ENCODING, KEY_ID_KEY
-from episodes.payloads.local import LocalPayloadMissing
 
 KEY_A = ("a", b"A" * 32)
 KEY_B = ("b", b"B" * 32)

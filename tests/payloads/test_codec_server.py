@@ -13,9 +13,10 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.contrib.pydantic import pydantic_data_converter
 
+from episodes.errors import CodecServerError
 from episodes.payloads import AesGcmEncryption, LocalStorage, PayloadsConfig, data_converter
 from episodes.payloads.codec import ENCODING
-from episodes.payloads.codec_server import CodecServerError, start_codec_server
+from episodes.payloads.codec_server import start_codec_server
 
 UI = "http://localhost:8233"
 TOKEN = "Bearer test-token"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from episodes.errors import PayloadsConfigError
 from episodes.payloads.codec import new_key_entry
 from episodes.payloads.config import (
     DEFAULT_THRESHOLD_BYTES,
@@ -15,7 +16,6 @@ from episodes.payloads.config import (
     NoEncryption,
     NoStorage,
     PayloadsConfig,
-    PayloadsConfigError,
     S3Storage,
     parse_keys,
     payloads_config_from_env,

@@ -28,7 +28,7 @@ from temporalio.client import Client
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.payloads.settings import configured_data_converter
-from episodes.spec import parse_spec
+from episodes.types.spec import parse_spec
 from tests.harnesses.payload_harness import blob
 from tests.payloads.test_e2e_temporal import payloads_in
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from episodes.client.config import ConfigError, TemporalFlags, load_config
+from episodes.client.config import TemporalFlags, load_config
+from episodes.errors import ConfigError
 
 FILE = """
 [profile.default]

@@ -10,7 +10,7 @@ import pytest
 from episodes import contract
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
-from episodes.spec import parse_spec
+from episodes.types.spec import parse_spec
 from tests.integration.helpers import spec as make_spec
 from tests.production.procs import WorkerProc, value
 

@@ -23,9 +23,9 @@ import pytest
 from typer.testing import CliRunner
 
 from episodes.runtimes import ledger
-from episodes.runtimes.config import ModalConfig, PrimeConfig
 from episodes.runtimes.modal import ModalRuntime, destroy_sandbox
 from episodes.runtimes.prime import PrimeRuntime
+from episodes.types.runtime import ModalConfig, PrimeConfig
 from tests.runtimes.fakes import modal_fake
 from workers.orphans import reap_orphan_boxes
 

@@ -17,9 +17,9 @@ import pytest
 
 from episodes.errors import RuntimeUnavailable, SpecError
 from episodes.runtimes import remote_shell
-from episodes.runtimes.config import ModalConfig, PrimeConfig
 from episodes.runtimes.modal import ModalRuntime
 from episodes.runtimes.prime import PrimeRuntime
+from episodes.types.runtime import ModalConfig, PrimeConfig
 from tests.runtimes.fakes import modal_fake
 
 prime_fake = pytest.importorskip("tests.runtimes.fakes.prime_fake")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from episodes.errors import RuntimeUnavailable
-from episodes.runtimes.config import DockerConfig
+from episodes.types.runtime import DockerConfig
 from tests.runtimes import backends
 from tests.runtimes.backends import docker as backend
 
@@ -153,7 +153,7 @@ async def test_no_engine_is_one_clear_error() -> None:
 async def test_containers_do_not_outlive_a_process_that_forgot_to_stop(engine: object) -> None:
     code = f"""
         import asyncio, json
-        from episodes.runtimes.config import DockerConfig
+        from episodes.types.runtime import DockerConfig
         from episodes.runtimes.docker import DockerRuntime
         async def main():
             box = DockerRuntime(DockerConfig(image={backend.IMAGE!r}), labels={backend.labels()!r})

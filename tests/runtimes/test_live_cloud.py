@@ -16,8 +16,8 @@ import pytest
 
 from episodes.runtimes import contract_kit
 from episodes.runtimes.base import Runtime
-from episodes.runtimes.config import ModalConfig, PrimeConfig
 from episodes.runtimes.contract_kit import LINE_ECHO, SLEEPER
+from episodes.types.runtime import ModalConfig, PrimeConfig
 
 pytestmark = pytest.mark.live
 

@@ -11,16 +11,11 @@ import sys
 
 import pytest
 
-from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.models import Task
-from episodes.runtimes.config import DockerConfig, SubprocessConfig
-from episodes.runtimes.pool import (
-    PoolClosed,
-    RuntimePool,
-    RuntimePoolConfig,
-    render_reuse_key,
-)
+from episodes.errors import PoolClosed, RuntimeUnavailable, SpecError
+from episodes.runtimes.pool import RuntimePool, RuntimePoolConfig, render_reuse_key
 from episodes.runtimes.subprocess import SubprocessRuntime
+from episodes.types.results import Task
+from episodes.types.runtime import DockerConfig, SubprocessConfig
 
 CFG = SubprocessConfig()
 BOUND_S = 10.0

@@ -18,9 +18,16 @@ import activities.session
 from activities.recorder import TurnRecorder
 from activities.session import SessionActivities
 from episodes import contract
-from episodes.client.interactive import InteractiveSession, StepRejected
-from episodes.errors import EnvironmentLoadError, HarnessFailure, SpecError
-from episodes.messages import (
+from episodes.client.interactive import InteractiveSession
+from episodes.errors import (
+    EnvironmentLoadError,
+    HarnessFailure,
+    SpecError,
+    StepRejected,
+    TurnOutOfOrder,
+)
+from episodes.registry import SessionRegistry
+from episodes.types.io import (
     InteractiveInput,
     ScoreInput,
     ScoreTranscriptInput,
@@ -28,10 +35,8 @@ from episodes.messages import (
     StepInput,
     TurnInput,
 )
-from episodes.models import StepOutcome, Task, Transcript, TurnRecord, TurnResult
-from episodes.registry import SessionRegistry
-from episodes.session import TurnOutOfOrder
-from episodes.spec import parse_spec
+from episodes.types.results import StepOutcome, Task, Transcript, TurnRecord, TurnResult
+from episodes.types.spec import parse_spec
 from workflows.episode import EpisodeWorkflow
 from workflows.interactive import InteractiveEpisodeWorkflow
 

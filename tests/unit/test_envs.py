@@ -16,7 +16,7 @@ from episodes.envs.guess_number import GuessNumberEnv, derive_secret
 from episodes.envs.python_repl import PythonReplEnv
 from episodes.envs.script import ScriptEnv
 from episodes.errors import EnvironmentLoadError
-from episodes.models import Task, Transcript, TurnRecord
+from episodes.types.results import Task, Transcript, TurnRecord
 
 
 def play(env: Environment, task: Task, replies: list) -> tuple[list, list]:

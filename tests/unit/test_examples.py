@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from episodes.envs import check_env_ref, load_env
-from episodes.spec import load_spec
+from episodes.specfile import load_spec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 REQUIRED = {"guess-number.yaml", "python-repl.yaml", "script.yaml", "kv-agent.yaml"}

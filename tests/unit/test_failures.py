@@ -12,7 +12,7 @@ from temporalio.exceptions import (
 )
 
 from episodes import contract
-from episodes.metrics import MetricsAccumulator
+from episodes.types.metrics import MetricsAccumulator
 from workflows.failures import classify, last_heartbeat_turn
 
 

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 
 from episodes.errors import ProtocolError, SpecError
 from episodes.harness.protocol import HEADER, PacketDecoder
-from episodes.spec import load_spec, parse_spec
+from episodes.specfile import load_spec
+from episodes.types.spec import parse_spec
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

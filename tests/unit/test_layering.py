@@ -1,7 +1,10 @@
-"""Dependencies point one way (README, "Layout"), checked on every module's imports.
+"""Dependencies point one way, checked on every module's imports, transitively.
 
-workers -> activities -> episodes; workflows -> models only. The core of `episodes/`
-is Temporal-free; its Temporal-facing parts are named here.
+workers -> activities -> episodes; workflows -> episodes.types (+ contract,
+search_attributes). What a workflow module imports, and everything that imports in
+turn, is what the workflow sandbox loads: the floors below are checked on that whole
+closure, not on the first step only (`episodes/spec.py` once pulled the model proxy's
+module and the runtimes' into the sandbox through one innocent-looking import).
 """
 
 from __future__ import annotations
@@ -9,23 +12,20 @@ from __future__ import annotations
 import ast
 import sys
 from collections.abc import Iterable
+from functools import cache
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = ("activities", "workers", "workflows")
-# What workflow code may import besides its own package, temporalio, the standard
-# library and pydantic: models (passed through the sandbox as they are).
-MODELS = (
-    "episodes.batch_models",
-    "episodes.contract",
-    "episodes.messages",
-    "episodes.metrics",
-    "episodes.models",
-    "episodes.search_attributes",
-    "episodes.spec",
-)
+PROJECT = ("episodes", *APP)
+# What workflow code may reach, besides its own package, temporalio, the standard
+# library and pydantic.
+WORKFLOW_FLOOR = ("episodes.types", "episodes.errors", "episodes.contract", "episodes.search_attributes")
+# The types floor: pydantic + the standard library, and the one errors module (itself
+# standard library only).
+TYPES_FLOOR = ("episodes.types", "episodes.errors")
 # The parts of `episodes/` that import temporalio (and, for the CLI, the worker).
 TEMPORAL_FACING = (
     "episodes.client",
@@ -35,6 +35,7 @@ TEMPORAL_FACING = (
     "episodes.contract",  # temporalio.activity, for the activity declarations
     "episodes.search_attributes",  # temporalio.common's keys
 )
+THIRD_PARTY_OK = {"__future__", "temporalio", "pydantic", "pydantic_core", "typing_extensions"}
 
 
 def _module(path: Path) -> str:
@@ -46,9 +47,12 @@ def _files(package: str) -> list[Path]:
     return sorted((ROOT / package).rglob("*.py"))
 
 
-def _is_module(name: str) -> bool:
-    path = ROOT.joinpath(*name.split("."))
-    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+def _path(name: str) -> Path | None:
+    base = ROOT.joinpath(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.exists():
+            return candidate
+    return None
 
 
 def _imports(nodes: Iterable[ast.AST]) -> set[str]:
@@ -65,44 +69,91 @@ def _imports(nodes: Iterable[ast.AST]) -> set[str]:
                 found |= {
                     f"{node.module}.{a.name}"
                     for a in node.names
-                    if _is_module(f"{node.module}.{a.name}")
+                    if _path(f"{node.module}.{a.name}") is not None
                 }
     return found
 
 
-def _file_imports(path: Path) -> set[str]:
-    return _imports([ast.parse(path.read_text(), str(path))])
+@cache
+def _direct(name: str) -> frozenset[str]:
+    """What module `name` imports, its parent packages included (importing
+    `episodes.types.results` runs `episodes/__init__.py` and `episodes/types/__init__.py`)."""
+    path = _path(name)
+    if path is None:
+        return frozenset()
+    found = _imports([ast.parse(path.read_text(), str(path))])
+    parts = name.split(".")
+    found |= {".".join(parts[:i]) for i in range(1, len(parts))}
+    return frozenset(found)
+
+
+def _closure(name: str) -> dict[str, str]:
+    """Every module reachable from `name` -> the project module that imports it."""
+    seen: dict[str, str] = {}
+    todo = [name]
+    while todo:
+        current = todo.pop()
+        for dep in _direct(current):
+            if dep not in seen:
+                seen[dep] = current
+                if dep.split(".")[0] in PROJECT:
+                    todo.append(dep)
+    return seen
 
 
 def _within(name: str, prefixes: Iterable[str]) -> bool:
     return any(name == p or name.startswith(p + ".") for p in prefixes)
 
 
-def _allowed_in_workflows(name: str) -> bool:
+def _outside(name: str, floor: tuple[str, ...], *, own: tuple[str, ...] = ()) -> bool:
     top = name.split(".")[0]
-    if top in sys.stdlib_module_names or top in ("__future__", "temporalio", "pydantic"):
-        return True
-    return name == "episodes" or _within(name, ("workflows", *MODELS))
+    if top in sys.stdlib_module_names or top in THIRD_PARTY_OK:
+        return False
+    return not (name == "episodes" or _within(name, (*own, *floor)))
+
+
+def _violations(root: str, floor: tuple[str, ...], own: tuple[str, ...] = ()) -> list[str]:
+    reached = _closure(root)
+    return sorted(f"{dep} (via {via})" for dep, via in reached.items() if _outside(dep, floor, own=own))
 
 
 @pytest.mark.parametrize("path", _files("workflows"), ids=lambda p: p.name)
-def test_workflows_import_only_temporal_and_models(path: Path) -> None:
-    bad = sorted(n for n in _file_imports(path) if not _allowed_in_workflows(n))
-    assert not bad, f"{path.name} imports {bad}: workflow code imports only models"
+def test_workflows_reach_only_the_types_floor(path: Path) -> None:
+    bad = _violations(_module(path), WORKFLOW_FLOOR, own=("workflows",))
+    assert not bad, f"{path.name} reaches {bad}: workflow code imports only episodes.types"
+
+
+@pytest.mark.parametrize("path", _files("episodes/types"), ids=lambda p: p.name)
+def test_types_reach_only_pydantic_and_the_stdlib(path: Path) -> None:
+    bad = _violations(_module(path), TYPES_FLOOR)
+    assert not bad, f"{_module(path)} reaches {bad}: types import only pydantic and the stdlib"
+
+
+def test_errors_import_only_the_stdlib() -> None:
+    bad = _violations("episodes.errors", ("episodes.errors", "episodes.types"))
+    assert not bad, f"episodes.errors reaches {bad}"
+
+
+def test_the_package_face_imports_nothing_eagerly() -> None:
+    """`import episodes` is what every workflow module's imports run first, and what a
+    harness importing `episodes.harness.sdk` runs: it must load nothing on its own."""
+    top_level = ast.parse((ROOT / "episodes/__init__.py").read_text()).body
+    eager = _imports([n for n in top_level if not isinstance(n, ast.If)])
+    assert not {n for n in eager if _within(n, PROJECT)}, eager
 
 
 @pytest.mark.parametrize("path", _files("workflows"), ids=lambda p: p.name)
-def test_only_models_pass_through_the_sandbox(path: Path) -> None:
+def test_only_types_pass_through_the_sandbox(path: Path) -> None:
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.With) and "imports_passed_through" in ast.unparse(node.items[0]):
             inner = _imports(node.body)
-            bad = sorted(n for n in inner if n != "episodes" and not _within(n, MODELS))
+            bad = sorted(n for n in inner if n != "episodes" and not _within(n, WORKFLOW_FLOOR))
             assert not bad, f"{path.name} passes {bad} through the sandbox"
 
 
 @pytest.mark.parametrize("path", _files("activities"), ids=lambda p: p.name)
 def test_activities_never_import_workers_or_workflows(path: Path) -> None:
-    bad = sorted(n for n in _file_imports(path) if _within(n, ("workers", "workflows")))
+    bad = sorted(n for n in _direct(_module(path)) if _within(n, ("workers", "workflows")))
     assert not bad, f"{path.name} imports {bad}"
 
 
@@ -111,16 +162,23 @@ CORE = [p for p in _files("episodes") if not _within(_module(p), TEMPORAL_FACING
 
 @pytest.mark.parametrize("path", CORE, ids=_module)
 def test_the_core_is_temporal_free(path: Path) -> None:
-    bad = sorted(n for n in _file_imports(path) if _within(n, ("temporalio", *APP)))
+    bad = sorted(n for n in _direct(_module(path)) if _within(n, ("temporalio", *APP)))
     assert not bad, f"{_module(path)} imports {bad}: the core is Temporal-free"
 
 
 @pytest.mark.parametrize("path", _files("episodes/client"), ids=lambda p: p.name)
 def test_the_client_never_imports_the_application(path: Path) -> None:
-    bad = sorted(n for n in _file_imports(path) if _within(n, APP))
+    bad = sorted(n for n in _direct(_module(path)) if _within(n, APP))
     assert not bad, f"{_module(path)} imports {bad}"
 
 
+def test_the_closure_goes_beyond_direct_imports() -> None:
+    """The check itself: what a module reaches includes what its imports import."""
+    direct = _direct("episodes.specfile")
+    reached = set(_closure("episodes.specfile"))
+    assert "episodes.types.runtime" not in direct and "episodes.types.runtime" in reached
+
+
 def test_the_named_modules_exist() -> None:
-    for name in (*MODELS, *TEMPORAL_FACING):
-        assert _is_module(name), name
+    for name in (*WORKFLOW_FLOOR, *TEMPORAL_FACING):
+        assert _path(name) is not None, name

@@ -6,10 +6,10 @@ from datetime import timedelta
 
 import pytest
 
-from episodes.batch_models import BatchInput
-from episodes.client.schedules import ScheduleError, parse_every
-from episodes.errors import EpisodesError
-from episodes.metrics import DurationSketch, MetricsAccumulator, pass_at_k, report_ks
+from episodes.client.schedules import parse_every
+from episodes.errors import EpisodesError, ScheduleError
+from episodes.types.io import BatchInput
+from episodes.types.metrics import DurationSketch, MetricsAccumulator, pass_at_k, report_ks
 
 
 def test_pass_at_k_by_hand() -> None:

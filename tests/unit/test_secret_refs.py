@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from episodes.errors import SpecError
-from episodes.models import StepOutcome, TurnRecord, TurnResult
-from episodes.secret_values import Scrubber, SecretMissing, resolve_secrets
+from episodes.errors import SecretMissing, SpecError
+from episodes.secret_values import Scrubber, resolve_secrets
 from episodes.session import harness_env
-from episodes.spec import EnvSecret, FileSecret, SpecWarning, parse_spec
 from episodes.truncate import MARKER, NO_STORAGE_REASON, fit_result
+from episodes.types.results import StepOutcome, TurnRecord, TurnResult
+from episodes.types.spec import EnvSecret, FileSecret, SpecWarning, parse_spec
 
 
 def _spec(harness: dict, **over: object):  # type: ignore[no-untyped-def]

@@ -1,5 +1,5 @@
-from episodes.models import TurnRecord
 from episodes.truncate import MARKER, cap, cap_record, json_size
+from episodes.types.results import TurnRecord
 
 
 def test_small_values_pass_through_untouched() -> None:

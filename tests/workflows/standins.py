@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from episodes import contract
-from episodes.messages import (
+from episodes.types.io import (
     DriveInput,
     DriveResult,
     ProvisionInput,
@@ -34,8 +34,15 @@ from episodes.messages import (
     SessionRef,
     TurnInput,
 )
-from episodes.models import EpisodeResult, ScoreResult, StepOutcome, Task, TurnRecord, TurnResult
-from episodes.spec import EpisodeSpec
+from episodes.types.results import (
+    EpisodeResult,
+    ScoreResult,
+    StepOutcome,
+    Task,
+    TurnRecord,
+    TurnResult,
+)
+from episodes.types.spec import EpisodeSpec
 from workflows import WORKFLOWS
 
 

@@ -11,9 +11,16 @@ import pytest
 from temporalio.exceptions import ApplicationError
 
 from episodes import contract
-from episodes.batch_models import WORKFLOW_FAILED, BatchInput, BatchResult
-from episodes.messages import DriveInput, DriveResult, EpisodeInput, ProvisionInput, SessionRef
-from episodes.models import EpisodeResult, ScoreResult, Task
+from episodes.types.io import (
+    BatchInput,
+    BatchResult,
+    DriveInput,
+    DriveResult,
+    EpisodeInput,
+    ProvisionInput,
+    SessionRef,
+)
+from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, ScoreResult, Task
 from tests.workflows.standins import StandIns, spec
 
 TASKS = [Task(id="a", data={"reward": 1.0}), Task(id="b", data={"reward": 0.0}), Task(id="c")]

@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from episodes import contract
-from episodes.messages import (
+from episodes.types.io import (
     DriveInput,
     DriveResult,
     EpisodeCarry,
@@ -31,7 +31,7 @@ from episodes.messages import (
     ProvisionInput,
     SessionRef,
 )
-from episodes.models import EpisodeResult, ScoreResult, TurnResult
+from episodes.types.results import EpisodeResult, ScoreResult, TurnResult
 from tests.workflows.standins import HangsIn, StandIns, spec, task, turn_result
 
 

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from episodes import contract
-from episodes.messages import (
+from episodes.types.io import (
     InteractiveInput,
     ProvisionInput,
     ScoreInput,
@@ -23,7 +23,7 @@ from episodes.messages import (
     StepReply,
     TurnInput,
 )
-from episodes.models import EpisodeResult, ScoreResult, TurnResult
+from episodes.types.results import EpisodeResult, ScoreResult, TurnResult
 from tests.workflows.standins import HangsIn, StandIns, spec, task, turn_result
 
 

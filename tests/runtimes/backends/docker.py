@@ -14,7 +14,7 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from episodes.runtimes.config import DockerConfig
+from episodes.types.runtime import DockerConfig
 
 NAME = "docker"
 PYTHON = ["python3"]

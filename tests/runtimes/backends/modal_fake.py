@@ -6,7 +6,7 @@ import sys
 import tempfile
 
 from episodes.runtimes.base import Runtime
-from episodes.runtimes.config import ModalConfig
+from episodes.types.runtime import ModalConfig
 
 NAME = "modal-fake"
 PYTHON = [sys.executable]

@@ -9,7 +9,7 @@ import sys
 import tempfile
 
 from episodes.runtimes.base import Runtime
-from episodes.runtimes.config import PrimeConfig
+from episodes.types.runtime import PrimeConfig
 
 NAME = "prime-fake"
 PYTHON = [sys.executable]

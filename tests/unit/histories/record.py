@@ -24,14 +24,13 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from episodes.batch_models import BatchInput
 from episodes.client import EpisodesClient
 from episodes.client.batches import start_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
-from episodes.messages import EpisodeInput
-from episodes.models import EpisodeResult
-from episodes.spec import parse_spec
+from episodes.types.io import BatchInput, EpisodeInput
+from episodes.types.results import EpisodeResult
+from episodes.types.spec import parse_spec
 from workers.worker import EpisodeWorker, WorkerOptions
 
 HERE = Path(__file__).resolve().parent
@@ -188,7 +187,7 @@ def _worker_process(address: str, queue: str) -> subprocess.Popen:
 
 
 async def _kill_holder(client: Client, handle: WorkflowHandle, procs: list, turns: int) -> None:
-    from episodes.messages import EpisodeProgress
+    from episodes.types.io import EpisodeProgress
 
     for _ in range(600):
         with contextlib.suppress(Exception):

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from pydantic import Field
 
-from episodes.models import Model
+from episodes.types.base import Model
 
 # Histogram bucket i holds durations in (GAMMA**(i-1), GAMMA**i]. Reporting the bucket's
 # midpoint 2*GAMMA**i/(GAMMA+1) is off by at most (GAMMA-1)/(GAMMA+1) < 1% relatively.

@@ -1,6 +1,13 @@
-"""Inputs and outputs of the workflow and its activities.
+"""Inputs, state and outputs of the workflows and their activities: episodes,
+interactive sessions and batches.
 
 Pydantic and the standard library only: workflows import this module.
+
+A batch's input carries the tasks inline (a workflow cannot read a dataset file), and
+every continue-as-new carries it again, so the whole input must fit in one Temporal
+payload (2 MB by default on the server). `episodes.client.batches.batch_input` refuses
+inputs above `MAX_INPUT_BYTES` with a clear message; for larger datasets keep the task
+data small (paths or URLs the environment resolves) or split the dataset into batches.
 """
 
 from __future__ import annotations
@@ -10,8 +17,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from episodes.models import (
-    Model,
+from episodes.types.base import Model
+from episodes.types.metrics import BatchMetrics, MetricsAccumulator
+from episodes.types.results import (
     ScoreResult,
     Task,
     Termination,
@@ -19,21 +27,16 @@ from episodes.models import (
     TurnRecord,
     TurnResult,
 )
-from episodes.spec import EpisodeSpec
-
-DEFAULT_TASK_QUEUE = "episodes"
-# A long episode continues-as-new after this many turns in one run (or earlier, when
-# the server suggests it), so its history stays bounded however many turns it takes.
-DEFAULT_TURNS_PER_RUN = 1000
-# What the `progress` query returns by default: the last turns, within a byte budget.
-DEFAULT_PROGRESS_TURNS = 100
-PROGRESS_MAX_BYTES = 2 * 1024 * 1024
-# Finished turns the drive may run ahead of history, and the most one Update carries:
-# far below Temporal's 2 MB payload limit whatever the turns hold.
-DEFAULT_PIPELINE = 256
-DEFAULT_MAX_LAG_S = 1.0
-DEFAULT_UPDATE_BYTES = 512 * 1024
-DEFAULT_LINGER_S = 0.05
+from episodes.types.spec import EpisodeSpec
+from episodes.types.tuning import (
+    DEFAULT_CHILDREN_PER_RUN,
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_LINGER_S,
+    DEFAULT_MAX_LAG_S,
+    DEFAULT_PIPELINE,
+    DEFAULT_TURNS_PER_RUN,
+    DEFAULT_UPDATE_BYTES,
+)
 
 
 class SessionRef(Model):
@@ -196,8 +199,6 @@ class EpisodeProgress(Model):
 
 # -- interactive sessions (the trainer writes each turn) -------------------------------
 
-DEFAULT_IDLE_TIMEOUT_S = 600.0
-
 
 class SessionOpened(Model):
     """What the `open` update returns once the session is provisioned (or failed to be)."""
@@ -239,3 +240,54 @@ class InteractiveInput(EpisodeInput):
 
     idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
     carry: InteractiveCarry | None = None
+
+
+# -- batches (EvalBatchWorkflow) ----------------------------------------------------
+
+
+class BatchState(Model):
+    """What one run of the batch hands to the next on continue-as-new."""
+
+    next_index: int = 0  # work item i is task i // samples, sample i % samples
+    metrics: MetricsAccumulator | None = None
+    runs: int = 1  # runs in the continue-as-new chain so far, this one included
+    started_at: datetime | None = None
+    errors: list[str] = Field(default_factory=list)  # the last few child failures
+
+
+class BatchInput(Model):
+    spec: EpisodeSpec  # with `tasks` inline
+    # None: the batch id is the workflow id (scheduled runs get a fresh one each time).
+    batch: str | None = None
+    schedule: str | None = None
+    concurrency: int | None = Field(default=None, ge=1)  # None: spec.concurrency
+    pass_threshold: float = 1.0
+    children_per_run: int = Field(default=DEFAULT_CHILDREN_PER_RUN, ge=1)
+    state: BatchState = Field(default_factory=BatchState)
+
+
+BatchStatus = Literal["running", "draining", "done"]
+
+
+class BatchProgress(Model):
+    """What the `progress` query returns."""
+
+    status: BatchStatus
+    batch: str
+    total: int
+    done: int
+    running: int
+    failed: int  # episodes whose workflow failed (counted in `done`)
+    runs: int
+    last: str = ""  # the most recent finished episode, one line
+
+
+class BatchResult(Model):
+    batch: str
+    spec_name: str
+    schedule: str | None = None
+    total: int
+    runs: int  # runs in the continue-as-new chain
+    elapsed_s: float  # from the first run's start to the end
+    metrics: BatchMetrics
+    errors: list[str] = Field(default_factory=list)

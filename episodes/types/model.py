@@ -25,7 +25,6 @@ in the call record.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,14 +35,6 @@ TOKEN_DATA_PARAMS: dict[str, Any] = {
     "return_tokens_as_token_ids": True,
     "return_token_ids": True,
 }
-
-
-class ModelError(Exception):
-    """A model call failed for good (retries exhausted, or the upstream stream broke).
-
-    The message is one line and never contains the upstream key: the session turns
-    it into the episode's `error` with termination `model_error`.
-    """
 
 
 class ModelSpec(BaseModel):
@@ -75,15 +66,3 @@ class ModelSpec(BaseModel):
         forced.update(self.params)
         forced["model"] = self.model
         return forced
-
-    def upstream_key(self, environ: dict[str, str] | None = None) -> str | None:
-        """The key from the worker's environment; a clear error (naming only the variable)."""
-        if self.api_key_env is None:
-            return None
-        env = os.environ if environ is None else environ
-        key = env.get(self.api_key_env)
-        if not key:
-            raise ModelError(
-                f"model upstream key: environment variable {self.api_key_env} is not set"
-            )
-        return key

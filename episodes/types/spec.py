@@ -25,12 +25,11 @@ from pydantic import (
     model_validator,
 )
 
-from episodes.agents.model import ModelSpec
 from episodes.errors import SpecError
-from episodes.models import Task
-from episodes.runtimes.config import RuntimeConfig, SubprocessConfig
-
-DEFAULT_MAX_PACKET = 16 * 1024 * 1024
+from episodes.types.model import ModelSpec
+from episodes.types.results import Task
+from episodes.types.runtime import RuntimeConfig, SubprocessConfig
+from episodes.types.tuning import DEFAULT_MAX_PACKET_BYTES
 
 
 class _Spec(BaseModel):
@@ -107,7 +106,7 @@ class HarnessSpec(_Spec):
     runtime: RuntimeConfig = Field(default_factory=SubprocessConfig)
     ready_timeout_s: float = Field(default=30.0, gt=0)
     stop_timeout_s: float = Field(default=5.0, gt=0)
-    max_packet_bytes: int = Field(default=DEFAULT_MAX_PACKET, gt=0)
+    max_packet_bytes: int = Field(default=DEFAULT_MAX_PACKET_BYTES, gt=0)
     # `native`: the framed protocol of docs/protocol.md. `acp`: any Agent Client Protocol
     # agent over stdio (docs/acp.md): session/new once, session/prompt per turn.
     protocol: Literal["native", "acp"] = "native"
@@ -279,22 +278,3 @@ def inline_secret_warnings(spec: EpisodeSpec, *, source: str = "<spec>") -> list
         for name in spec.harness.env
         if _SECRET_LOOKING.search(name)
     ]
-
-
-def load_spec(path: str | Path) -> EpisodeSpec:
-    """Read a YAML or JSON spec file."""
-    p = Path(path)
-    if not p.exists():
-        raise SpecError(f"{p}: spec file not found")
-    text = p.read_text()
-    try:
-        if p.suffix == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except Exception as e:  # yaml.YAMLError / JSONDecodeError: one clear line
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise SpecError(f"{p}: cannot parse ({first})") from None
-    return parse_spec(data, source=str(p), base_dir=p.parent)
