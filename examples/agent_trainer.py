@@ -20,16 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import episodes
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
-from episodes.client import EpisodesClient
-from episodes.errors import EpisodesError
-from episodes.specfile import load_spec
-from episodes.types.results import EpisodeResult, Transcript
 
 HERE = Path(__file__).resolve().parent
 
 
-def rollout(result: EpisodeResult, transcript: Transcript) -> dict[str, Any]:
+def rollout(result: episodes.EpisodeResult, transcript: episodes.Transcript) -> dict[str, Any]:
     """One rollout for the trainer: the sampled sequences of every model call, in order."""
     steps = []
     for call in transcript.model_calls():
@@ -47,12 +44,12 @@ def rollout(result: EpisodeResult, transcript: Transcript) -> dict[str, Any]:
 
 
 async def train(args: argparse.Namespace, model_url: str) -> int:
-    spec = load_spec(args.spec)
+    spec = episodes.load_spec(args.spec)
     assert spec.model is not None, f"{args.spec} names no model"
     model = spec.model.model_copy(update={"base_url": model_url, "model": args.model})
     spec = spec.model_copy(update={"model": model})
     batch = args.batch or f"agent-trainer-{time.strftime('%Y%m%d-%H%M%S')}"
-    client = await EpisodesClient.connect(args.address, task_queue=args.task_queue)
+    client = await episodes.connect(args.address, task_queue=args.task_queue)
     rollouts = []
     results = client.run_batch(spec, batch=batch, concurrency=args.concurrency)
     async with contextlib.aclosing(results):
@@ -78,8 +75,8 @@ async def main_async(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--address", default="127.0.0.1:7233")
-    p.add_argument("--task-queue", default="episodes")
+    p.add_argument("--address", help="Temporal frontend host:port (default: as the CLI)")
+    p.add_argument("--task-queue", help="the workers' shared task queue (default: as the CLI)")
     p.add_argument("--spec", type=Path, default=HERE / "kv-agent.yaml")
     p.add_argument("--batch", help="batch id (default: a fresh one per run)")
     p.add_argument("--concurrency", type=int)
@@ -89,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         return asyncio.run(main_async(args))
-    except EpisodesError as e:
+    except episodes.EpisodesError as e:
         print(f"agent_trainer: {e}", file=sys.stderr)
         return 2
 

@@ -20,14 +20,11 @@ import argparse
 import asyncio
 import sys
 
-from episodes.client import EpisodesClient
-from episodes.errors import EpisodesError
-from episodes.types.results import Task
-from episodes.types.spec import EpisodeSpec, parse_spec
+import episodes
 
 
-def guess_spec() -> EpisodeSpec:
-    return parse_spec(
+def guess_spec() -> episodes.EpisodeSpec:
+    return episodes.parse_spec(
         {
             "name": "interactive-guess",
             "env": "guess-number",
@@ -39,8 +36,8 @@ def guess_spec() -> EpisodeSpec:
     )
 
 
-def repl_spec() -> EpisodeSpec:
-    return parse_spec(
+def repl_spec() -> episodes.EpisodeSpec:
+    return episodes.parse_spec(
         {
             "name": "interactive-repl",
             "env": "python-repl",
@@ -58,7 +55,7 @@ def repl_spec() -> EpisodeSpec:
     )
 
 
-async def play_guess_number(client: EpisodesClient, sample: int) -> None:
+async def play_guess_number(client: episodes.EpisodesClient, sample: int) -> None:
     spec = guess_spec()
     async with await client.open_session(spec, spec.tasks[0], sample) as session:
         obs = session.first_observation  # {"low": 1, "high": 1000, "budget": 12, ...}
@@ -78,9 +75,9 @@ async def play_guess_number(client: EpisodesClient, sample: int) -> None:
     print(f"  -> {result.termination} after {result.turns} turns, reward {result.reward}")
 
 
-async def play_repl(client: EpisodesClient, sample: int) -> None:
+async def play_repl(client: episodes.EpisodesClient, sample: int) -> None:
     spec = repl_spec()
-    task: Task = spec.tasks[0]
+    task: episodes.Task = spec.tasks[0]
     session = await client.open_session(spec, task, sample)
     try:
         print(f"python-repl: first observation {session.first_observation!r}")
@@ -93,7 +90,7 @@ async def play_repl(client: EpisodesClient, sample: int) -> None:
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    client = await EpisodesClient.connect(
+    client = await episodes.connect(
         args.address, namespace=args.namespace, task_queue=args.task_queue
     )
     await play_guess_number(client, args.sample)
@@ -102,14 +99,14 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--address", default="127.0.0.1:7233", help="Temporal frontend host:port")
-    p.add_argument("--namespace", default="default")
-    p.add_argument("--task-queue", default="episodes", help="the workers' shared task queue")
+    p.add_argument("--address", help="Temporal frontend host:port (default: as the CLI)")
+    p.add_argument("--namespace")
+    p.add_argument("--task-queue", help="the workers' shared task queue (default: as the CLI)")
     p.add_argument("--sample", type=int, default=0, help="session ids end in .s<sample>")
     args = p.parse_args(argv)
     try:
         asyncio.run(main_async(args))
-    except EpisodesError as e:
+    except episodes.EpisodesError as e:
         print(f"interactive: {e}", file=sys.stderr)
         return 2
     return 0

@@ -4,7 +4,7 @@
     .venv/bin/python examples/trainer.py           # examples/guess-number.yaml by default
     .venv/bin/python examples/trainer.py --spec examples/python-repl.yaml --concurrency 4
 
-It uses the blocking client (`episodes.client.sync.SyncEpisodesClient`), the way a
+It uses the blocking client (`episodes.SyncEpisodesClient`), the way a
 synchronous training loop would: each result arrives as soon as its episode ends,
 not in submission order, and the running mean reward is printed as it goes.
 
@@ -21,37 +21,34 @@ import sys
 import time
 from pathlib import Path
 
-from episodes.client.sync import SyncEpisodesClient
-from episodes.errors import EpisodesError
-from episodes.specfile import load_spec
-from episodes.types.results import EpisodeResult
+import episodes
 
 HERE = Path(__file__).resolve().parent
 
 
-def train_on(result: EpisodeResult) -> None:
+def train_on(result: episodes.EpisodeResult) -> None:
     """Where a real trainer turns one rollout into a gradient step (here: nothing)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--address", default="127.0.0.1:7233", help="Temporal frontend host:port")
-    p.add_argument("--namespace", default="default")
-    p.add_argument("--task-queue", default="episodes", help="the workers' shared task queue")
+    p.add_argument("--address", help="Temporal frontend host:port (default: as the CLI)")
+    p.add_argument("--namespace")
+    p.add_argument("--task-queue", help="the workers' shared task queue (default: as the CLI)")
     p.add_argument("--spec", type=Path, default=HERE / "guess-number.yaml")
     p.add_argument("--batch", help="batch id (default: a fresh one per run)")
     p.add_argument("--concurrency", type=int, help="episodes in flight (default: the spec's)")
     args = p.parse_args(argv)
 
     try:
-        spec = load_spec(args.spec)
+        spec = episodes.load_spec(args.spec)
         batch = args.batch or f"trainer-{spec.name}-{time.strftime('%Y%m%d-%H%M%S')}"
         total = len(spec.load_tasks()) * spec.samples
         print(f"batch {batch}: {total} episodes of {spec.name}", flush=True)
         rewards: list[float] = []
         done = 0
         with (
-            SyncEpisodesClient.connect(
+            episodes.SyncEpisodesClient.connect(
                 args.address, namespace=args.namespace, task_queue=args.task_queue
             ) as client,
             # closing(): leaving early (Ctrl-C) cancels the episodes still in flight.
@@ -71,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{result.termination} turns={result.turns} reward={reward} mean={mean}",
                     flush=True,
                 )
-    except EpisodesError as e:  # unreachable server, bad spec, a failed workflow
+    except episodes.EpisodesError as e:  # unreachable server, bad spec, a failed workflow
         print(f"trainer: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -21,7 +21,6 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
 
 from episodes import contract
-from episodes.client.connect import connect
 from episodes.client.interactive import InteractiveSession, open_session
 from episodes.errors import EpisodeFailed
 from episodes.search_attributes import episode_search_attributes
@@ -40,15 +39,33 @@ class EpisodesClient:
     @classmethod
     async def connect(
         cls,
-        address: str = "127.0.0.1:7233",
+        address: str | None = None,
         *,
-        namespace: str = "default",
-        task_queue: str = DEFAULT_TASK_QUEUE,
+        namespace: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+        profile: str | None = None,
+        config_file: str | Path | None = None,
+        task_queue: str | None = None,
         data_converter: DataConverter | None = None,
+        timeout_s: float = 10.0,
     ) -> EpisodesClient:
-        """`data_converter` None: the configured one (EPISODES_PAYLOADS_*, see README)."""
-        client = await connect(address, namespace=namespace, data_converter=data_converter)
-        return cls(client, task_queue=task_queue)
+        """Connect as the `episodes` command does: arguments > `TEMPORAL_*` /
+        `EPISODES_*` environment variables > the config file's profile > defaults
+        (127.0.0.1:7233, namespace `default`, task queue `episodes`). An API key or TLS
+        from any of those is used as given. `data_converter` None: the configured one
+        (payload encryption and external storage, docs/operations.md)."""
+        from episodes.client.config import TemporalFlags, load_config
+        from episodes.client.connect import connect_config
+
+        config = load_config(
+            TemporalFlags(address=address, namespace=namespace, api_key=api_key, tls=tls),
+            {"task_queue": task_queue},
+            config=Path(config_file) if config_file is not None else None,
+            profile=profile,
+        )
+        client = await connect_config(config, timeout_s=timeout_s, data_converter=data_converter)
+        return cls(client, task_queue=config.settings.task_queue)
 
     async def start_episode(
         self,
@@ -203,3 +220,30 @@ def _failed(workflow_id: str, cause: BaseException) -> EpisodeFailed:
         isinstance(detail, ActivityError) and detail.activity_type == contract.PROVISION
     )
     return EpisodeFailed(workflow_id, str(detail), provision_failed=provision_failed)
+
+
+async def connect(
+    address: str | None = None,
+    *,
+    namespace: str | None = None,
+    api_key: str | None = None,
+    tls: bool | None = None,
+    profile: str | None = None,
+    config_file: str | Path | None = None,
+    task_queue: str | None = None,
+    data_converter: DataConverter | None = None,
+    timeout_s: float = 10.0,
+) -> EpisodesClient:
+    """`episodes.connect()`: an `EpisodesClient` configured as the CLI is (see
+    `EpisodesClient.connect`)."""
+    return await EpisodesClient.connect(
+        address,
+        namespace=namespace,
+        api_key=api_key,
+        tls=tls,
+        profile=profile,
+        config_file=config_file,
+        task_queue=task_queue,
+        data_converter=data_converter,
+        timeout_s=timeout_s,
+    )

@@ -24,9 +24,9 @@ from temporalio.converter import DataConverter
 from episodes.client.core import EpisodesClient
 from episodes.client.interactive import InteractiveSession
 from episodes.types.io import EpisodeProgress, StepReply
-from episodes.types.results import EpisodeResult, Task, Termination
+from episodes.types.results import EpisodeResult, Task, Termination, Transcript
 from episodes.types.spec import EpisodeSpec
-from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE
+from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TURNS_PER_RUN
 
 T = TypeVar("T")
 _END = object()
@@ -76,26 +76,53 @@ class SyncEpisodesClient:
     @classmethod
     def connect(
         cls,
-        address: str = "127.0.0.1:7233",
+        address: str | None = None,
         *,
-        namespace: str = "default",
-        task_queue: str = DEFAULT_TASK_QUEUE,
+        namespace: str | None = None,
+        api_key: str | None = None,
+        tls: bool | None = None,
+        profile: str | None = None,
+        config_file: str | Path | None = None,
+        task_queue: str | None = None,
         data_converter: DataConverter | None = None,
+        timeout_s: float = 10.0,
     ) -> SyncEpisodesClient:
+        """As `EpisodesClient.connect`: arguments > environment > profile > defaults."""
         loop = _LoopThread()
         try:
             client = loop.run(
                 EpisodesClient.connect(
                     address,
                     namespace=namespace,
+                    api_key=api_key,
+                    tls=tls,
+                    profile=profile,
+                    config_file=config_file,
                     task_queue=task_queue,
                     data_converter=data_converter,
+                    timeout_s=timeout_s,
                 )
             )
         except BaseException:
             loop.stop()
             raise
         return cls(loop, client)
+
+    def start_episode(
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int = 0,
+        *,
+        batch: str | None = None,
+        attempt: int = 0,
+    ) -> str:
+        """Start one episode (or attach to the one under its id) without waiting for it;
+        the workflow id, for `transcript()` or the UI."""
+        handle = self._loop.run(
+            self.async_client.start_episode(spec, task, sample, batch=batch, attempt=attempt)
+        )
+        return handle.id
 
     def run_episode(
         self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
@@ -126,6 +153,10 @@ class SyncEpisodesClient:
             if not self._loop.closed:
                 self._loop.run(agen.aclose())
 
+    def transcript(self, workflow_id: str) -> Transcript:
+        """A finished (or running) episode's transcript, every run of it."""
+        return self._loop.run(self.async_client.transcript(workflow_id))
+
     def open_session(
         self,
         spec: EpisodeSpec,
@@ -135,6 +166,7 @@ class SyncEpisodesClient:
         batch: str | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         workflow_id: str | None = None,
+        turns_per_run: int = DEFAULT_TURNS_PER_RUN,
     ) -> SyncSession:
         session = self._loop.run(
             self.async_client.open_session(
@@ -144,6 +176,7 @@ class SyncEpisodesClient:
                 batch=batch,
                 idle_timeout_s=idle_timeout_s,
                 workflow_id=workflow_id,
+                turns_per_run=turns_per_run,
             )
         )
         return SyncSession(self._loop, session)

@@ -22,7 +22,12 @@ APP = ("activities", "workers", "workflows")
 PROJECT = ("episodes", *APP)
 # What workflow code may reach, besides its own package, temporalio, the standard
 # library and pydantic.
-WORKFLOW_FLOOR = ("episodes.types", "episodes.errors", "episodes.contract", "episodes.search_attributes")
+WORKFLOW_FLOOR = (
+    "episodes.types",
+    "episodes.errors",
+    "episodes.contract",
+    "episodes.search_attributes",
+)
 # The types floor: pydantic + the standard library, and the one errors module (itself
 # standard library only).
 TYPES_FLOOR = ("episodes.types", "episodes.errors")
@@ -74,14 +79,24 @@ def _imports(nodes: Iterable[ast.AST]) -> set[str]:
     return found
 
 
+def _runs(tree: ast.Module) -> list[ast.AST]:
+    """The parts of a module that run: all but `if TYPE_CHECKING:` blocks."""
+    return [
+        n
+        for n in tree.body
+        if not (isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
+    ]
+
+
 @cache
 def _direct(name: str) -> frozenset[str]:
-    """What module `name` imports, its parent packages included (importing
-    `episodes.types.results` runs `episodes/__init__.py` and `episodes/types/__init__.py`)."""
+    """What module `name` imports when it runs (functions included, TYPE_CHECKING blocks
+    not), its parent packages included (importing `episodes.types.results` runs
+    `episodes/__init__.py` and `episodes/types/__init__.py`)."""
     path = _path(name)
     if path is None:
         return frozenset()
-    found = _imports([ast.parse(path.read_text(), str(path))])
+    found = _imports(_runs(ast.parse(path.read_text(), str(path))))
     parts = name.split(".")
     found |= {".".join(parts[:i]) for i in range(1, len(parts))}
     return frozenset(found)
@@ -114,7 +129,9 @@ def _outside(name: str, floor: tuple[str, ...], *, own: tuple[str, ...] = ()) ->
 
 def _violations(root: str, floor: tuple[str, ...], own: tuple[str, ...] = ()) -> list[str]:
     reached = _closure(root)
-    return sorted(f"{dep} (via {via})" for dep, via in reached.items() if _outside(dep, floor, own=own))
+    return sorted(
+        f"{dep} (via {via})" for dep, via in reached.items() if _outside(dep, floor, own=own)
+    )
 
 
 @pytest.mark.parametrize("path", _files("workflows"), ids=lambda p: p.name)
@@ -137,8 +154,7 @@ def test_errors_import_only_the_stdlib() -> None:
 def test_the_package_face_imports_nothing_eagerly() -> None:
     """`import episodes` is what every workflow module's imports run first, and what a
     harness importing `episodes.harness.sdk` runs: it must load nothing on its own."""
-    top_level = ast.parse((ROOT / "episodes/__init__.py").read_text()).body
-    eager = _imports([n for n in top_level if not isinstance(n, ast.If)])
+    eager = _direct("episodes")
     assert not {n for n in eager if _within(n, PROJECT)}, eager
 
 
