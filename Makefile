@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo lint fmt bench clean
+.PHONY: venv test demo docs lint fmt bench clean
 
 venv: $(STAMP)
 
@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
-	@$(BIN)/python -m pip install -q -e '.[dev]'
+	@$(BIN)/python -m pip install -q -e '.[dev,docs]'
 	@touch $(STAMP)
 
 # The type check runs here too: CI runs `make test`, so it enforces it.
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m episodes.demo
+
+# The docs site (docs/, mkdocs.yml) into site/; --strict: a broken link or reference fails.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
@@ -37,4 +41,4 @@ fmt: $(STAMP)
 	$(BIN)/ruff format episodes activities workflows workers tests bench examples
 
 clean:
-	rm -rf $(VENV) .episodes .pytest_cache
+	rm -rf $(VENV) .episodes .pytest_cache site
