@@ -1,5 +1,5 @@
 # The `episodes` worker image: `episodes worker` and nothing else a worker does not
-# need. README, "Production".
+# need. docs/operations/deploy.md.
 #
 #   docker build -t episodes-worker:0.1.0 .
 #   docker run --init episodes-worker:0.1.0 --address temporal:7233 --namespace default

@@ -22,7 +22,7 @@ from episodes.types.spec import EnvSecret, EpisodeSpec
 
 MASK = "***"
 # Values shorter than this are not scrubbed: replacing every "a" would wreck the
-# transcript, and such a value protects nothing. (README: Secrets and encryption.)
+# transcript, and such a value protects nothing. (docs/operations/secrets.md.)
 MIN_SCRUB_CHARS = 4
 
 M = TypeVar("M", bound=BaseModel)

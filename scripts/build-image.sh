@@ -175,7 +175,7 @@ else
 fi
 chmod -R a+rX "$STAGE/opt"
 
-# The box user (DockerConfig.user, README "Runtimes"): `episodes`, uid/gid 10001 like the
+# The box user (DockerConfig.user, docs/runtimes.md): `episodes`, uid/gid 10001 like the
 # worker image, owning the workdir /work and its home; root stays for `user: root`.
 BOX_UID=10001
 mkdir -p "$STAGE/etc" "$STAGE/work" "$STAGE/home/episodes"

@@ -11,7 +11,7 @@ a task written to a partition whose pollers are all waiting on the others sits i
 that partition's backlog until a poll lands there, up to a long poll (~60 s) later
 when the queue is quiet. That was issue 13's ~50 s stall with no CPU spent at the end
 of a throughput repeat. Per-worker session queues carry a trickle of tasks each, the
-worst case for partitions; a self-hosted cluster should give them one (README).
+worst case for partitions; a self-hosted cluster should give them one (docs/operations/deploy.md).
 """
 
 from __future__ import annotations

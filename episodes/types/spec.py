@@ -139,7 +139,7 @@ class HarnessSpec(_Spec):
 
 
 class PoolSpec(_Spec):
-    """Box reuse across episodes on one worker (see README: Pool)."""
+    """Box reuse across episodes on one worker (docs/runtimes.md, the pool)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)  # hashable: one pool per setting
 
@@ -160,11 +160,11 @@ class EpisodeSpec(_Spec):
     max_turns: int = Field(default=20, ge=1)
     # `drive`: one activity on the session's worker runs the turn loop and records the
     # turns in batches (the fast default). `activity`: one `turn` activity per turn,
-    # scheduled by the workflow (each turn durable before the next starts; README).
+    # scheduled by the workflow (each turn durable before the next starts; docs/concepts.md).
     turn_mode: Literal["drive", "activity"] = "drive"
     turn_timeout_s: float = Field(default=60.0, gt=0)
     # `fail`: a lost worker ends the episode `worker_lost`. `restart`: a new session on a
-    # live worker replays the recorded turns and the episode goes on (README: Failure
+    # live worker replays the recorded turns and the episode goes on (docs/failures.md: Failure
     # semantics), at most `max_restarts` times per episode.
     on_worker_lost: Literal["fail", "restart"] = "fail"
     max_restarts: int = Field(default=2, ge=0)
@@ -188,7 +188,7 @@ class EpisodeSpec(_Spec):
     # the same rendered key may reuse a parked box on the same worker.
     reuse_key: str | None = None
     pool: PoolSpec = Field(default_factory=PoolSpec)
-    # The upstream model behind the session's OpenAI-compatible proxy (README: Model calls).
+    # The upstream model behind the session's OpenAI-compatible proxy (docs/tools-and-models.md).
     model: ModelSpec | None = None
 
     @field_validator("name")

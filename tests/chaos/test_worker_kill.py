@@ -31,7 +31,7 @@ from tests.integration.helpers import wait_until
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 EPISODES, TURNS, LOST_S = 40, 8, 3.0
-# README: detection takes at most about twice worker_lost_timeout_s; slack for a
+# docs/failures.md: detection takes at most about twice worker_lost_timeout_s; slack for a
 # machine shared with other jobs (the figures are printed).
 BOUND_S = 2 * LOST_S + 12
 
