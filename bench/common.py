@@ -21,7 +21,7 @@ from episodes.types.spec import EpisodeSpec, parse_spec
 HERE = Path(__file__).resolve().parent
 STAMP = [sys.executable, str(HERE / "harnesses" / "stamp.py")]
 REALISTIC = [sys.executable, str(HERE / "harnesses" / "realistic.py")]
-ECHO = [sys.executable, "-m", "episodes.harnesses.echo"]
+ECHO = [sys.executable, "-m", "episodes.harness.reference.echo"]
 
 
 @contextlib.contextmanager

@@ -19,7 +19,7 @@ from episodes.runtimes.pool import RuntimePool
 from episodes.session import LiveSession
 from episodes.types.runtime import DockerConfig, SubprocessConfig
 
-BOX_ECHO = ["python3", "-m", "episodes.harnesses.echo"]
+BOX_ECHO = ["python3", "-m", "episodes.harness.reference.echo"]
 
 
 def docker_skip_reason(image: str) -> str | None:

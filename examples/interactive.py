@@ -31,7 +31,7 @@ def guess_spec() -> episodes.EpisodeSpec:
             "env_args": {"low": 1, "high": 1000, "budget": 12},
             "tasks": [{"id": "secret-777", "data": {"secret": 777}}],
             "max_turns": 12,
-            "harness": {"command": "{python} -m episodes.harnesses.echo"},
+            "harness": {"command": "{python} -m episodes.harness.reference.echo"},
         }
     )
 
@@ -50,7 +50,7 @@ def repl_spec() -> episodes.EpisodeSpec:
                     },
                 }
             ],
-            "harness": {"command": "{python} -m episodes.harnesses.repl"},
+            "harness": {"command": "{python} -m episodes.harness.reference.repl"},
         }
     )
 

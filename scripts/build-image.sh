@@ -6,7 +6,7 @@
 #      so only the first build downloads anything.
 #   2. The stdlib-only harness pieces appended under /opt/episodes (PYTHONPATH):
 #        /opt/episodes/episodes/harness/sdk.py              the harness SDK
-#        /opt/episodes/episodes/harnesses/*.py              reference harnesses
+#        /opt/episodes/episodes/harness/reference/*.py              reference harnesses
 #        /opt/episodes/episodes/agents/relay.py             the in-box relay (tools, model)
 #        /opt/episodes/episodes/agents/stream.py            SSE assembly (stdlib; the LLM harness)
 #        /opt/episodes/tests/harnesses/*.py                 test harnesses
@@ -51,7 +51,7 @@ cd "$ROOT"
 FILES=()
 # Harness programs import only the SDK (stdlib-only); the host side of the protocol
 # (episodes/harness/protocol.py and what it imports) stays out of the box.
-for f in episodes/harness/sdk.py episodes/harnesses/*.py episodes/agents/relay.py episodes/agents/stream.py tests/harnesses/*.py; do
+for f in episodes/harness/sdk.py episodes/harness/reference/*.py episodes/agents/relay.py episodes/agents/stream.py tests/harnesses/*.py; do
     [[ -f $f ]] || continue
     case $f in */__init__.py | */test_*.py | */conftest.py) continue ;; esac
     FILES+=("$f")
@@ -143,10 +143,10 @@ fi
 # --- append /opt/episodes and import ---------------------------------------------------
 STAGE=$WORK/stage
 OPT=$STAGE/opt/episodes
-mkdir -p "$OPT/episodes/harness" "$OPT/episodes/harnesses" "$OPT/episodes/agents" "$OPT/tests/harnesses"
+mkdir -p "$OPT/episodes/harness" "$OPT/episodes/harness/reference" "$OPT/episodes/agents" "$OPT/tests/harnesses"
 : >"$OPT/episodes/__init__.py"
 : >"$OPT/episodes/harness/__init__.py"
-: >"$OPT/episodes/harnesses/__init__.py"
+: >"$OPT/episodes/harness/reference/__init__.py"
 : >"$OPT/episodes/agents/__init__.py"
 : >"$OPT/tests/__init__.py"
 : >"$OPT/tests/harnesses/__init__.py"

@@ -38,7 +38,7 @@ from episodes.types.spec import EpisodeSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
-REPL = ["{python}", "-m", "episodes.harnesses.repl"]
+REPL = ["{python}", "-m", "episodes.harness.reference.repl"]
 SLOW = {"id": "slow", "data": {"snippets": ["x = 1", "import time; time.sleep(120)", "x"]}}
 DESIGNS = ["UpdateLagEpisode", "UpdateAhead32Episode", "ChildLocalEpisode"]
 
@@ -49,7 +49,7 @@ def _spec(**over) -> EpisodeSpec:  # type: ignore[no-untyped-def]
         "env": "script",
         "tasks": [{"id": "t0", "data": {"messages": ["a", "b", "c"]}}],
         "harness": {
-            "command": ["{python}", "-m", "episodes.harnesses.echo"],
+            "command": ["{python}", "-m", "episodes.harness.reference.echo"],
             "ready_timeout_s": 30,
             "stop_timeout_s": 1,
         },

@@ -3,7 +3,7 @@
     task.data = {"snippets": ["x = 20", "y = x + 1", "print(x * y)"],
                  "expected": ["", "", "420"]}                          # expected optional
 
-The harness (e.g. `{python} -m episodes.harnesses.repl`) replies with the snippet's
+The harness (e.g. `{python} -m episodes.harness.reference.repl`) replies with the snippet's
 output as the interactive interpreter shows it: stdout, the repr of a final expression,
 or the traceback text. The point is state: `x` from turn 1 is visible in turn 3
 only because the harness process stayed alive across turns.

@@ -12,18 +12,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from episodes.errors import ProtocolError
+    from episodes.harness.native import NativeDriver
     from episodes.harness.protocol import PacketDecoder, encode, read_packet
-    from episodes.harness.session import HarnessSession
 
 _EXPORTS = {
-    "HarnessSession": "episodes.harness.session",
+    "NativeDriver": "episodes.harness.native",
     "PacketDecoder": "episodes.harness.protocol",
     "encode": "episodes.harness.protocol",
     "read_packet": "episodes.harness.protocol",
     "ProtocolError": "episodes.errors",
 }
 
-__all__ = ["HarnessSession", "PacketDecoder", "ProtocolError", "encode", "read_packet"]
+__all__ = ["NativeDriver", "PacketDecoder", "ProtocolError", "encode", "read_packet"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,6 +1,6 @@
 """Any Agent Client Protocol (ACP) agent as a harness: one live agent process per episode.
 
-`AcpHarnessSession` has the interface and failure semantics of `HarnessSession`, but
+`AcpDriver` has the interface and failure semantics of `NativeDriver`, but
 speaks ACP (JSON-RPC 2.0, one JSON object per line) on the process's stdio, through
 the `agent-client-protocol` SDK's client side:
 
@@ -59,7 +59,7 @@ from episodes.runtimes.base import Runtime, RuntimeProcess
 
 __all__ = [
     "AcpAllowList",
-    "AcpHarnessSession",
+    "AcpDriver",
     "AcpPermissions",
     "http_mcp_server",
     "prompt_blocks",
@@ -68,8 +68,8 @@ __all__ = [
 _CANCEL_SEND_S = 1.0
 
 
-class AcpHarnessSession(ProcessDriver):
-    name = "AcpHarnessSession"
+class AcpDriver(ProcessDriver):
+    name = "AcpDriver"
     noun = "agent"
     stopped_early = "agent was stopped before its session started"
     # No farewell: ACP has no shutdown request, end of stdin is the agent's signal to exit.

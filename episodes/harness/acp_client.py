@@ -1,7 +1,7 @@
 """The client half of ACP as an episode plays it: what the agent may ask of us, the
 permission policy, and how turn messages and MCP server entries are written in ACP.
 
-`AcpHarnessSession` (acp.py) drives the agent; this module holds the parts that do
+`AcpDriver` (acp.py) drives the agent; this module holds the parts that do
 not depend on the process, so the spec can validate `AcpPermissions` on its own.
 """
 

@@ -1,6 +1,6 @@
 """What a live session needs from the program it drives, whatever protocol it speaks.
 
-`HarnessSession` (the native framed protocol) implements it; so does the ACP driver.
+`NativeDriver` (the native framed protocol) implements it; so does the ACP driver.
 A driver never raises out of `turn()` for a misbehaving harness: crashes, timeouts and
 protocol violations come back as a TurnRecord with `error_type`, after the driver has
 stopped the process itself.
@@ -55,10 +55,10 @@ def make_driver(
     h = spec.harness
     if h.protocol == "acp":
         # Imported here: the ACP SDK is needed only by episodes that run ACP agents.
-        from episodes.harness.acp import AcpHarnessSession, http_mcp_server
+        from episodes.harness.acp import AcpDriver, http_mcp_server
 
         servers = [http_mcp_server("episodes", mcp_url, mcp_token)] if mcp_url else []
-        return AcpHarnessSession(
+        return AcpDriver(
             runtime,
             argv,
             env=env,
@@ -69,9 +69,9 @@ def make_driver(
             permissions=h.permissions,
             max_message_bytes=h.max_packet_bytes,
         )
-    from episodes.harness.session import HarnessSession
+    from episodes.harness.native import NativeDriver
 
-    return HarnessSession(
+    return NativeDriver(
         runtime,
         argv,
         env=env,

@@ -22,12 +22,13 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from episodes.runtimes.backends import destroyer
 
 log = logging.getLogger(__name__)
 
@@ -164,21 +165,6 @@ def dead_ledgers(worker: str | None = None) -> dict[Path, list[Leftover]]:
     return out
 
 
-Destroyer = Callable[[str, Any], Awaitable[None]]
-
-
-def _destroyer(runtime: str) -> tuple[Destroyer, Callable[[], Any]] | None:
-    if runtime == "modal":
-        from episodes.runtimes.modal import destroy_sandbox, load_modal_sdk
-
-        return destroy_sandbox, load_modal_sdk
-    if runtime == "prime":
-        from episodes.runtimes.prime import destroy_vm, load_prime_sdk
-
-        return destroy_vm, load_prime_sdk
-    return None
-
-
 async def reap(worker: str | None = None, *, sdks: dict[str, Any] | None = None) -> int:
     """Delete the boxes of dead writers' ledgers (all, or `worker`'s); how many went.
 
@@ -190,7 +176,7 @@ async def reap(worker: str | None = None, *, sdks: dict[str, Any] | None = None)
     for path, boxes in dead_ledgers(worker).items():
         kept = []
         for box in boxes:
-            how = _destroyer(box.runtime)
+            how = destroyer(box.runtime)
             try:
                 if how is None:
                     raise RuntimeError(f"unknown runtime {box.runtime!r}")

@@ -1,7 +1,7 @@
 """What every boxed process shares: buffered output streams and the exit-code convention.
 
 A box's process output arrives in chunks from somewhere (a Docker socket demultiplexed
-by a thread, an SDK's async iterator); `BufferedStream` turns that into the contract's
+by a thread, an SDK's async iterator); `BufferedStream` turns that into the interface's
 `ByteStream`, with a bounded backlog so a process nobody reads blocks like on a full
 pipe instead of filling the worker's memory. How the producer is held back differs
 (a thread waits on a condition, a task on an event), so that is the `_consumed` hook.
@@ -24,7 +24,7 @@ _CHUNK = 64 * 1024
 
 
 def exit_code(raw: int) -> int:
-    """A shell (and Docker, and Modal) reports a signalled process as 128+n; the contract
+    """A shell (and Docker, and Modal) reports a signalled process as 128+n; the interface
     says -n. A program's own `exit 143` is indistinguishable and reads as -15 too."""
     return -(raw - 128) if 128 < raw <= 128 + 64 else raw
 

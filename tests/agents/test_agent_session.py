@@ -28,7 +28,7 @@ def agent_spec(base_url: str, **extra) -> dict:
         "env": "kv-store",
         "tasks": [{"id": "ab", "data": {"goal": {"a": "1", "b": "2"}}}],
         "max_turns": 4,
-        "harness": {"command": "{python} -m episodes.harnesses.llm --max-steps 8"},
+        "harness": {"command": "{python} -m episodes.harness.reference.llm --max-steps 8"},
         "model": {
             "base_url": base_url,
             "model": "scripted",

@@ -17,7 +17,7 @@ import pytest
 
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
-from episodes.harness import HarnessSession
+from episodes.harness import NativeDriver
 from episodes.types.model import ModelSpec
 
 pytestmark = pytest.mark.timeout(120)
@@ -41,8 +41,8 @@ def mcp_url():
 
 
 async def run_turns(runtime, env, messages, *args: str):
-    argv = [sys.executable, "-m", "episodes.harnesses.llm", "--max-steps", "6", *args]
-    session = HarnessSession(runtime, argv, env=env, ready_timeout_s=30)
+    argv = [sys.executable, "-m", "episodes.harness.reference.llm", "--max-steps", "6", *args]
+    session = NativeDriver(runtime, argv, env=env, ready_timeout_s=30)
     await session.start()
     try:
         return [await session.turn(i, m, timeout_s=30) for i, m in enumerate(messages)]
@@ -117,7 +117,9 @@ async def test_bad_mcp_token_fails_the_start_with_a_clear_line(runtime, mcp_url)
         "EPISODES_MCP_URL": mcp_url,
         "EPISODES_MCP_TOKEN": "wrong",
     }
-    session = HarnessSession(runtime, [sys.executable, "-m", "episodes.harnesses.llm"], env=env)
+    session = NativeDriver(
+        runtime, [sys.executable, "-m", "episodes.harness.reference.llm"], env=env
+    )
     with pytest.raises(HarnessStartFailed) as info:
         await session.start()
     assert "cannot list the MCP tools at" in info.value.stderr_tail
@@ -128,8 +130,8 @@ async def test_model_errors_are_one_line_error_packets_and_the_harness_stays_up(
         up.always_fail = 500
         spec = ModelSpec(base_url=up.base_url, model="m", retries=1)
         async with ModelProxy(spec, upstream_key=KEY, backoff_s=0.01) as proxy:
-            argv = [sys.executable, "-m", "episodes.harnesses.llm"]
-            session = HarnessSession(runtime, argv, env=proxy.env())
+            argv = [sys.executable, "-m", "episodes.harness.reference.llm"]
+            session = NativeDriver(runtime, argv, env=proxy.env())
             await session.start()
             try:
                 failed = await session.turn(0, "hello", timeout_s=30)

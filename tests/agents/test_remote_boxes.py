@@ -163,7 +163,7 @@ async def test_a_kv_agent_episode_on_a_remote_box(backend, monkeypatch):
         data = agent_spec(upstream.base_url)
         # The fake box runs local processes: this venv's Python has the harness's packages.
         data["harness"] = {
-            "command": [sys.executable, "-m", "episodes.harnesses.llm", "--max-steps", "8"],
+            "command": [sys.executable, "-m", "episodes.harness.reference.llm", "--max-steps", "8"],
             "runtime": {"type": kind},
         }
         spec = parse_spec(data)

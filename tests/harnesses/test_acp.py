@@ -1,4 +1,4 @@
-"""AcpHarnessSession against a real ACP agent process (tests/harnesses/acp_agent.py)."""
+"""AcpDriver against a real ACP agent process (tests/harnesses/acp_agent.py)."""
 
 from __future__ import annotations
 
@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 
 from episodes.errors import HarnessStartFailed
-from episodes.harness.acp import AcpAllowList, AcpHarnessSession, http_mcp_server, prompt_blocks
+from episodes.harness.acp import AcpAllowList, AcpDriver, http_mcp_server, prompt_blocks
 from tests.harnesses.procs import assert_group_gone
 
 AGENT = str(Path(__file__).with_name("acp_agent.py"))
 FAST = {"ready_timeout_s": 15.0, "stop_timeout_s": 1.0, "cancel_grace_s": 2.0}
 
 
-def agent(runtime, mode: str = "ok", **kwargs) -> AcpHarnessSession:
-    return AcpHarnessSession(runtime, [sys.executable, AGENT, mode], **{**FAST, **kwargs})
+def agent(runtime, mode: str = "ok", **kwargs) -> AcpDriver:
+    return AcpDriver(runtime, [sys.executable, AGENT, mode], **{**FAST, **kwargs})
 
 
 @contextlib.asynccontextmanager
@@ -294,7 +294,7 @@ async def test_not_an_agent_fails_start_with_a_protocol_error(runtime):
         "-c",
         "print('hi, I am no agent', flush=True); import time; time.sleep(60)",
     ]
-    s = AcpHarnessSession(runtime, argv, **FAST)
+    s = AcpDriver(runtime, argv, **FAST)
     with pytest.raises(HarnessStartFailed, match="protocol error before the session started"):
         await s.start()
     assert_group_gone(s.pid)

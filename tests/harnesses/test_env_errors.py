@@ -13,7 +13,7 @@ from episodes.types.results import Task
 from episodes.types.spec import parse_spec
 from tests.integration.envs import FAULTY
 
-ECHO = "{python} -m episodes.harnesses.echo"
+ECHO = "{python} -m episodes.harness.reference.echo"
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -1,6 +1,6 @@
 """Whole episodes of the built-in envs over real harness processes, in-process (no Temporal).
 
-Each episode spawns `{python} -m episodes.harnesses.<name>` through the subprocess
+Each episode spawns `{python} -m episodes.harness.reference.<name>` through the subprocess
 runtime. The point being tested is that one live process serves every turn: the
 guesser's narrowed range and the REPL's namespace exist nowhere else.
 """
@@ -32,7 +32,7 @@ def spec(env: str, harness: str, tasks: list[dict], **extra: Any) -> EpisodeSpec
             "name": f"test-{env}",
             "env": env,
             "tasks": tasks,
-            "harness": {"command": f"{{python}} -m episodes.harnesses.{harness}"},
+            "harness": {"command": f"{{python}} -m episodes.harness.reference.{harness}"},
             "turn_timeout_s": 30,
             **extra,
         }
@@ -113,7 +113,7 @@ async def test_one_guesser_process_serves_every_turn_and_is_gone_after_close():
     try:
         assert await session.open() == {"low": 1, "high": 100, "budget": 10, "feedback": None}
         for n in range(s.max_turns):
-            pids.update(p.pid for p in harness_children("episodes.harnesses.guesser"))
+            pids.update(p.pid for p in harness_children("episodes.harness.reference.guesser"))
             result = await session.turn(n, on_event=events.append)
             # The reasoning event streams before the reply and names the same guess.
             assert [e["guess"] for e in result.record.events] == [result.record.reply]
@@ -242,4 +242,4 @@ async def test_example_specs_run_to_the_expected_rewards(name):
             assert result.reward == EXAMPLE_REWARDS[name][task.id], task.id
     if name == "guess-number.yaml":
         assert {r.task_id: r.reward for r in results}["first-try"] == 1.0
-    assert harness_children("episodes.harnesses") == []
+    assert harness_children("episodes.harness.reference") == []

@@ -1,4 +1,4 @@
-"""HarnessSession against real harness processes that behave, and that misbehave on purpose."""
+"""NativeDriver against real harness processes that behave, and that misbehave on purpose."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from episodes.errors import HarnessStartFailed
-from episodes.harness import HarnessSession
+from episodes.harness import NativeDriver
 from episodes.runtimes.subprocess import SubprocessRuntime
 from tests.harnesses.procs import (
     PeakRss,
@@ -27,8 +27,8 @@ from tests.harnesses.procs import (
 FAST = {"ready_timeout_s": 5.0, "stop_timeout_s": 1.0}
 
 
-def session(runtime, mode: str, *opts: str, **kwargs) -> HarnessSession:
-    return HarnessSession(runtime, scripted(mode, *opts), **{**FAST, **kwargs})
+def session(runtime, mode: str, *opts: str, **kwargs) -> NativeDriver:
+    return NativeDriver(runtime, scripted(mode, *opts), **{**FAST, **kwargs})
 
 
 async def test_echo_turns_and_clean_stop(runtime):
@@ -245,14 +245,14 @@ async def test_protocol_error_before_ready(runtime):
         "-c",
         "print('hello, I am not a packet', flush=True); import time; time.sleep(60)",
     ]
-    s = HarnessSession(runtime, argv, **FAST)
+    s = NativeDriver(runtime, argv, **FAST)
     with pytest.raises(HarnessStartFailed, match="protocol error before 'ready'"):
         await s.start()
     assert_group_gone(s.pid)
 
 
 async def test_missing_executable_fails_start(runtime):
-    s = HarnessSession(runtime, ["/nonexistent/harness"], **FAST)
+    s = NativeDriver(runtime, ["/nonexistent/harness"], **FAST)
     with pytest.raises(HarnessStartFailed, match="could not start harness"):
         await s.start()
     await s.stop()
@@ -347,7 +347,7 @@ async def test_stop_while_the_process_is_being_opened():
     rt = GatedRuntime()
     await rt.start()
     try:
-        s = HarnessSession(rt, scripted("echo"), **FAST)
+        s = NativeDriver(rt, scripted("echo"), **FAST)
         starting = asyncio.create_task(s.start())
         await rt.entered.wait()
         await s.stop()  # nothing to stop yet
@@ -414,7 +414,7 @@ async def test_the_documented_harness_without_the_sdk_works(runtime, tmp_path):
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     script = tmp_path / "raw_harness.py"
     script.write_text(code)
-    s = HarnessSession(runtime, [sys.executable, str(script)], **FAST)
+    s = NativeDriver(runtime, [sys.executable, str(script)], **FAST)
     await s.start()
     record = await s.turn(1, {"x": [1, 2]}, timeout_s=5)
     assert record.reply == {"x": [1, 2]} and record.events == [{"status": "thinking"}]

@@ -22,13 +22,13 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKER = textwrap.dedent(
     """
     import asyncio, json, sys
-    from episodes.harness import HarnessSession
+    from episodes.harness import NativeDriver
     from episodes.runtimes.subprocess import SubprocessRuntime
 
     async def main(argv):
         runtime = SubprocessRuntime()
         await runtime.start()
-        session = HarnessSession(runtime, argv, ready_timeout_s=10)
+        session = NativeDriver(runtime, argv, ready_timeout_s=10)
         await session.start()
         record = await session.turn(1, "ping", timeout_s=10)
         report = {"harness": session.pid, "reply": record.reply, "workdir": runtime.workdir}

@@ -235,7 +235,7 @@ async def test_cli_run_batch_with_a_failing_episode(tmp_path, dev_server, worker
         "env": "script",
         "tasks": tasks,
         "samples": 2,
-        "harness": {"command": "{python} -m episodes.harnesses.echo"},
+        "harness": {"command": "{python} -m episodes.harness.reference.echo"},
     }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(data))

@@ -43,7 +43,7 @@ def good_spec(name: str) -> dict:
             {"id": "b", "data": {"messages": ["z"], "expected": ["nope"]}},
         ],
         "samples": 2,
-        "harness": {"command": "{python} -m episodes.harnesses.echo"},
+        "harness": {"command": "{python} -m episodes.harness.reference.echo"},
     }
 
 

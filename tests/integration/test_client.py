@@ -25,7 +25,7 @@ from tests.conftest import ROOT
 from tests.integration.helpers import pid_alive, spec, wait_until
 
 QUEUE = "episodes-test"
-REPL = ["{python}", "-m", "episodes.harnesses.repl"]
+REPL = ["{python}", "-m", "episodes.harness.reference.repl"]
 STEP = 60  # generous bound for one result to arrive
 
 

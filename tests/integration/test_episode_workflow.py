@@ -60,7 +60,7 @@ async def test_oversized_reply_is_truncated_in_history(client, worker) -> None:
     s = spec(
         name=f"big-{uuid.uuid4().hex[:6]}",
         env="python-repl",
-        command=["{python}", "-m", "episodes.harnesses.repl"],
+        command=["{python}", "-m", "episodes.harness.reference.repl"],
         tasks=[{"id": "t0", "data": {"snippets": ["print('x' * 3_000_000)", "1 + 1"]}}],
     )
     handle = await _client(client).start_episode(s, s.tasks[0])

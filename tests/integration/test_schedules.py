@@ -25,7 +25,7 @@ def write_spec(tmp_path: Path, name: str) -> Path:
             {"id": "b", "data": {"messages": ["z"], "expected": ["nope"]}},
         ],
         "samples": 2,
-        "harness": {"command": "{python} -m episodes.harnesses.echo"},
+        "harness": {"command": "{python} -m episodes.harness.reference.echo"},
     }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))

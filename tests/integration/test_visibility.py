@@ -19,7 +19,7 @@ from tests.conftest import scripted_command
 from tests.integration.helpers import drive_result_turns, spec, wait_until
 
 QUEUE = "episodes-test"
-GUESSER = ["{python}", "-m", "episodes.harnesses.guesser"]
+GUESSER = ["{python}", "-m", "episodes.harness.reference.guesser"]
 
 
 async def _ids(client: Client, query: str) -> set[str]:

@@ -20,7 +20,7 @@ from tests.conftest import ROOT
 from tests.integration.helpers import pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 
-REPL = ["{python}", "-m", "episodes.harnesses.repl"]
+REPL = ["{python}", "-m", "episodes.harness.reference.repl"]
 SLOW = {"id": "slow", "data": {"snippets": ["x = 1", "import time; time.sleep(120)", "x"]}}
 
 

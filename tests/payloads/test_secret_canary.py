@@ -157,7 +157,7 @@ def _specs(tmp: Path, proofs: Path, upstream_url: str) -> dict[str, Path]:
             "tasks": [{"id": "ab", "data": {"goal": {"a": "1", "b": "2"}}}],
             "max_turns": 4,
             "harness": {
-                "command": "{python} -m episodes.harnesses.llm --max-steps 8",
+                "command": "{python} -m episodes.harness.reference.llm --max-steps 8",
                 "secrets": secrets,
             },
             "model": {

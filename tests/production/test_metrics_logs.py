@@ -40,7 +40,9 @@ async def test_scrape_after_episodes_and_json_log_lines(dev_server, client, tmp_
                     "env": "kv-store",
                     "tasks": [{"id": "ab", "data": {"goal": {"a": "1", "b": "2"}}}],
                     "max_turns": 4,
-                    "harness": {"command": "{python} -m episodes.harnesses.llm --max-steps 8"},
+                    "harness": {
+                        "command": "{python} -m episodes.harness.reference.llm --max-steps 8"
+                    },
                     "model": {
                         "base_url": upstream.base_url,
                         "model": "scripted",

@@ -1,4 +1,4 @@
-"""Fixtures for the runtime contract suite: one suite, parametrized over every backend.
+"""Fixtures for the runtime self-check: one suite, parametrized over every backend.
 
 A backend is a module in `tests/runtimes/backends/` (add one there; nothing here
 changes) that defines:

@@ -181,7 +181,7 @@ def test_episodes_cleanup_deletes_a_dead_workers_boxes(
     crash(ledger.ledger_path(wid))
     assert modal.cloud.live() == [sandbox]
     # The real SDK would be loaded; this run gets the fake in its place.
-    monkeypatch.setattr(ledger, "_destroyer", lambda runtime: (destroy_sandbox, lambda: modal))
+    monkeypatch.setattr(ledger, "destroyer", lambda runtime: (destroy_sandbox, lambda: modal))
     # --worker: the Docker half then touches only that (unused) worker's containers.
     result = CliRunner().invoke(app, ["cleanup", "--worker", wid])
     assert result.exit_code == 0, result.output

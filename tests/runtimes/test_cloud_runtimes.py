@@ -1,4 +1,4 @@
-"""What ModalRuntime and PrimeRuntime promise beyond the shared contract, on the SDK fakes:
+"""What ModalRuntime and PrimeRuntime promise beyond the shared self-check, on the SDK fakes:
 leak-proof provisioning, fail-closed signalling, and one clear error when unusable."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Docker-only behaviour beyond the runtime contract, on a real engine."""
+"""Docker-only behaviour beyond the runtime self-check, on a real engine."""
 
 from __future__ import annotations
 
@@ -97,9 +97,9 @@ async def test_cleanup_orphans_removes_only_the_given_workers_containers(engine:
 
 
 async def test_image_harness_round_trips_through_harness_session(box: object) -> None:
-    from episodes.harness.session import HarnessSession
+    from episodes.harness.native import NativeDriver
 
-    session = HarnessSession(box, ["python3", "-m", "episodes.harnesses.echo"])
+    session = NativeDriver(box, ["python3", "-m", "episodes.harness.reference.echo"])
     await asyncio.wait_for(session.start(), T)
     try:
         for n, message in enumerate([{"hello": "box"}, ["ünïcødé", 1, None]]):

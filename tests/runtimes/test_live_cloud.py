@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from episodes.runtimes import contract_kit
+from episodes.runtimes import selfcheck_kit
 from episodes.runtimes.base import Runtime
-from episodes.runtimes.contract_kit import LINE_ECHO, SLEEPER
+from episodes.runtimes.selfcheck_kit import LINE_ECHO, SLEEPER
 from episodes.types.runtime import ModalConfig, PrimeConfig
 
 pytestmark = pytest.mark.live
@@ -31,7 +31,7 @@ async def within(aw: Any, timeout: float = T) -> Any:
 
 
 async def read_line(stream: Any) -> bytes:
-    return await contract_kit.read_line(stream, T)
+    return await selfcheck_kit.read_line(stream, T)
 
 
 async def round_trip(runtime: Runtime) -> None:

@@ -4,7 +4,7 @@ Each faked callable is compared with the installed SDK's: every parameter the fa
 takes exists in the SDK with the same kind and default, positional parameters come in
 the same order, nothing the SDK requires is missing, and async stays async. The fake
 may take fewer optional parameters (it fakes what the runtime calls; a call with any
-other keyword fails in the fake, so the contract suite catches that side).
+other keyword fails in the fake, so the self-check catches that side).
 """
 
 from __future__ import annotations

@@ -28,7 +28,10 @@ def test_example_loads_and_its_env_accepts_every_task(name):
         # A fresh env per episode, as the worker does; reset validates the task's data.
         assert load_env(spec.env, spec.env_args).reset(task) is not None
     assert spec.harness.command[0] == "{python}"
-    assert spec.harness.command[1:3] == ["-m", f"episodes.harnesses.{_harness_for(spec.env)}"]
+    assert spec.harness.command[1:3] == [
+        "-m",
+        f"episodes.harness.reference.{_harness_for(spec.env)}",
+    ]
 
 
 def _harness_for(env: str) -> str:

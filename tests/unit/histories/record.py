@@ -54,7 +54,7 @@ def _spec(
                 for i in range(tasks)
             ],
             "harness": {
-                "command": command or ["{python}", "-m", "episodes.harnesses.echo"],
+                "command": command or ["{python}", "-m", "episodes.harness.reference.echo"],
                 "ready_timeout_s": 5.0,
                 "stop_timeout_s": 1.0,
             },

@@ -1,4 +1,4 @@
-"""What the contract checks are made of: their subject, small assertion helpers, and the
+"""What the self-check is made of: their subject, small assertion helpers, and the
 programs they run in a box (`python -c` snippets, stdlib only)."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """LLM harness: an OpenAI-compatible model with MCP tools, one conversation across turns.
 
-    python -m episodes.harnesses.llm [--max-steps 16] [--stream] [--model NAME] [--system TEXT]
+    python -m episodes.harness.reference.llm [--max-steps 16] [--stream] [--model NAME] [--system TEXT]
 
 Environment (the session sets these; nothing else is read):
 - `OPENAI_BASE_URL`, `OPENAI_API_KEY`: the model endpoint, normally the session's
@@ -265,7 +265,7 @@ def _openai_tool(tool: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m episodes.harnesses.llm")
+    parser = argparse.ArgumentParser(prog="python -m episodes.harness.reference.llm")
     parser.add_argument("--max-steps", type=int, default=16, help="model calls per turn")
     parser.add_argument("--stream", action="store_true", help="stream the model's answers")
     parser.add_argument("--model", default=os.environ.get("EPISODES_MODEL", "default"))

@@ -1,7 +1,7 @@
-"""The runtime contract as plain async checks, for any backend's author to run.
+"""The runtime self-check: plain async checks, for any backend's author to run.
 
-    python -m episodes.runtimes.contract docker            # every check, a report
-    python -m episodes.runtimes.contract subprocess --only kill_after_exit
+    python -m episodes.runtimes.selfcheck docker            # every check, a report
+    python -m episodes.runtimes.selfcheck subprocess --only kill_after_exit
 
 or from a test suite: `await check(Subject(box, python=["python3"]))` for each of
 `SHARED_CHECKS` (they only run processes, so one started box may serve them all)
@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 from episodes.harness.protocol import PacketDecoder, encode, read_packet
 from episodes.runtimes.base import Runtime
-from episodes.runtimes.contract_kit import (
+from episodes.runtimes.selfcheck_kit import (
     ECHO_HARNESS,
     IGNORE_TERM,
     LEAVE_A_CHILD,
@@ -368,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     from episodes.types.runtime import RuntimeConfig
 
     parser = argparse.ArgumentParser(
-        prog="python -m episodes.runtimes.contract",
-        description="Run the runtime contract against a backend (it provisions real boxes).",
+        prog="python -m episodes.runtimes.selfcheck",
+        description="Run the runtime self-check against a backend (it provisions real boxes).",
     )
     parser.add_argument("type", help="the runtime type: subprocess, docker, modal, prime")
     parser.add_argument("--config", default="{}", help="more runtime config fields, as JSON")

@@ -1,6 +1,6 @@
 """REPL harness: one Python namespace that lives across turns.
 
-    python -m episodes.harnesses.repl
+    python -m episodes.harness.reference.repl
 
 Each turn's message is Python source (a string, or `{"code": "..."}`). The snippet
 runs in the same namespace as every earlier one, so `x = 20` in turn 0 is still
@@ -12,7 +12,7 @@ stdin is empty while a snippet runs, so `input()` raises EOFError instead of
 reading the protocol stream.
 
 Speaks the harness wire protocol on stdin/stdout (run it under a host, e.g.
-`command: "{python} -m episodes.harnesses.repl"`); stdlib + `episodes.harness.sdk` only.
+`command: "{python} -m episodes.harness.reference.repl"`); stdlib + `episodes.harness.sdk` only.
 """
 
 from __future__ import annotations

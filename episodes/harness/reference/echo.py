@@ -2,10 +2,10 @@
 
 The smallest useful harness, for the `script` env and for testing runtimes:
 
-    python -m episodes.harnesses.echo
+    python -m episodes.harness.reference.echo
 
 It speaks the harness wire protocol on stdin/stdout, so run it under a host (e.g. a
-spec with `command: "{python} -m episodes.harnesses.echo"`), not from a terminal.
+spec with `command: "{python} -m episodes.harness.reference.echo"`), not from a terminal.
 Only the standard library and `episodes.harness.sdk` are imported: the same file
 runs inside container images that ship just those.
 """

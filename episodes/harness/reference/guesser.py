@@ -1,6 +1,6 @@
 """Guesser harness: bisects its way to the `guess-number` env's secret.
 
-    python -m episodes.harnesses.guesser
+    python -m episodes.harness.reference.guesser
 
 The first message carries the range (`{"low": 1, "high": 100, ...}`); later ones only
 say "higher", "lower" or "invalid". The narrowed range therefore lives only in this
@@ -8,7 +8,7 @@ process's memory: the harness works only if the same process serves every turn.
 Each guess streams an `event` with the range and the reasoning before the reply.
 
 Speaks the harness wire protocol on stdin/stdout (run it under a host, e.g.
-`command: "{python} -m episodes.harnesses.guesser"`); stdlib + `episodes.harness.sdk` only.
+`command: "{python} -m episodes.harness.reference.guesser"`); stdlib + `episodes.harness.sdk` only.
 """
 
 from __future__ import annotations

@@ -29,8 +29,8 @@ class _Unread(TimeoutError):
         self.size = size
 
 
-class HarnessSession(ProcessDriver):
-    name = "HarnessSession"
+class NativeDriver(ProcessDriver):
+    name = "NativeDriver"
     noun = "harness"
     stopped_early = "harness was stopped before it became ready"
     # The protocol's request to exit, before stdin is closed and signals follow.

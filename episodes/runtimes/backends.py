@@ -1,0 +1,77 @@
+"""One registration per runtime backend: how to build its box from a config, and how
+to destroy a box of it that a dead worker left behind.
+
+`make_runtime` and the box ledger (`episodes.runtimes.ledger`) both read this table,
+so adding a backend is one entry here (and its config in `episodes.types.runtime`).
+Each entry names its modules by path: an SDK-backed backend loads only when used.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+from episodes.runtimes.base import Runtime
+from episodes.types.runtime import RuntimeConfig
+
+Destroyer = Callable[[str, Any], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """`build` is `module:Class`, called as `Class(config)` or, with `labels`,
+    `Class(config, labels=...)`. `destroy`/`load_sdk` (`module:function`) delete a
+    leftover box by id with the platform's SDK: set for backends whose boxes outlive
+    their worker and are kept in the ledger (cloud boxes)."""
+
+    build: str
+    labels: bool = True
+    destroy: str | None = None
+    load_sdk: str | None = None
+
+
+def _resolve(ref: str) -> Any:
+    module, name = ref.split(":")
+    return getattr(import_module(module), name)
+
+
+# Keyed by the config's `type` (and the ledger's `runtime`).
+BACKENDS: dict[str, Backend] = {
+    "subprocess": Backend("episodes.runtimes.subprocess:SubprocessRuntime", labels=False),
+    "docker": Backend("episodes.runtimes.docker:DockerRuntime"),
+    "modal": Backend(
+        "episodes.runtimes.modal:ModalRuntime",
+        destroy="episodes.runtimes.modal:destroy_sandbox",
+        load_sdk="episodes.runtimes.modal:load_modal_sdk",
+    ),
+    "prime": Backend(
+        "episodes.runtimes.prime:PrimeRuntime",
+        destroy="episodes.runtimes.prime:destroy_vm",
+        load_sdk="episodes.runtimes.prime:load_prime_sdk",
+    ),
+}
+
+
+def make_runtime(config: RuntimeConfig, *, labels: dict[str, str] | None = None) -> Runtime:
+    """Build (not start) the runtime a config describes.
+
+    `labels` mark ownership (worker id, session id) where the backend supports it,
+    so a reaper can find orphans.
+    """
+    backend = BACKENDS.get(config.type)
+    if backend is None:
+        raise TypeError(f"unknown runtime config: {config!r}")
+    cls = _resolve(backend.build)
+    runtime: Runtime = cls(config, labels=dict(labels or {})) if backend.labels else cls(config)
+    return runtime
+
+
+def destroyer(runtime: str) -> tuple[Destroyer, Callable[[], Any]] | None:
+    """How to delete a leftover box of `runtime` and load its SDK; None when its boxes
+    are not kept in the ledger (they die with the worker or are reaped by label)."""
+    backend = BACKENDS.get(runtime)
+    if backend is None or backend.destroy is None or backend.load_sdk is None:
+        return None
+    return _resolve(backend.destroy), _resolve(backend.load_sdk)
