@@ -124,11 +124,11 @@ async def _show_calls(client: EpisodesClient, result: EpisodeResult) -> None:
     """What one agent transcript records, as a trainer reads it back from history."""
     transcript = await client.transcript(result.workflow_id)
     tools, calls = transcript.tool_calls(), transcript.model_calls()
-    tokens = sum((c.get("usage") or {}).get("total_tokens", 0) for c in calls)
-    with_logprobs = sum(1 for c in calls if (c["response"]["choices"][0].get("logprobs")))
+    tokens = sum((c.usage.total_tokens or 0) if c.usage else 0 for c in calls)
+    with_logprobs = sum(1 for c in calls if c.completion_logprobs is not None)
     console.print(
         f"{result.workflow_id}: {len(tools)} tool calls "
-        f"({', '.join(c['name'] for c in tools)}), {len(calls)} model calls, {tokens} tokens, "
+        f"({', '.join(c.name for c in tools)}), {len(calls)} model calls, {tokens} tokens, "
         f"{with_logprobs} with logprobs and token ids "
         f"(`episodes show {result.workflow_id}` prints them)"
     )

@@ -8,8 +8,8 @@ the client's data converter, so turns kept in external storage come back whole.
 `episodes show` prints it; trainers get it typed from `EpisodesClient.transcript`:
 
     transcript = await client.transcript("guess-number.secret-42.s0")
-    for call in transcript.model_calls():          # in the order the harness made them
-        tokens = call["response"]["choices"][0]["logprobs"]
+    for call in transcript.model_calls():          # typed ModelCalls, in the order made
+        call.prompt_ids, call.completion_ids, call.completion_logprobs
 
 The `score_transcript` and `restore` activities read the turns of earlier runs (or of
 a lost session) from here instead of carrying them in workflow inputs, which must

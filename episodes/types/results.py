@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, TypeAdapter
 
 from episodes.types.base import Model
+from episodes.types.events import Event, ModelCall, ToolCall
 
 # Why an episode ended. Harness failures are outcomes, not exceptions: the
 # episode is still scored and released.
@@ -102,16 +103,21 @@ class Transcript(Model):
         found = [e for t in self.turns for e in t.events]
         return found if kind is None else [e for e in found if _kind(e) == kind]
 
-    def model_calls(self) -> list[dict[str, Any]]:
-        """Every call the harness made through the session's model proxy, in order:
-        `{"kind": "model_call", "request", "response", "usage", "ms", ...}` with the
-        token data the upstream returned (logprobs, token ids) kept in `response`."""
-        return self.events("model_call")
+    def typed_events(self) -> list[Event]:
+        """Every turn's events in order, typed (`episodes.types.events`)."""
+        return [_EVENTS.validate_python(e) for t in self.turns for e in t.events]
 
-    def tool_calls(self) -> list[dict[str, Any]]:
-        """Every call of the env's tools over the MCP bridge, in order:
-        `{"kind": "tool_call", "name", "arguments", "result" | "error", "ms"}`."""
-        return self.events("tool_call")
+    def model_calls(self) -> list[ModelCall]:
+        """Every call the harness made through the session's model proxy, in order, with
+        the token data the upstream returned parsed (`call.prompt_ids`, ...)."""
+        return [ModelCall.model_validate(e) for e in self.events("model_call")]
+
+    def tool_calls(self) -> list[ToolCall]:
+        """Every call of the env's tools over the MCP bridge, in order."""
+        return [ToolCall.model_validate(e) for e in self.events("tool_call")]
+
+
+_EVENTS: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 def _kind(event: Any) -> Any:

@@ -73,7 +73,7 @@ async def test_kv_agent_on_docker_through_temporal(monkeypatch, client, worker):
     assert result.termination == "env_done", result.error
     assert result.reward == 1.0
     transcript = await episodes.transcript(result.workflow_id)
-    assert [c["name"] for c in transcript.tool_calls()] == ["put", "put"]
+    assert [c.name for c in transcript.tool_calls()] == ["put", "put"]
     assert len(transcript.model_calls()) == 3
     containers = backend.client().api.containers(
         all=True, filters={"label": f"episodes.workflow={result.workflow_id}"}

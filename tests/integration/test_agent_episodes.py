@@ -56,17 +56,17 @@ async def test_kv_agent_records_tool_and_model_calls_for_the_trainer(client, wor
     assert result.reward == 1.0  # the env's store, changed only through the tools
     transcript = await episodes.transcript(result.workflow_id)
     tools = transcript.tool_calls()
-    assert [(c["name"], c["arguments"]) for c in tools] == [
+    assert [(c.name, c.arguments) for c in tools] == [
         ("put", {"key": "a", "value": "1"}),
         ("put", {"key": "b", "value": "2"}),
     ]
     calls = transcript.model_calls()
     assert len(calls) == 3
     for call in calls:
-        assert call["request"]["model"] == "scripted" and call["request"]["temperature"] == 0.0
-        choice = call["response"]["choices"][0]
-        assert choice["logprobs"]["content"], "token logprobs are kept for the trainer"
-        assert call["response"]["prompt_token_ids"] and choice["token_ids"]
+        assert call.request["model"] == "scripted" and call.request["temperature"] == 0.0
+        assert call.completion_logprobs, "token logprobs are kept for the trainer"
+        assert call.prompt_ids and call.completion_ids
+        assert len(call.completion_ids) == len(call.completion_logprobs)
     # The upstream saw its key, the harness only its session token; history has neither.
     assert seen == {f"Bearer {UPSTREAM_KEY}"}
     assert UPSTREAM_KEY not in transcript.model_dump_json()
@@ -98,8 +98,8 @@ async def test_tool_error_is_an_mcp_error_and_the_episode_goes_on(client, worker
     assert result.termination == "env_done", result.error
     assert result.reward == 1.0  # `note` ran after `explode` failed: the bridge lived on
     tools = (await episodes.transcript(result.workflow_id)).tool_calls()
-    assert tools[0]["name"] == "explode" and "on purpose" in tools[0]["error"]
-    assert tools[1] == {**tools[1], "name": "note", "result": "noted"}
+    assert tools[0].name == "explode" and "on purpose" in (tools[0].error or "")
+    assert (tools[1].name, tools[1].result, tools[1].error) == ("note", "noted", None)
 
 
 async def test_upstream_5xx_is_retried_then_always_500_is_model_error(client, worker):
@@ -112,7 +112,7 @@ async def test_upstream_5xx_is_retried_then_always_500_is_model_error(client, wo
         failed = await episodes.run_episode(spec, spec.tasks[0], sample=1)
     assert ok.termination == "env_done" and ok.reward == 1.0
     first = (await episodes.transcript(ok.workflow_id)).model_calls()[0]
-    assert first["attempts"] == 3 and first["status"] == 200
+    assert first.attempts == 3 and first.status == 200
     assert failed.termination == "model_error"
     assert "model call failed after 3 attempt(s): upstream HTTP 500" in (failed.error or "")
     assert UPSTREAM_KEY not in (failed.error or "")
@@ -167,7 +167,7 @@ async def test_acp_agent_uses_the_bridge_and_the_proxy_across_turns(
     assert "count=1" in replies[0]
     assert replies[1] == "episodes.put -> stored 'a'"
     assert replies[2] == "model: the answer is 42"
-    assert [c["name"] for c in transcript.tool_calls()] == ["put"]
+    assert [c.name for c in transcript.tool_calls()] == ["put"]
     assert len(transcript.model_calls()) == 1
     # The bridge's record sits in the turn that made the call, among the agent's updates.
     assert [e.get("kind") for e in transcript.turns[1].events].count("tool_call") == 1
