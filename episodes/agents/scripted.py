@@ -10,12 +10,16 @@ steps, consumed one per call) or from a `policy` (a function of the conversation
 
 Like vLLM it returns token data when asked: `logprobs` per token, tokens spelled
 `token_id:<id>` with `return_tokens_as_token_ids`, and `prompt_token_ids` plus
-`choices[].token_ids` with `return_token_ids` (the "tokenizer" is a hash of words,
-deterministic across runs). It records every request it saw (path, headers, body)
+`choices[].token_ids` with `return_token_ids`. By default the "tokenizer" is a hash of
+words (deterministic across runs) and the prompt a plain concatenation; with
+`template=ChatTemplate()` (`episodes.agents.chat_template`) prompts are rendered and
+tokenized as a real chat model's are, so each call's prompt ids extend the previous
+call's prompt and sampled ids (`ChatTemplate(drop_reasoning=True)` breaks that the way
+reasoning models' templates do). It records every request it saw (path, headers, body)
 in `requests`, checks the upstream key when given one, and fails on demand:
 `fail(n, status)` for the next n calls, `always_fail = 500` for all of them.
 
-    python -m episodes.agents.scripted --policy kv      # serve until interrupted
+    python -m episodes.agents.scripted --policy kv [--template chatml]   # until interrupted
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 
 from aiohttp import web
 
+from episodes.agents.chat_template import ChatTemplate, Segment, piece_id, text_of
 from episodes.agents.net import tcp_listener
 
 Step = str | dict[str, Any]
@@ -47,13 +52,7 @@ def token_id(token: str) -> int:
     return zlib.crc32(token.encode("utf-8")) % 100_000 + 1
 
 
-def _text(content: Any) -> str:
-    """A message's content as text (a string, or a list of `{"type": "text"}` parts)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return "" if content is None else json.dumps(content)
+_text = text_of
 
 
 # -- policies ---------------------------------------------------------------------------
@@ -135,8 +134,10 @@ class ScriptedUpstream:
         model: str = "scripted",
         delay_s: float = 0.0,
         port: int = 0,
+        template: ChatTemplate | None = None,
     ) -> None:
         self.script = list(script or [])
+        self.template = template
         self._bind_port = port
         self.policy = policy
         self.key = key
@@ -218,20 +219,44 @@ class ScriptedUpstream:
 
     # -- answers -------------------------------------------------------------------------
 
-    def _tokens(self, body: dict[str, Any], text: str) -> list[tuple[str, int, dict[str, Any]]]:
-        """(piece of text, token id, logprob entry) per token of `text`."""
+    def _segments(self, step: dict[str, Any], calls: list[dict[str, Any]]) -> list[Segment]:
+        """The completion as (delta, token pieces) segments, streamed one chunk each."""
+        if self.template is not None:
+            return self.template.completion(step.get("content"), calls)
+        segments: list[Segment] = [
+            ({"content": t}, [t]) for t in tokenize(step.get("content") or "")
+        ]
+        for call in calls:
+            head = {"index": call["_index"], "id": call["id"], "type": "function"}
+            head["function"] = {"name": call["function"]["name"], "arguments": ""}
+            segments.append(({"tool_calls": [head]}, []))
+            for t in tokenize(call["function"]["arguments"]):
+                arg = {"index": call["_index"], "function": {"arguments": t}}
+                segments.append(({"tool_calls": [arg]}, [t]))
+        return segments
+
+    def _id(self, piece: str) -> int:
+        return piece_id(piece) if self.template is not None else token_id(piece)
+
+    def _logprobs(
+        self, body: dict[str, Any], pieces: list[str], first: int
+    ) -> list[dict[str, Any]]:
+        """vLLM's logprob entries for `pieces`, the `first`-th sampled token onwards."""
         out = []
-        for i, tok in enumerate(tokenize(text)):
-            tid = token_id(tok)
-            shown = f"token_id:{tid}" if body.get("return_tokens_as_token_ids") else tok
+        for i, tok in enumerate(pieces, first):
+            shown = f"token_id:{self._id(tok)}" if body.get("return_tokens_as_token_ids") else tok
             lp = -round(0.05 + 0.1 * (i % 7), 4)
-            entry = {"token": shown, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": []}
-            out.append((tok, tid, entry))
+            out.append(
+                {"token": shown, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": []}
+            )
         return out
 
     def _prompt_ids(self, body: dict[str, Any]) -> list[int]:
+        messages, tools = body.get("messages") or [], body.get("tools") or []
+        if self.template is not None:
+            return [piece_id(p) for p in self.template.prompt(messages, tools)]
         ids = []
-        for m in body.get("messages") or []:
+        for m in messages:
             ids.append(token_id(f"<|{m.get('role')}|>"))
             ids.extend(token_id(t) for t in tokenize(_text(m.get("content"))))
         return ids
@@ -239,9 +264,7 @@ class ScriptedUpstream:
     def _completion(self, body: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
         content = step.get("content")
         calls = _tool_calls(step)
-        toks = self._tokens(
-            body, (content or "") + "".join(c["function"]["arguments"] for c in calls)
-        )
+        pieces = [p for _, seg in self._segments(step, calls) for p in seg]
         message: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
             message["tool_calls"] = [{k: v for k, v in c.items() if k != "_index"} for c in calls]
@@ -249,14 +272,16 @@ class ScriptedUpstream:
             "index": 0,
             "message": message,
             "finish_reason": "tool_calls" if calls else "stop",
-            "logprobs": {"content": [t[2] for t in toks]} if body.get("logprobs") else None,
+            "logprobs": {"content": self._logprobs(body, pieces, 0)}
+            if body.get("logprobs")
+            else None,
         }
         out = self._envelope("chat.completion", [choice], f"chatcmpl-{uuid.uuid4().hex[:12]}")
         prompt = self._prompt_ids(body)
         if body.get("return_token_ids"):
-            choice["token_ids"] = [t[1] for t in toks]
+            choice["token_ids"] = [self._id(p) for p in pieces]
             out["prompt_token_ids"] = prompt
-        out["usage"] = _usage(len(prompt), len(toks))
+        out["usage"] = _usage(len(prompt), len(pieces))
         return out
 
     def _envelope(self, kind: str, choices: list[dict[str, Any]], call_id: str) -> dict[str, Any]:
@@ -282,28 +307,15 @@ class ScriptedUpstream:
             first["prompt_token_ids"] = prompt
         chunks.append(first)
         n = 0
-
-        def piece(delta: dict[str, Any], tok: tuple[str, int, dict[str, Any]] | None) -> None:
-            nonlocal n
-            c = _delta(delta)
-            if tok is not None:
-                n += 1
-                if want_lp:
-                    c["logprobs"] = {"content": [tok[2]]}
-                if want_ids:
-                    c["token_ids"] = [tok[1]]
-            chunks.append(self._envelope("chat.completion.chunk", [c], call_id))
-
-        for tok in self._tokens(body, step.get("content") or ""):
-            piece({"content": tok[0]}, tok)
         calls = _tool_calls(step)
-        for call in calls:
-            head = {"index": call["_index"], "id": call["id"], "type": "function"}
-            head["function"] = {"name": call["function"]["name"], "arguments": ""}
-            piece({"tool_calls": [head]}, None)
-            for tok in self._tokens(body, call["function"]["arguments"]):
-                arg = {"index": call["_index"], "function": {"arguments": tok[0]}}
-                piece({"tool_calls": [arg]}, tok)
+        for delta, pieces in self._segments(step, calls):
+            c = _delta(delta)
+            if pieces and want_lp:
+                c["logprobs"] = {"content": self._logprobs(body, pieces, n)}
+            if pieces and want_ids:
+                c["token_ids"] = [self._id(p) for p in pieces]
+            n += len(pieces)
+            chunks.append(self._envelope("chat.completion.chunk", [c], call_id))
         last = _delta({}, finish="tool_calls" if calls else "stop")
         chunks.append(self._envelope("chat.completion.chunk", [last], call_id))
         if (body.get("stream_options") or {}).get("include_usage"):
@@ -337,8 +349,16 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response(body, status=status)
 
 
-async def _serve(policy: str, key: str | None, port: int) -> None:
-    async with ScriptedUpstream(policy=POLICIES[policy], key=key, port=port) as up:
+TEMPLATES: dict[str, ChatTemplate | None] = {
+    "words": None,
+    "chatml": ChatTemplate(),
+    "chatml-drop-reasoning": ChatTemplate(drop_reasoning=True),
+}
+
+
+async def _serve(policy: str, key: str | None, port: int, template: str) -> None:
+    up = ScriptedUpstream(policy=POLICIES[policy], key=key, port=port, template=TEMPLATES[template])
+    async with up:
         print(up.base_url, flush=True)
         await asyncio.Event().wait()
 
@@ -348,9 +368,12 @@ def main() -> None:
     parser.add_argument("--policy", choices=sorted(POLICIES), default="kv")
     parser.add_argument("--key", default=None, help="require this upstream key")
     parser.add_argument("--port", type=int, default=0, help="loopback port (default: any free)")
+    parser.add_argument(
+        "--template", choices=sorted(TEMPLATES), default="words", help="how prompts tokenize"
+    )
     args = parser.parse_args()
     try:
-        asyncio.run(_serve(args.policy, args.key, args.port))
+        asyncio.run(_serve(args.policy, args.key, args.port, args.template))
     except KeyboardInterrupt:
         pass
 
