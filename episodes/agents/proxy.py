@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[[Any], Any]  # sync, or returning an awaitable
 
+# The session's id on every upstream request, for routers that pin sessions to replicas.
+SESSION_HEADER = "X-Session-ID"
+
 
 def openai_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}
@@ -101,13 +104,16 @@ class ModelProxy:
         on_call: Callback | None = None,
         on_failure: Callback | None = None,
         uds_path: str | None = None,
+        session_id: str | None = None,
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
     ) -> None:
         """`upstream_key` defaults to the worker's `spec.api_key_env` (ModelError if unset).
 
         `token` is the harness's bearer token (default: a fresh random one). `uds_path`
-        also serves on that Unix socket (for boxes without a network).
+        also serves on that Unix socket (for boxes without a network). `session_id` goes
+        upstream as header `X-Session-ID` on every call (sticky routing: a session's
+        calls share their prefix, so one replica's cache serves them all).
         """
         self.spec = spec
         self._key = upstream_key if upstream_key is not None else read_upstream_key(spec)
@@ -115,6 +121,7 @@ class ModelProxy:
         self.on_call = on_call
         self.on_failure = on_failure
         self.uds_path = uds_path
+        self.session_id = session_id
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.failure: ModelError | None = None
@@ -142,6 +149,8 @@ class ModelProxy:
         if self._runner is not None:
             return
         headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
+        if self.session_id:
+            headers[SESSION_HEADER] = self.session_id
         base = self.spec.base_url.rstrip("/") + "/"
         self._client = httpx.AsyncClient(
             base_url=base,
@@ -369,6 +378,7 @@ class ModelProxy:
             "stream": stream,
             "attempts": attempts,
             "status": status,
+            "policy_version": self.spec.policy_version,
         }
         if error is not None:
             record["error"] = error

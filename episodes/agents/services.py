@@ -90,7 +90,11 @@ class AgentServices:
             if self._model is not None:
                 uds = str(channel[0] / "model.sock") if channel else None
                 self.proxy = ModelProxy(
-                    self._model, on_call=self._record, on_failure=self._failed, uds_path=uds
+                    self._model,
+                    on_call=self._record,
+                    on_failure=self._failed,
+                    uds_path=uds,
+                    session_id=self.session_id,
                 )
                 await self._stack.enter_async_context(self.proxy)
                 self.harness_env.update(self.proxy.env())

@@ -21,13 +21,20 @@ call, in the fields vLLM's OpenAI-compatible server accepts on /v1/chat/completi
 Servers that do not know the vLLM fields usually ignore them (OpenAI rejects unknown
 fields: leave `token_data` off there). Whatever token data comes back is kept as is
 in the call record.
+
+Policy versions: a trainer that updates the policy while episodes run names the
+version it serves in `policy_version`; every call records it, so samples know which
+policy made their tokens. The proxy always sends the session id upstream as header
+`X-Session-ID` (routers that pin a session to one replica keep its prefix cache warm);
+`cache_salt: true` adds vLLM's `cache_salt` body field, one value per policy version,
+so no call reuses KV cache computed by an older policy's weights.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # The request fields `token_data: true` adds (documented above).
 TOKEN_DATA_PARAMS: dict[str, Any] = {
@@ -57,6 +64,20 @@ class ModelSpec(BaseModel):
     timeout_s: float = Field(default=120.0, gt=0)
     # Ask the upstream for token ids and logprobs (vLLM fields, see the module doc).
     token_data: bool = False
+    policy_version: int | None = Field(default=None, ge=0)
+    """The version of the policy the upstream serves, recorded on every model call (a
+    trainer bumps it with each weight update it pushes)."""
+    cache_salt: bool = False
+    """Send vLLM's `cache_salt` (one value per `policy_version`) so the upstream never
+    reuses prefix-cache KV computed under an older policy's weights."""
+
+    @model_validator(mode="after")
+    def _salt_needs_a_version(self) -> ModelSpec:
+        if self.cache_salt and self.policy_version is None:
+            raise ValueError(
+                "model.cache_salt: true needs model.policy_version (the salt is per version)"
+            )
+        return self
 
     def enforced(self) -> dict[str, Any]:
         """The fields the proxy writes over every request body."""
@@ -65,4 +86,6 @@ class ModelSpec(BaseModel):
             forced.update(TOKEN_DATA_PARAMS)
         forced.update(self.params)
         forced["model"] = self.model
+        if self.cache_salt:
+            forced["cache_salt"] = f"episodes-policy-{self.policy_version}"
         return forced

@@ -229,3 +229,40 @@ async def test_after_stop_connections_are_refused_and_stop_is_idempotent(upstrea
             await h.get(f"{url}/models")
     with pytest.raises(RuntimeError, match="stopped"):
         await proxy.start()
+
+
+async def test_policy_version_is_recorded_and_session_and_salt_go_upstream(upstream):
+    """Sticky routing and per-version KV isolation, as the real upstream sees them."""
+    upstream.script = ["one", "two"]
+    calls: list = []
+
+    def proxy_for(version: int) -> ModelProxy:
+        spec = ModelSpec(
+            base_url=upstream.base_url,
+            model="m",
+            api_key_env="EPISODES_TEST_UPSTREAM_KEY",
+            policy_version=version,
+            cache_salt=True,
+        )
+        return ModelProxy(spec, upstream_key=KEY, on_call=calls.append, session_id="s-42")
+
+    for version in (3, 4):
+        async with proxy_for(version) as proxy:
+            await client(proxy).chat.completions.create(model="x", messages=HELLO)
+    first, second = upstream.chat_requests
+    assert first["headers"]["X-Session-ID"] == second["headers"]["X-Session-ID"] == "s-42"
+    assert first["body"]["cache_salt"] == "episodes-policy-3"
+    assert second["body"]["cache_salt"] == "episodes-policy-4"
+    assert [c["policy_version"] for c in calls] == [3, 4]
+
+
+async def test_no_salt_unless_asked_and_a_salt_needs_a_version(upstream):
+    upstream.script = ["one"]
+    proxy, calls, _ = make_proxy(upstream)
+    async with proxy:
+        await client(proxy).chat.completions.create(model="x", messages=HELLO)
+    (seen,) = upstream.chat_requests
+    assert "cache_salt" not in seen["body"] and "X-Session-ID" not in seen["headers"]
+    assert calls[0]["policy_version"] is None
+    with pytest.raises(ValueError, match=r"cache_salt: true needs model.policy_version"):
+        ModelSpec(base_url="http://h/v1", model="m", cache_salt=True)
