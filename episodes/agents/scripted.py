@@ -144,6 +144,8 @@ class ScriptedUpstream:
         self.model = model
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
+        # Per answered chat call: the prompt ids, sampled ids and logprobs it served.
+        self.served: list[dict[str, Any]] = []
         self.always_fail: int | None = None
         self._failures: list[int] = []
         self.port: int | None = None
@@ -282,7 +284,13 @@ class ScriptedUpstream:
             choice["token_ids"] = [self._id(p) for p in pieces]
             out["prompt_token_ids"] = prompt
         out["usage"] = _usage(len(prompt), len(pieces))
+        self._served(body, prompt, pieces)
         return out
+
+    def _served(self, body: dict[str, Any], prompt: list[int], pieces: list[str]) -> None:
+        lps = [e["logprob"] for e in self._logprobs(body, pieces, 0)]
+        ids = [self._id(p) for p in pieces]
+        self.served.append({"prompt_token_ids": prompt, "token_ids": ids, "logprobs": lps})
 
     def _envelope(self, kind: str, choices: list[dict[str, Any]], call_id: str) -> dict[str, Any]:
         return {
@@ -308,7 +316,9 @@ class ScriptedUpstream:
         chunks.append(first)
         n = 0
         calls = _tool_calls(step)
-        for delta, pieces in self._segments(step, calls):
+        segments = self._segments(step, calls)
+        self._served(body, prompt, [p for _, seg in segments for p in seg])
+        for delta, pieces in segments:
             c = _delta(delta)
             if pieces and want_lp:
                 c["logprobs"] = {"content": self._logprobs(body, pieces, n)}

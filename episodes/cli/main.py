@@ -130,6 +130,30 @@ def show(
     common.run(show_episode(workflow_id, cfg=cfg, as_json=as_json))
 
 
+@app.command("export")
+@common.with_config
+def export_cmd(
+    batch: Annotated[str, typer.Argument(help="The batch id (its episodes' EpisodeBatch).")],
+    cfg: Config,
+    out: Annotated[Path, typer.Option(help="FILE.parquet or FILE.jsonl: one row per sample.")],
+    normalize_std: Annotated[
+        bool, typer.Option(help="Divide each advantage by its group's reward std.")
+    ] = False,
+    skip_incomplete: Annotated[
+        bool,
+        typer.Option(help="Leave out episodes lacking token data instead of failing (exit 1)."),
+    ] = False,
+) -> None:
+    """Write a batch's training samples (token ids, mask, logprobs, reward, advantage)."""
+    from episodes.cli.export import export_batch
+
+    common.run(
+        export_batch(
+            batch, cfg=cfg, out=out, normalize_std=normalize_std, skip_incomplete=skip_incomplete
+        )
+    )
+
+
 @app.command("codec-server")
 def codec_server(
     host: Annotated[str, typer.Option(help="Listen address (non-loopback needs auth).")] = (

@@ -121,6 +121,19 @@ async def wait_batch(
         waiting.cancel()
 
 
+def _episodes_query(batch: str) -> str:
+    # A quote would end the string in the visibility query (and let a batch id add terms).
+    if "'" in batch or "\\" in batch:
+        raise EpisodesError(f"batch id {batch!r}: quotes and backslashes are not allowed")
+    return f"{sa.BATCH.name} = '{batch}' AND WorkflowType = '{contract.EPISODE_WORKFLOW}'"
+
+
+async def episode_ids(client: Client, batch: str) -> list[str]:
+    """The workflow ids of a batch's episodes (found by EpisodeBatch), sorted; those
+    that finished a moment ago may not be visible yet."""
+    return sorted({wf.id async for wf in client.list_workflows(_episodes_query(batch))})
+
+
 async def episode_results(
     client: Client, batch: str, *, expected: int, concurrency: int = 32, wait_s: float = 30.0
 ) -> list[EpisodeResult]:
@@ -129,13 +142,13 @@ async def episode_results(
     Visibility lags a little behind completion: wait up to `wait_s` for `expected`.
     Episodes whose workflow failed have no result and are left out.
     """
-    query = f"{sa.BATCH.name} = '{batch}' AND WorkflowType = '{contract.EPISODE_WORKFLOW}'"
+    query = _episodes_query(batch)
     deadline = asyncio.get_running_loop().time() + wait_s
     while (await client.count_workflows(query)).count < expected:
         if asyncio.get_running_loop().time() >= deadline:
             break
         await asyncio.sleep(0.25)
-    ids = sorted({wf.id async for wf in client.list_workflows(query)})
+    ids = await episode_ids(client, batch)
     gate = asyncio.Semaphore(concurrency)
 
     async def one(wid: str) -> EpisodeResult | None:

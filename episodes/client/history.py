@@ -31,7 +31,11 @@ from episodes.types.results import EpisodeResult, Task, Transcript, TurnRecord, 
 
 async def fetch_transcript(client: Client, workflow_id: str) -> Transcript:
     """The episode's transcript as the env's rubric sees it (every run, in order)."""
-    data = await load_transcript(client, workflow_id)
+    return transcript_of(await load_transcript(client, workflow_id))
+
+
+def transcript_of(data: dict[str, Any]) -> Transcript:
+    """The Transcript of what `load_transcript` read."""
     result = data["result"] or {}
     return Transcript(
         task=Task.model_validate(data["task"] or {"id": "?"}),

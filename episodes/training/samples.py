@@ -1,0 +1,183 @@
+"""One episode's model calls -> training samples, from the token ids the upstream served.
+
+    built = build_samples(transcript.model_calls())
+    built.require_complete("episode-id")        # IncompleteTokenData if a call lacks ids
+    for s in built.samples:
+        s.prompt_ids, s.completion_ids, s.completion_mask, s.completion_logprobs
+
+Calls are taken in order. A call *extends* the current sample when its prompt ids
+begin with the sample's prompt ids + completion ids so far (what a chat template does
+when it renders earlier turns exactly as they were sampled): the new prompt tokens
+past that prefix (tool results, the next user message, the template's framing) join
+the completion with mask 0 and logprob 0.0, then the call's sampled ids with mask 1
+and their logprobs. Otherwise a new sample starts and the split is counted, with its
+reason: `prefix_mismatch at token i` (the first differing position of the sequence;
+templates that drop earlier reasoning do this), `policy_version a -> b` (a sample's
+tokens come from one policy), or `after incomplete call j`.
+
+Text is never re-tokenized to fill a gap: a retokenized turn is not what the model
+saw, and training on it teaches the wrong thing. A call without prompt ids, sampled
+ids or aligned logprobs makes the episode *incomplete*: `incomplete` names each such
+call (its index among the episode's model calls) and `require_complete` raises.
+Calls the upstream never answered (the proxy gave up, or a 4xx) served no tokens:
+they are left out and counted in `unanswered`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from episodes.errors import EpisodesError
+from episodes.types.events import ModelCall
+
+
+class Sample(BaseModel):
+    """One training sequence: a prompt and everything after it, aligned token by token."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: int
+    """Position among the episode's samples."""
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    """Every token after the prompt: sampled ones and those put in between."""
+    completion_mask: list[int]
+    """1 where the model sampled the token, 0 where the env, tools, user or template put it."""
+    completion_logprobs: list[float]
+    """The sampling logprob of each sampled token; 0.0 where the mask is 0."""
+    num_model_calls: int
+    first_call: int
+    """Index of the sample's first model call among the episode's calls."""
+    policy_version: int | None = None
+    split_reason: str | None = None
+    """Why this sample did not continue the previous one (None for the first)."""
+
+
+class IncompleteCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    call: int
+    """Index among the episode's model calls."""
+    reason: str
+
+
+class EpisodeSamples(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    samples: list[Sample] = Field(default_factory=list)
+    splits: int = 0
+    """Samples that started because the next call did not extend the previous sample."""
+    incomplete: list[IncompleteCall] = Field(default_factory=list)
+    unanswered: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return not self.incomplete
+
+    def require_complete(self, episode: str) -> EpisodeSamples:
+        if self.incomplete:
+            raise IncompleteTokenData(episode, self.incomplete)
+        return self
+
+
+class IncompleteTokenData(EpisodesError):
+    """An episode's model calls lack the token data its samples need."""
+
+    def __init__(self, episode: str, calls: list[IncompleteCall]) -> None:
+        self.episode = episode
+        self.calls = calls
+        first = calls[0]
+        more = f" (and {len(calls) - 1} more call(s))" if len(calls) > 1 else ""
+        super().__init__(
+            f"episode {episode}: model call {first.call} has no usable token data: "
+            f"{first.reason}{more}; set model.token_data: true and serve from vLLM"
+        )
+
+
+def missing_token_data(call: ModelCall) -> str | None:
+    """Why `call` cannot be part of a sample (None: it can)."""
+    if call.token_data_problem:
+        return call.token_data_problem
+    for name, value, field in (
+        ("prompt ids", call.prompt_ids, "prompt_token_ids"),
+        ("sampled ids", call.completion_ids, "choices[0].token_ids"),
+        ("logprobs", call.completion_logprobs, "choices[0].logprobs"),
+    ):
+        if value is None:
+            return f"no {name} ({field})"
+    return None
+
+
+class _Open:
+    """The sample being built."""
+
+    def __init__(self, call: ModelCall, index: int, at: int, reason: str | None) -> None:
+        assert call.prompt_ids is not None and call.completion_ids is not None
+        assert call.completion_logprobs is not None
+        self.sample = Sample(
+            index=index,
+            prompt_ids=list(call.prompt_ids),
+            completion_ids=list(call.completion_ids),
+            completion_mask=[1] * len(call.completion_ids),
+            completion_logprobs=list(call.completion_logprobs),
+            num_model_calls=1,
+            first_call=at,
+            policy_version=call.policy_version,
+            split_reason=reason,
+        )
+        # prompt + completion so far: what the next prompt must begin with.
+        self.sequence = call.prompt_ids + call.completion_ids
+
+    def extend(self, call: ModelCall) -> str | None:
+        """Take `call` in and return None, or return why it does not extend this sample."""
+        assert call.prompt_ids is not None and call.completion_ids is not None
+        assert call.completion_logprobs is not None
+        s, seq, prompt = self.sample, self.sequence, call.prompt_ids
+        if call.policy_version != s.policy_version:
+            return f"policy_version {s.policy_version} -> {call.policy_version}"
+        n = len(seq)
+        if prompt[:n] != seq:
+            at = next(
+                (i for i, (a, b) in enumerate(zip(seq, prompt, strict=False)) if a != b), None
+            )
+            return f"prefix_mismatch at token {len(prompt) if at is None else at}"
+        gap = prompt[n:]
+        s.completion_ids += gap + call.completion_ids
+        s.completion_mask += [0] * len(gap) + [1] * len(call.completion_ids)
+        s.completion_logprobs += [0.0] * len(gap) + call.completion_logprobs
+        s.num_model_calls += 1
+        self.sequence = prompt + call.completion_ids
+        return None
+
+
+def build_samples(calls: Sequence[ModelCall]) -> EpisodeSamples:
+    """The samples of one episode's model calls, in order (see the module doc)."""
+    out = EpisodeSamples()
+    current: _Open | None = None
+    after_gap: str | None = None  # set when an incomplete call sits before the next one
+    for i, call in enumerate(calls):
+        if not call.ok:
+            out.unanswered += 1
+            continue
+        why = missing_token_data(call)
+        if why is not None:
+            out.incomplete.append(IncompleteCall(call=i, reason=why))
+            after_gap = f"after incomplete call {i}"
+            continue
+        reason = after_gap
+        if current is not None and reason is None:
+            reason = current.extend(call)
+            if reason is None:
+                continue
+        if current is not None:
+            out.splits += 1
+            out.samples.append(current.sample)
+        else:
+            reason = None  # the episode's first sample continues nothing
+        current = _Open(call, len(out.samples), i, reason)
+        after_gap = None
+    if current is not None:
+        out.samples.append(current.sample)
+    return out

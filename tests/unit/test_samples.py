@@ -1,0 +1,89 @@
+"""Samples from model calls: merged while prompts extend, split with a reason otherwise."""
+
+from __future__ import annotations
+
+import pytest
+
+from episodes.training.samples import IncompleteTokenData, build_samples
+from episodes.types.events import ModelCall
+
+
+def call(prompt, completion, *, version=None, logprobs=True, status=200, ids=True) -> ModelCall:
+    choice = {"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}
+    if ids:
+        choice["token_ids"] = completion
+    if logprobs:
+        choice["logprobs"] = {
+            "content": [{"token": f"token_id:{t}", "logprob": -t / 100} for t in completion]
+        }
+    response = {"choices": [choice]}
+    if prompt is not None:
+        response["prompt_token_ids"] = prompt
+    return ModelCall.model_validate(
+        {
+            "kind": "model_call",
+            "request": {},
+            "response": response if status == 200 else None,
+            "status": status,
+            "policy_version": version,
+        }
+    )
+
+
+def test_extending_calls_merge_with_a_mask_and_aligned_logprobs() -> None:
+    built = build_samples(
+        [
+            call([1, 2], [10, 11]),
+            call([1, 2, 10, 11, 3, 4], [12]),  # the tool result 3, 4 in between
+            call([1, 2, 10, 11, 3, 4, 12, 5], [13, 14]),
+        ]
+    )
+    (s,) = built.samples
+    assert built.complete and built.splits == 0
+    assert s.prompt_ids == [1, 2]
+    assert s.completion_ids == [10, 11, 3, 4, 12, 5, 13, 14]
+    assert s.completion_mask == [1, 1, 0, 0, 1, 0, 1, 1]
+    assert s.completion_logprobs == [-0.1, -0.11, 0.0, 0.0, -0.12, 0.0, -0.13, -0.14]
+    assert (s.num_model_calls, s.first_call, s.split_reason) == (3, 0, None)
+
+
+def test_a_prompt_that_rewrites_history_splits_at_the_first_differing_token() -> None:
+    built = build_samples([call([1, 2], [10, 11]), call([1, 2, 99, 3], [12])])
+    first, second = built.samples
+    assert built.splits == 1 and first.split_reason is None
+    assert second.split_reason == "prefix_mismatch at token 2"
+    assert (second.prompt_ids, second.completion_ids, second.first_call) == ([1, 2, 99, 3], [12], 1)
+    # A shorter prompt than the sequence so far mismatches where it ends.
+    built = build_samples([call([1, 2], [10, 11]), call([1, 2, 10], [12])])
+    assert built.samples[1].split_reason == "prefix_mismatch at token 3"
+
+
+def test_a_new_policy_version_starts_a_new_sample() -> None:
+    built = build_samples([call([1], [2], version=1), call([1, 2, 3], [4], version=2)])
+    assert [s.policy_version for s in built.samples] == [1, 2]
+    assert built.samples[1].split_reason == "policy_version 1 -> 2"
+
+
+def test_missing_token_data_names_the_call_and_never_fills_the_gap() -> None:
+    built = build_samples(
+        [
+            call([1], [2]),
+            call(None, [3]),  # no prompt ids: an old vLLM, or token_data off
+            call([1, 2, 5, 3, 6], [4]),
+        ]
+    )
+    assert [(c.call, c.reason) for c in built.incomplete] == [
+        (1, "no prompt ids (prompt_token_ids)")
+    ]
+    # The call after the hole is not merged over it.
+    assert built.samples[1].split_reason == "after incomplete call 1"
+    with pytest.raises(IncompleteTokenData, match=r"episode e1: model call 1 has no usable"):
+        built.require_complete("e1")
+    no_lp = build_samples([call([1], [2], logprobs=False)])
+    assert no_lp.incomplete[0].reason == "no logprobs (choices[0].logprobs)"
+
+
+def test_unanswered_calls_are_left_out_and_counted() -> None:
+    built = build_samples([call([1], [2]), call([1, 2], [], status=502), call([1, 2, 7], [3])])
+    assert built.unanswered == 1 and built.complete
+    assert built.samples[0].completion_mask == [1, 0, 1]
