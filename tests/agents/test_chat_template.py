@@ -62,7 +62,7 @@ async def test_upstream_serves_template_ids_streamed_or_not(stream: bool) -> Non
     choice = answer["choices"][0]
     args = choice["message"]["tool_calls"][0]["function"]["arguments"]
     assert json.loads(args) == {"key": "a"}
-    expected = tokenize(f"ok<tool_call>\nput\n{args}\n</tool_call>") + ["<|im_end|>"]
+    expected = [*tokenize(f"ok<tool_call>\nput\n{args}\n</tool_call>"), "<|im_end|>"]
     assert choice["token_ids"] == [piece_id(p) for p in expected]
     assert [e["token"] for e in choice["logprobs"]["content"]] == [
         f"token_id:{piece_id(p)}" for p in expected
