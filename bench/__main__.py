@@ -31,6 +31,7 @@ BENCHMARKS = {
     "density": "bench.density",
     "pool": "bench.pool",
     "agents": "bench.agent_overhead",
+    "training": "bench.training_export",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }
