@@ -6,8 +6,10 @@
 
 Episodes stream in as they finish (`EpisodesClient.run_batch`); for each, the trainer
 reads the transcript back from history and takes what a policy-gradient step needs
-from `transcript.model_calls()`: the prompt's token ids, the sampled token ids and
-their logprobs (vLLM returns them when `model.token_data` is on), and the reward.
+from `transcript.model_calls()` with `build_samples`: per sample the prompt's token
+ids, every token after it with a mask (1 where the model sampled it) and the sampled
+tokens' logprobs (vLLM returns them when `model.token_data` is on), and the reward.
+`episodes export BATCH --out FILE.parquet` writes the same samples for a whole batch.
 """
 
 from __future__ import annotations
@@ -21,26 +23,24 @@ from pathlib import Path
 from typing import Any
 
 import episodes
+from episodes.agents.chat_template import ChatTemplate
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
+from episodes.training.samples import build_samples
 
 HERE = Path(__file__).resolve().parent
 
 
 def rollout(result: episodes.EpisodeResult, transcript: episodes.Transcript) -> dict[str, Any]:
-    """One rollout for the trainer: the sampled sequences of every model call, in order."""
-    steps = []
-    for call in transcript.model_calls():
-        resp = call.get("response") or {}
-        choice = (resp.get("choices") or [{}])[0]
-        logprobs = (choice.get("logprobs") or {}).get("content") or []
-        steps.append(
-            {
-                "prompt_token_ids": resp.get("prompt_token_ids"),
-                "token_ids": choice.get("token_ids"),
-                "logprobs": [t.get("logprob") for t in logprobs],
-            }
-        )
-    return {"episode": result.workflow_id, "reward": result.reward, "steps": steps}
+    """One rollout for the trainer: the episode's samples (token ids, mask, logprobs)."""
+    calls = transcript.model_calls()
+    # Fails (IncompleteTokenData, naming the call) rather than re-tokenizing a gap.
+    built = build_samples(calls).require_complete(result.workflow_id)
+    return {
+        "episode": result.workflow_id,
+        "reward": result.reward,
+        "calls": len(calls),
+        "samples": built.samples,
+    }
 
 
 async def train(args: argparse.Namespace, model_url: str) -> int:
@@ -56,10 +56,10 @@ async def train(args: argparse.Namespace, model_url: str) -> int:
         async for result in results:
             r = rollout(result, await client.transcript(result.workflow_id))
             rollouts.append(r)
-            tokens = sum(len(s["token_ids"] or []) for s in r["steps"])
+            tokens = sum(sum(s.completion_mask) for s in r["samples"])
             print(
                 f"{result.task_id}#{result.sample} {result.termination} reward={result.reward} "
-                f"model calls={len(r['steps'])} sampled tokens={tokens}",
+                f"model calls={r['calls']} samples={len(r['samples'])} sampled tokens={tokens}",
                 flush=True,
             )
     print(f"done: {len(rollouts)} rollouts, batch {batch}", flush=True)
@@ -69,7 +69,8 @@ async def train(args: argparse.Namespace, model_url: str) -> int:
 async def main_async(args: argparse.Namespace) -> int:
     if not args.scripted:
         return await train(args, args.model_url)
-    async with ScriptedUpstream(policy=kv_policy) as upstream:
+    # A chat template that tokenizes like a real model's, so calls merge into samples.
+    async with ScriptedUpstream(policy=kv_policy, template=ChatTemplate()) as upstream:
         return await train(args, upstream.base_url)
 
 
