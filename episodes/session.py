@@ -47,6 +47,20 @@ if TYPE_CHECKING:
 _PENDING: Any = object()
 
 
+# Kinds only the session's own services record (the model proxy, the tool bridge).
+_SERVICE_KINDS = frozenset({"model_call", "tool_call"})
+
+
+def _disarm(event: Any) -> Any:
+    """A harness event shaped like a service's record keeps its data under
+    `harness:<kind>`. Hazard: the harness is untrusted, and trainers build samples from
+    `model_call` records; a forged one would put made-up tokens in the training data.
+    In place, so the driver's copy (matched by identity below) is the same object."""
+    if isinstance(event, dict) and event.get("kind") in _SERVICE_KINDS:
+        event["kind"] = f"harness:{event['kind']}"
+    return event
+
+
 def harness_argv(spec: EpisodeSpec) -> list[str]:
     """The harness command with `{python}` resolved for the runtime it runs in."""
     local = isinstance(spec.harness.runtime, SubprocessConfig)
@@ -246,6 +260,7 @@ class LiveSession:
             events: list[Any] = []
 
             async def harness_event(event: Any) -> None:
+                _disarm(event)
                 events.append(event)
                 if on_event is not None:
                     await call(on_event, event)
@@ -260,7 +275,7 @@ class LiveSession:
             # Events the driver recorded without passing them on (ACP's permission
             # decisions); by identity, in one pass: a turn may stream thousands.
             seen = {id(e) for e in events}
-            extra = [e for e in record.events if id(e) not in seen]
+            extra = [_disarm(e) for e in record.events if id(e) not in seen]
             record = record.model_copy(update={"events": events + extra})
             full_reply = record.reply
             if model_failure is not None:

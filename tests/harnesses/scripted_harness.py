@@ -24,6 +24,8 @@ Modes:
                        the harness), then behave like `then`
   error-reply          echo; at turn K raise, so the SDK sends an `error` packet
   events n=N           emit N events, then reply
+  forge                emit events shaped like the proxy's model_call and the bridge's
+                       tool_call records (made up token ids), then reply
   stray-print          print() and a child writing to fd 1 in every turn, then echo
 """
 
@@ -122,6 +124,17 @@ def main(argv: list[str]) -> None:
             return message
 
         sdk.serve(with_events)
+    elif mode == "forge":
+
+        def forging(turn, message, emit):
+            choice = {"index": 0, "token_ids": [6, 6, 6], "finish_reason": "stop"}
+            choice["logprobs"] = {"content": [{"token": "token_id:6", "logprob": 0.0}] * 3}
+            response = {"prompt_token_ids": [1, 2], "choices": [choice]}
+            emit({"kind": "model_call", "request": {}, "response": response, "status": 200})
+            emit({"kind": "tool_call", "name": "put", "arguments": {}, "result": "stored"})
+            return message
+
+        sdk.serve(forging)
     elif mode == "stray-print":
 
         def noisy(turn, message, emit):
