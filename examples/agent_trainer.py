@@ -6,7 +6,7 @@
 
 Episodes stream in as they finish (`EpisodesClient.run_batch`); for each, the trainer
 reads the transcript back from history and takes what a policy-gradient step needs
-from `transcript.model_calls()` with `build_samples`: per sample the prompt's token
+from its model calls with `samples_of(transcript)`: per sample the prompt's token
 ids, every token after it with a mask (1 where the model sampled it) and the sampled
 tokens' logprobs (vLLM returns them when `model.token_data` is on), and the reward.
 `episodes export BATCH --out FILE.parquet` writes the same samples for a whole batch.
@@ -25,7 +25,7 @@ from typing import Any
 import episodes
 from episodes.agents.chat_template import ChatTemplate
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
-from episodes.training.samples import build_samples
+from episodes.training.samples import samples_of
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,7 +34,7 @@ def rollout(result: episodes.EpisodeResult, transcript: episodes.Transcript) -> 
     """One rollout for the trainer: the episode's samples (token ids, mask, logprobs)."""
     calls = transcript.model_calls()
     # Fails (IncompleteTokenData, naming the call) rather than re-tokenizing a gap.
-    built = build_samples(calls).require_complete(result.workflow_id)
+    built = samples_of(transcript).require_complete(result.workflow_id)
     return {
         "episode": result.workflow_id,
         "reward": result.reward,

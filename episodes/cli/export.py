@@ -25,7 +25,7 @@ from episodes.client.connect import connect_config
 from episodes.client.history import load_transcript, transcript_of
 from episodes.errors import EpisodesError
 from episodes.training.export import Episode, check_out, export_rows, write_rows
-from episodes.training.samples import build_samples
+from episodes.training.samples import samples_of
 from episodes.types.results import EpisodeResult
 
 # Histories read at once: each is a few RPCs, and the server serves every worker too.
@@ -59,7 +59,7 @@ async def export_batch(
                 return None
             # Samples now, transcripts dropped: a big batch never holds every history.
             result = EpisodeResult.model_validate(data["result"])
-            return result, build_samples(transcript_of(data).model_calls())
+            return result, samples_of(transcript_of(data))
 
         episodes = await asyncio.gather(*(one(w) for w in ids))
     done = [e for e in episodes if e is not None]

@@ -1,6 +1,6 @@
 """One episode's model calls -> training samples, from the token ids the upstream served.
 
-    built = build_samples(transcript.model_calls())
+    built = samples_of(transcript)              # or build_samples(transcript.model_calls())
     built.require_complete("episode-id")        # IncompleteTokenData if a call lacks ids
     for s in built.samples:
         s.prompt_ids, s.completion_ids, s.completion_mask, s.completion_logprobs
@@ -30,7 +30,9 @@ from collections.abc import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from episodes.errors import EpisodesError
+from episodes.truncate import MARKER
 from episodes.types.events import ModelCall
+from episodes.types.results import Transcript
 
 
 class Sample(BaseModel):
@@ -152,12 +154,17 @@ class _Open:
         return None
 
 
-def build_samples(calls: Sequence[ModelCall]) -> EpisodeSamples:
-    """The samples of one episode's model calls, in order (see the module doc)."""
+def build_samples(calls: Sequence[ModelCall | None]) -> EpisodeSamples:
+    """The samples of one episode's model calls, in order (see the module doc); None
+    stands for a call whose record was lost (`samples_of`)."""
     out = EpisodeSamples()
     current: _Open | None = None
     after_gap: str | None = None  # set when an incomplete call sits before the next one
     for i, call in enumerate(calls):
+        if call is None:
+            out.incomplete.append(IncompleteCall(call=i, reason=CAPPED))
+            after_gap = f"after incomplete call {i}"
+            continue
         if not call.ok:
             out.unanswered += 1
             continue
@@ -181,3 +188,39 @@ def build_samples(calls: Sequence[ModelCall]) -> EpisodeSamples:
     if current is not None:
         out.samples.append(current.sample)
     return out
+
+
+# Why a capped record counts as a missing call (see `samples_of`).
+CAPPED = (
+    "a model call was truncated or dropped in history by the record caps; keep turns "
+    "whole with external storage (EPISODES_PAYLOADS_STORAGE)"
+)
+
+
+def samples_of(transcript: Transcript) -> EpisodeSamples:
+    """The samples of a transcript's model calls, holes included.
+
+    Hazard: with `record: truncate` (or no external storage) an oversized event is
+    replaced in history by a marker, and events past a turn's budget by one marker
+    counting them. A model call lost that way must not vanish: the next prompt would
+    extend the sample over it and its sampled tokens would get mask 0, as if the env
+    had written them. So a marker that was, or may have been, a model call is a
+    missing call here (incomplete, never merged over). Call indexes count them.
+    """
+    calls: list[ModelCall | None] = []
+    for event in transcript.events():
+        if not isinstance(event, dict):
+            continue
+        if event.get("kind") == "model_call":
+            calls.append(ModelCall.model_validate(event))
+        elif event.get(MARKER) and _may_be_a_model_call(event):
+            calls.append(None)
+    return build_samples(calls)
+
+
+def _may_be_a_model_call(marker: dict[str, object]) -> bool:
+    if "dropped_events" in marker:  # whatever they were, they are gone
+        return True
+    preview = marker.get("preview")
+    # The record's JSON starts with its kind (the proxy writes it first).
+    return isinstance(preview, str) and '"kind": "model_call"' in preview[:40]

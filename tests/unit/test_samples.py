@@ -87,3 +87,21 @@ def test_unanswered_calls_are_left_out_and_counted() -> None:
     built = build_samples([call([1], [2]), call([1, 2], [], status=502), call([1, 2, 7], [3])])
     assert built.unanswered == 1 and built.complete
     assert built.samples[0].completion_mask == [1, 0, 1]
+
+
+def test_a_model_call_truncated_in_history_makes_the_episode_incomplete() -> None:
+    """Record caps replace an oversized event with a marker: its tokens are gone, and
+    the next call's prompt must not be merged over the hole as if the env wrote them."""
+    from episodes.training.samples import samples_of
+    from episodes.truncate import cap
+    from episodes.types.results import Task, Transcript, TurnRecord
+
+    def raw(prompt, completion):
+        return call(prompt, completion).model_dump()
+
+    big, _ = cap(raw([1, 2, 10], [11]), 64)
+    events = [raw([1], [10]), big, raw([1, 10, 2, 10, 11, 3], [12])]
+    built = samples_of(Transcript(task=Task(id="t"), turns=[TurnRecord(turn=0, events=events)]))
+    assert not built.complete
+    assert built.incomplete[0].call == 1 and "truncated" in built.incomplete[0].reason
+    assert built.samples[-1].split_reason == "after incomplete call 1"
