@@ -36,7 +36,7 @@ from episodes.types.results import (
     TurnRecord,
     TurnResult,
 )
-from episodes.types.runtime import SubprocessConfig
+from episodes.types.runtime import RuntimeConfig, SubprocessConfig
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
@@ -175,9 +175,22 @@ class LiveSession:
         """An exception's message with known secrets masked: what may leave the worker."""
         return self.scrubber.text(str(e))
 
+    def _box_config(self) -> RuntimeConfig:
+        """The spec's runtime config; a sandbox also gets the harness command's own files
+        bound read-only (a script named by its path), so a spec need not repeat them."""
+        config = self.spec.harness.runtime
+        if not isinstance(config, SubprocessConfig) or config.isolation != "sandbox":
+            return config
+        from episodes.runtimes.sandbox import command_files
+
+        extra = [f for f in command_files(harness_argv(self.spec)) if f not in config.ro_paths]
+        if not extra:
+            return config
+        return config.model_copy(update={"ro_paths": [*config.ro_paths, *extra]})
+
     async def _acquire_runtime(self) -> Runtime:
         """A parked or fresh box, entered into `_box` so close() gives it back (or stops it)."""
-        config = self.spec.harness.runtime
+        config = self._box_config()
         if self._pool is not None and self.spec.reuse_key:
             from episodes.runtimes.pool import render_reuse_key
 

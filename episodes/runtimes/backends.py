@@ -39,7 +39,8 @@ def _resolve(ref: str) -> Any:
 
 # Keyed by the config's `type` (and the ledger's `runtime`).
 BACKENDS: dict[str, Backend] = {
-    "subprocess": Backend("episodes.runtimes.subprocess:SubprocessRuntime", labels=False),
+    # The sandbox, or with `isolation: none` a plain process group (see the function).
+    "subprocess": Backend("episodes.runtimes.sandbox:local_runtime", labels=False),
     "docker": Backend("episodes.runtimes.docker:DockerRuntime"),
     "modal": Backend(
         "episodes.runtimes.modal:ModalRuntime",

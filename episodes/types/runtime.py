@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Config(BaseModel):
@@ -15,9 +15,37 @@ class _Config(BaseModel):
 
 
 class SubprocessConfig(_Config):
-    """A local process group on the worker's machine."""
+    """Processes on the worker's machine: in a bubblewrap sandbox (the default), or, for
+    trusted harnesses only, as plain processes of the worker (`isolation: none`).
+
+    One runtime type with an `isolation` switch rather than a second type: both run the
+    worker's own Python (`{python}`) on the worker's machine and take the same spec; a
+    spec that trusts its harness opts out with one line, not a different runtime.
+    """
 
     type: Literal["subprocess"] = "subprocess"
+    isolation: Literal["sandbox", "none"] = "sandbox"
+    """`sandbox`: each box is a bubblewrap sandbox (docs/containment.md): its own user,
+    pid and network namespaces (only its own loopback), the system read-only, a private
+    workdir and /tmp, no worker files but the Python it runs and the `episodes` package,
+    killed as a unit. The worker needs `bwrap` (apt-get install bubblewrap).
+    `none`: a process group of the worker's user in the worker's namespaces: it can read
+    the worker's environment and files, other sessions' processes, and reach the
+    Temporal frontend. For trusted harnesses only (a spec with `model` or `secrets` and
+    `none` is warned about)."""
+    ro_paths: list[str] = Field(default_factory=list)
+    """Absolute host paths (files or directories) bound read-only into a sandbox at the
+    same path: what the harness needs of the worker's files. The harness command's own
+    files (absolute paths in `command` naming existing files) are added by the worker.
+    Ignored with `isolation: none`, which sees every file anyway."""
+
+    @field_validator("ro_paths")
+    @classmethod
+    def _absolute(cls, v: list[str]) -> list[str]:
+        for path in v:
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} is not an absolute path")
+        return v
 
 
 class DockerMount(_Config):

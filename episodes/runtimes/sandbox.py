@@ -1,0 +1,498 @@
+"""The default local runtime: a bubblewrap sandbox per box (docs/containment.md).
+
+One `bwrap` per box holds the box's namespaces: its own user, pid, network (only its
+own loopback), ipc, uts and cgroup namespaces, a root of read-only binds (the system,
+the worker's Python, the `episodes` package, the spec's `ro_paths`), a private
+writable workdir and /tmp. Inside it runs `sandbox_init` (pid 2, bwrap's reaper is
+pid 1), and every process of the box is that agent's child: the worker sends it the
+argv, env and the three pipe ends over a Unix socket (see `sandbox_init`). So a
+harness and the relays that serve its tool bridge and model proxy share one loopback,
+and the worker keeps plain pipes to each process, as with a local process.
+
+Killing the box is killing bwrap: `--die-with-parent` SIGKILLs its pid 1 with it, and
+the kernel ends every process of a pid namespace whose pid 1 dies, `setsid` daemons
+included. bwrap itself dies with the worker (`--die-with-parent` again: the death
+signal of the event-loop thread that forked it, see `subprocess`).
+
+The session's services reach the box as for Docker: Unix sockets in a private host
+directory bound read-only at /run/episodes, and an in-box relay per socket (the
+worker's `episodes/agents/relay.py`, bound where the Docker image keeps it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+import episodes
+from episodes.agents.services import RELAY_IN_BOX
+from episodes.errors import RuntimeUnavailable, SpecError
+from episodes.runtimes import sandbox_init
+from episodes.runtimes.base import Runtime, RuntimeProcess
+from episodes.runtimes.subprocess import _SETPRIV
+from episodes.types.runtime import SubprocessConfig
+
+MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+CHANNEL_IN_BOX = "/run/episodes"
+BWRAP_MISSING = (
+    "the sandbox runtime needs bwrap, which this worker lacks: install bubblewrap "
+    "(apt-get install bubblewrap), or set harness.runtime.isolation: none for trusted harnesses"
+)
+_READY_TIMEOUT_S = 30.0
+_REPLY_TIMEOUT_S = 60.0
+_STREAM_LIMIT = 64 * 1024
+# The few /etc files a program needs to start (dynamic loader, users, time zone, TLS
+# roots); never the whole of /etc (the worker's shadow file, its service configs).
+_ETC = [
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "localtime",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "mime.types",
+]
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def _python_dirs() -> list[str]:
+    """What the worker's Python needs in the box, at the same paths: its installation
+    and virtualenv, the `episodes` package the worker runs, and the source folders of
+    editable installs (setuptools' finders map package names to them)."""
+    found = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    found.add(str(Path(episodes.__file__).resolve().parent))
+    for name, module in list(sys.modules.items()):
+        mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
+        if isinstance(mapping, dict):
+            found.update(str(v) for v in mapping.values() if isinstance(v, str))
+    # /usr is bound whole; and a folder inside another one needs no bind of its own.
+    dirs = sorted(d for d in found if os.path.isdir(d) and not _under(d, "/usr"))
+    return [d for d in dirs if not any(_under(d, o) and d != o for o in dirs)]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def command_files(argv: list[str]) -> list[str]:
+    """Absolute paths in a harness command that name existing files on this worker:
+    a script the harness runs. The worker binds them read-only into its sandbox."""
+    bound = ["/usr", *_python_dirs()]
+    return [
+        a
+        for a in argv
+        if a.startswith("/") and os.path.isfile(a) and not any(_under(a, b) for b in bound)
+    ]
+
+
+def bwrap_argv(
+    bwrap: str, workdir: str, channel: str, ro_paths: list[str], control_fd: int
+) -> list[str]:
+    """The whole bwrap command line of a box (its agent is the command; bwrap passes the
+    worker's end of the control socket on as `control_fd`)."""
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            argv += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            argv += ["--ro-bind", top, top]
+    for name in _ETC:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for path in [*_python_dirs(), *ro_paths]:
+        argv += ["--ro-bind", path, path]
+    relay = str(Path(episodes.__file__).resolve().parent / "agents" / "relay.py")
+    argv += ["--ro-bind", relay, RELAY_IN_BOX, "--ro-bind", channel, CHANNEL_IN_BOX]
+    argv += ["--bind", workdir, workdir, "--chdir", workdir]
+    argv += ["--", sys.executable, "-I", sandbox_init.__file__, str(control_fd)]
+    return argv
+
+
+class _StdinProtocol(asyncio.streams.FlowControlMixin):
+    """The write end's protocol: flow control (drain) and a close waiter for the writer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._closed = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if not self._closed.done():
+            self._closed.set_result(None)
+
+    def _get_close_waiter(self, stream: asyncio.StreamWriter) -> asyncio.Future[None]:
+        return self._closed
+
+
+class SandboxProcess(RuntimeProcess):
+    """One process of the box: plain pipes on the worker's side, its pid in the box."""
+
+    def __init__(self, box: SandboxRuntime, pid: int, stdin: int, stdout: int, stderr: int):
+        self._box = box
+        self._pid = pid
+        self._exit: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._swept = False  # group SIGKILLed after the leader exited: never signal it again
+        self._fds = (stdin, stdout, stderr)
+        self._out = asyncio.StreamReader(limit=_STREAM_LIMIT)
+        self._err = asyncio.StreamReader(limit=_STREAM_LIMIT)
+        self._stdin: asyncio.StreamWriter | None = None
+        self._transports: list[asyncio.BaseTransport] = []
+
+    async def _connect(self) -> None:
+        loop = asyncio.get_running_loop()
+        for reader, fd in ((self._out, self._fds[1]), (self._err, self._fds[2])):
+            t, _ = await loop.connect_read_pipe(
+                lambda r=reader: asyncio.StreamReaderProtocol(r), open(fd, "rb", 0)
+            )
+            self._transports.append(t)
+        t, p = await loop.connect_write_pipe(_StdinProtocol, open(self._fds[0], "wb", 0))
+        self._transports.append(t)
+        self._stdin = asyncio.StreamWriter(t, p, None, loop)
+
+    @property
+    def stdout(self) -> asyncio.StreamReader:
+        return self._out
+
+    @property
+    def stderr(self) -> asyncio.StreamReader:
+        return self._err
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._exit.result() if self._exit.done() else None
+
+    @property
+    def finished(self) -> bool:
+        return self._swept or self._box.stopped
+
+    def _exited(self, code: int) -> None:
+        if not self._exit.done():
+            self._exit.set_result(code)
+
+    async def write(self, data: bytes) -> None:
+        w = self._stdin
+        if w is None or w.is_closing() or self._exit.done():
+            raise BrokenPipeError(f"stdin of process {self._pid} is closed")
+        w.write(data)
+        await w.drain()
+
+    async def close_stdin(self) -> None:
+        w = self._stdin
+        if w is None or w.is_closing():
+            return
+        w.close()
+        with contextlib.suppress(ConnectionError, BrokenPipeError):
+            await w.wait_closed()
+
+    async def wait(self) -> int:
+        return await asyncio.shield(self._exit)
+
+    def release(self) -> None:
+        for t in self._transports:
+            t.close()
+
+    async def _signal(self, sig: int) -> None:
+        if self._swept or self._box.stopped:
+            return
+        if self._exit.done():
+            if sig != signal.SIGKILL:
+                return
+            self._swept = True  # once: the group id may be reused in the box later
+        await self._box._request({"op": "signal", "pid": self._pid, "sig": int(sig)})
+
+    async def terminate(self) -> None:
+        await self._signal(signal.SIGTERM)
+
+    async def kill(self) -> None:
+        await self._signal(signal.SIGKILL)
+
+
+class SandboxRuntime(Runtime):
+    """A bubblewrap sandbox on the worker's machine; every process a child of its agent."""
+
+    def __init__(self, config: SubprocessConfig | None = None) -> None:
+        self.config = config or SubprocessConfig()
+        self.id = uuid.uuid4().hex[:12]
+        self.workdir: str | None = None
+        self._channel: str | None = None
+        self._bwrap: asyncio.subprocess.Process | None = None
+        self._sock: socket.socket | None = None
+        self._buf = b""
+        self._next_id = 0
+        self._replies: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._procs: dict[int, SandboxProcess] = {}
+        self._exits: dict[int, int] = {}  # exits reported before their spawn reply was seen
+        self._ready: asyncio.Future[None] | None = None
+        self._send_lock = asyncio.Lock()
+        self._start_task: asyncio.Future[None] | None = None
+        self.argv: list[str] = []
+
+    @property
+    def channel_dir(self) -> tuple[Path, str] | None:
+        return (Path(self._channel), CHANNEL_IN_BOX) if self._channel else None
+
+    @property
+    def bwrap_pid(self) -> int | None:
+        """The host pid of the box's bwrap (through setpriv, which execs it)."""
+        return self._bwrap.pid if self._bwrap is not None else None
+
+    async def open_relay(self, argv: list[str]) -> RuntimeProcess:
+        # The relay runs on the worker's Python, bound in (a box may have no python3).
+        return await self.open_process([sys.executable, *argv[1:]] if argv else argv, {}, None)
+
+    async def start(self) -> None:
+        if self._stopped:
+            raise RuntimeError(f"sandbox runtime {self.id} was stopped; create a new one")
+        if self._start_task is None:
+            self._start_task = asyncio.ensure_future(self._start())
+        await asyncio.shield(self._start_task)
+
+    async def _start(self) -> None:
+        bwrap = bwrap_path()
+        if bwrap is None:
+            raise RuntimeUnavailable(BWRAP_MISSING)
+        missing = [p for p in self.config.ro_paths if not os.path.exists(p)]
+        if missing:
+            raise SpecError(f"harness.runtime.ro_paths: {missing[0]} does not exist on this worker")
+        self.workdir = tempfile.mkdtemp(prefix=f"episodes-{self.id}-")
+        self._channel = tempfile.mkdtemp(prefix="episodes-box-")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        self.argv = bwrap_argv(
+            bwrap, self.workdir, self._channel, self.config.ro_paths, theirs.fileno()
+        )
+        # Dies with the worker, as a subprocess box does (see `subprocess`): bwrap then
+        # takes its pid 1, and so the whole box, with it (--die-with-parent).
+        prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+        try:
+            self._bwrap = await asyncio.create_subprocess_exec(
+                *prefix,
+                *self.argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.PIPE,
+                env={},
+                start_new_session=True,
+                pass_fds=(theirs.fileno(),),
+            )
+        finally:
+            theirs.close()
+        ours.setblocking(False)
+        self._sock = ours
+        loop.add_reader(ours.fileno(), self._on_readable)
+        try:
+            await asyncio.wait_for(asyncio.shield(self._ready), _READY_TIMEOUT_S)
+        except (TimeoutError, ConnectionError):
+            why = await self._bwrap_stderr()
+            raise RuntimeUnavailable(f"the sandbox did not start: {why}") from None
+
+    async def _bwrap_stderr(self) -> str:
+        assert self._bwrap is not None and self._bwrap.stderr is not None
+        with contextlib.suppress(Exception):
+            if self._bwrap.returncode is None:
+                self._bwrap.kill()
+            data = await asyncio.wait_for(self._bwrap.stderr.read(4096), 5)
+            line = data.decode(errors="replace").strip().splitlines()
+            return line[-1] if line else f"bwrap exited ({self._bwrap.returncode})"
+        return "bwrap did not answer"
+
+    # -- the control channel -------------------------------------------------------------
+    def _on_readable(self) -> None:
+        assert self._sock is not None
+        try:
+            data = self._sock.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._lost()
+            return
+        self._buf += data
+        while b"\n" in self._buf:
+            line, self._buf = self._buf.split(b"\n", 1)
+            try:
+                self._dispatch(json.loads(line))
+            except (ValueError, TypeError, KeyError):
+                continue  # the agent runs in the box: nothing it says may break the worker
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        if msg.get("ready") and self._ready is not None and not self._ready.done():
+            self._ready.set_result(None)
+        elif "exit" in msg:
+            pid, code = int(msg["exit"]), int(msg["code"])
+            if pid in self._procs:
+                self._procs[pid]._exited(code)
+            else:
+                self._exits[pid] = code
+        elif "id" in msg:
+            fut = self._replies.pop(int(msg["id"]), None)
+            if fut is not None and not fut.done():
+                fut.set_result(msg)
+
+    def _lost(self) -> None:
+        """The agent is gone (the box died or was stopped): every process with it."""
+        if self._sock is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+        self._sock = None
+        gone = ConnectionError(f"sandbox {self.id} is gone")
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(gone)
+        for fut in self._replies.values():
+            if not fut.done():
+                fut.set_exception(gone)
+        self._replies.clear()
+        for proc in self._procs.values():
+            proc._exited(-signal.SIGKILL)
+
+    async def _request(self, msg: dict[str, Any], fds: tuple[int, ...] = ()) -> dict[str, Any]:
+        if self._sock is None:
+            raise RuntimeError(f"sandbox runtime {self.id} is not running")
+        self._next_id += 1
+        msg = {**msg, "id": self._next_id}
+        fut = asyncio.get_running_loop().create_future()
+        self._replies[self._next_id] = fut
+        data = (json.dumps(msg) + "\n").encode()
+        async with self._send_lock:
+            await self._send(data, fds)
+        try:
+            return await asyncio.wait_for(fut, _REPLY_TIMEOUT_S)
+        except (ConnectionError, TimeoutError) as e:
+            raise RuntimeError(f"sandbox runtime {self.id} does not answer: {e}") from None
+
+    async def _send(self, data: bytes, fds: tuple[int, ...]) -> None:
+        loop = asyncio.get_running_loop()
+        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_int_array(fds)))] if fds else []
+        while data:
+            sock = self._sock
+            if sock is None:
+                raise RuntimeError(f"sandbox runtime {self.id} is not running")
+            try:
+                sent = sock.sendmsg([data], anc)
+            except BlockingIOError:
+                ready = loop.create_future()
+                loop.add_writer(sock.fileno(), ready.set_result, None)
+                try:
+                    await ready
+                finally:
+                    loop.remove_writer(sock.fileno())
+                continue
+            except OSError as e:
+                raise RuntimeError(f"sandbox runtime {self.id} is gone: {e}") from None
+            data, anc = data[sent:], []  # the fds went with the first byte
+
+    # -- the runtime contract ------------------------------------------------------------
+    async def alive(self) -> bool:
+        return (
+            self._sock is not None
+            and not self._stopped
+            and self._bwrap is not None
+            and self._bwrap.returncode is None
+        )
+
+    async def open_process(
+        self,
+        argv: list[str],
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> SandboxProcess:
+        if not await self.alive():
+            raise RuntimeError(f"sandbox runtime {self.id} is not running")
+        if not argv:
+            raise ValueError("argv must not be empty")
+        child_env = dict(env or {})
+        child_env.setdefault("PATH", MINIMAL_PATH)
+        pipes = [os.pipe() for _ in range(3)]  # (read, write); close-on-exec here
+        ours = (pipes[0][1], pipes[1][0], pipes[2][0])
+        theirs = (pipes[0][0], pipes[1][1], pipes[2][1])
+        msg = {"op": "spawn", "argv": list(argv), "env": child_env, "cwd": cwd or self.workdir}
+        try:
+            reply = await self._request(msg, theirs)
+        except BaseException:
+            for fd in ours:
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        if "pid" not in reply:
+            for fd in ours:
+                os.close(fd)
+            code = int(reply.get("errno") or 0)
+            raise OSError(code, str(reply.get("error", "cannot start")), argv[0])
+        pid = int(reply["pid"])
+        proc = SandboxProcess(self, pid, *ours)
+        await proc._connect()
+        # Long-lived (pooled) boxes open many processes: forget the fully stopped ones.
+        self._procs = {p: pr for p, pr in self._procs.items() if not pr._swept}
+        self._procs[pid] = proc
+        if pid in self._exits:
+            proc._exited(self._exits.pop(pid))
+        elif self._sock is None:
+            proc._exited(-signal.SIGKILL)
+        return proc
+
+    async def sweep(self) -> bool:
+        # The whole box, not only the processes we opened: a daemon that left its
+        # group is found by nothing else.
+        if not await self.alive():
+            return False
+        try:
+            reply = await self._request({"op": "sweep"})
+        except RuntimeError:
+            return False
+        for proc in self._procs.values():
+            proc._swept = True
+        return bool(reply.get("clean"))
+
+    async def _teardown(self) -> None:
+        if self._start_task is not None:
+            with contextlib.suppress(BaseException):
+                await self._start_task
+        if self._bwrap is not None:
+            # bwrap's pid 1 dies with it (--die-with-parent), and with pid 1 the pid
+            # namespace: every process of the box, daemons included.
+            with contextlib.suppress(ProcessLookupError):
+                self._bwrap.kill()
+            await self._bwrap.wait()
+        if self._sock is not None:
+            self._lost()
+        for proc in self._procs.values():
+            proc._exited(-signal.SIGKILL)
+            proc.release()
+        for d in (self.workdir, self._channel):
+            if d is not None:
+                await asyncio.to_thread(shutil.rmtree, d, True)
+
+
+def _int_array(fds: tuple[int, ...]) -> Any:
+    import array
+
+    return array.array("i", fds)
