@@ -14,6 +14,13 @@ Modes:
   hog                 echo; at turn 1 allocate (and touch) memory until killed
   fork-bomb           echo; at turn 1 every process forks forever (retrying on EAGAIN)
   deaf                echo turn 0, then never read stdin again and never answer
+  probe look=A,B look_s=S frontend=H:P outside=P1,P2
+                      at turn 0, try to escape its box and reply with what it got:
+                      which of the variables A, B it can read in other processes'
+                      /proc/*/environ (looking for up to S seconds), whether a TCP
+                      connection to H:P opens, which files P1, P2 it could write;
+                      then leave a daemon behind (double fork + setsid, stdio on
+                      /dev/null). Echo on later turns.
 """
 
 from __future__ import annotations
@@ -72,12 +79,84 @@ def fork_bomb() -> None:
             time.sleep(0.05)  # the pids limit: keep pressing
 
 
+def environ_names(wanted: set[str], look_s: float) -> list[str]:
+    """Of `wanted`, the variable names found in other processes' environments."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + look_s
+    while True:
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    entries = f.read().split(b"\0")
+            except OSError:
+                continue
+            seen.update(e.split(b"=", 1)[0].decode(errors="replace") for e in entries)
+        if wanted <= seen or time.monotonic() >= deadline:
+            return sorted(wanted & seen)
+        time.sleep(0.2)
+
+
+def connects(address: str) -> str:
+    import socket
+
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=5):
+            return "connected"
+    except OSError as e:
+        return f"refused: {e}"
+
+
+def writes(paths: list[str]) -> list[str]:
+    done = []
+    for path in paths:
+        try:
+            with open(path, "w") as f:
+                f.write("escaped\n")
+            done.append(path)
+        except OSError:
+            pass
+    return done
+
+
+def leave_daemon() -> None:
+    child = os.fork()
+    if child == 0:
+        os.setsid()  # out of the harness's session and process group
+        if os.fork() == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            sleep_forever()
+        os._exit(0)
+    os.waitpid(child, 0)
+
+
+def probe(opts: dict[str, str]):
+    def handle(turn, message, emit):
+        if turn != 0:
+            return message
+        found = {
+            "environ": environ_names(set(opts["look"].split(",")), float(opts["look_s"])),
+            "frontend": connects(opts["frontend"]),
+            "wrote": writes(opts["outside"].split(",")),
+        }
+        leave_daemon()
+        return found
+
+    return handle
+
+
 def main(argv: list[str]) -> None:
     mode = argv[0] if argv else "log"
     opts = dict(arg.split("=", 1) for arg in argv[1:])
     if mode == "log":
         time.sleep(float(opts.get("start", "0")))
         sdk.serve(logging_echo(float(opts.get("delay", "0")), opts.get("dir")))
+    elif mode == "probe":
+        sdk.serve(probe(opts))
     elif mode in ("hog", "fork-bomb"):
         act = hog if mode == "hog" else fork_bomb
         sdk.serve(lambda turn, message, emit: act() if turn == 1 else message)
