@@ -73,19 +73,26 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap")
 
 
-def _python_dirs() -> list[str]:
-    """What the worker's Python needs in the box, at the same paths: its installation
-    and virtualenv, the `episodes` package the worker runs, and the source folders of
-    editable installs (setuptools' finders map package names to them)."""
+def _python_binds() -> list[tuple[str, str]]:
+    """What the worker's Python needs in the box, as (host path, box path): its
+    installation and virtualenv at the same paths, and the `episodes` package the
+    worker runs, at its own path and wherever an editable install's finder maps the
+    name (so `{python} -m episodes...` in the box runs the worker's code)."""
+    package = str(Path(episodes.__file__).resolve().parent)
     found = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    found.add(str(Path(episodes.__file__).resolve().parent))
-    for name, module in list(sys.modules.items()):
-        mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
-        if isinstance(mapping, dict):
-            found.update(str(v) for v in mapping.values() if isinstance(v, str))
     # /usr is bound whole; and a folder inside another one needs no bind of its own.
     dirs = sorted(d for d in found if os.path.isdir(d) and not _under(d, "/usr"))
-    return [d for d in dirs if not any(_under(d, o) and d != o for o in dirs)]
+    binds = [(d, d) for d in dirs if not any(_under(d, o) and d != o for o in dirs)]
+    targets = {package}
+    for name, module in list(sys.modules.items()):
+        mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
+        if isinstance(mapping, dict) and isinstance(mapping.get("episodes"), str):
+            targets.add(mapping["episodes"])
+    return binds + [(package, t) for t in sorted(targets)]
+
+
+def _python_dirs() -> list[str]:
+    return [box for _, box in _python_binds()]
 
 
 def _under(path: str, root: str) -> bool:
@@ -119,8 +126,8 @@ def bwrap_argv(
     for name in _ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for path in [*_python_dirs(), *ro_paths]:
-        argv += ["--ro-bind", path, path]
+    for host, box in [*_python_binds(), *((p, p) for p in ro_paths)]:
+        argv += ["--ro-bind", host, box]
     relay = str(Path(episodes.__file__).resolve().parent / "agents" / "relay.py")
     argv += ["--ro-bind", relay, RELAY_IN_BOX, "--ro-bind", channel, CHANNEL_IN_BOX]
     argv += ["--bind", workdir, workdir, "--chdir", workdir]

@@ -14,6 +14,7 @@ import pytest
 from episodes.client import EpisodesClient
 from tests.chaos.helpers import (
     HARNESS,
+    TRUSTED,
     WorkerProc,
     assert_killed_and_survivor_leave_nothing,
     new_tag,
@@ -45,6 +46,7 @@ async def test_sigkill_under_an_interactive_session_restarts_it_on_the_other_wor
         command,
         on_worker_lost="restart",
         worker_lost_timeout_s=LOST_S,
+        harness=TRUSTED,
     )
     a = WorkerProc(chaos_server.address, queue, tmp_path / "a.log").start()
     b = WorkerProc(chaos_server.address, queue, tmp_path / "b.log")

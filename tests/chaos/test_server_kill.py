@@ -17,6 +17,7 @@ from temporalio.client import WorkflowExecutionStatus
 from episodes.client.devserver import DevServer
 from tests.chaos.helpers import (
     HARNESS,
+    TRUSTED,
     WorkerProc,
     new_tag,
     results,
@@ -58,7 +59,9 @@ async def test_dev_server_sigkilled_and_restarted_mid_batch(chaos_server, chaos_
     command = ["{python}", str(HARNESS), "log", "delay=0.5", f"dir={seen}", f"tag={tag}"]
     tasks = {f"t{i:02d}": turns(f"t{i:02d}", TURNS) for i in range(EPISODES)}
     # The outage must not read as a lost worker: heartbeats cannot land while it lasts.
-    spec = script_spec(f"srv-{uuid.uuid4().hex[:6]}", tasks, command, worker_lost_timeout_s=60)
+    spec = script_spec(
+        f"srv-{uuid.uuid4().hex[:6]}", tasks, command, worker_lost_timeout_s=60, harness=TRUSTED
+    )
     workers = [
         WorkerProc(chaos_server.address, queue, tmp_path / f"w{i}.log").start() for i in range(2)
     ]

@@ -67,6 +67,8 @@ async def test_event_callback_raising_is_raised_again_on_retry():
             "harness": {
                 "command": "{python} -m tests.harnesses.scripted_harness events n=2",
                 "cwd": str(ROOT),
+                # The sandbox sees none of the project but what it is given.
+                "runtime": {"type": "subprocess", "ro_paths": [str(ROOT / "tests")]},
             },
         }
     )

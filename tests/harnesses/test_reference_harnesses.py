@@ -19,6 +19,7 @@ from episodes.local import run_episode_local
 from episodes.session import LiveSession
 from episodes.specfile import load_spec
 from episodes.types.results import StepOutcome
+from episodes.types.runtime import SubprocessConfig
 from episodes.types.spec import EpisodeSpec, parse_spec
 
 pytestmark = pytest.mark.timeout(120)
@@ -194,6 +195,13 @@ async def test_harness_process_is_gone_after_a_local_episode():
         "repl",
         [{"id": "pid", "data": {"messages": ["import os; os.getpid()"]}}],
     )
+    # The host pid is what is checked: a sandboxed harness reports its box's pid instead
+    # (the sandbox's own cleanup: tests/chaos/test_containment.py, the runtime contract).
+    # PYTHONPATH: unsandboxed, `-m episodes...` finds the package the way the worker does.
+    trusted = s.harness.model_copy(
+        update={"runtime": SubprocessConfig(isolation="none"), "inherit_env": ["PYTHONPATH"]}
+    )
+    s = s.model_copy(update={"harness": trusted})
     result = await run_episode_local(s, s.load_tasks()[0])
     assert result.termination == "env_done", result.error
     (reply,) = PidProbeEnv.replies

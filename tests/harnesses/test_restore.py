@@ -61,7 +61,7 @@ async def test_restored_session_continues_where_the_record_ends(resume: bool) ->
 
 
 async def test_replay_counts_replies_that_differ_from_the_record() -> None:
-    records = await _recorded(COUNTING, 2)  # replies carry the harness's pid
+    records = await _recorded(COUNTING, 2)  # replies carry the harness's process id
     spec = _spec(COUNTING)
     session = LiveSession(spec, spec.tasks[0], 0, "s-diverged")
     try:

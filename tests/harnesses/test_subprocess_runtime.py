@@ -25,8 +25,15 @@ async def read_all(stream) -> bytes:
     return out
 
 
+async def test_the_default_is_the_sandbox_and_none_is_a_process_group():
+    from episodes.runtimes.sandbox import SandboxRuntime
+
+    assert isinstance(make_runtime(SubprocessConfig()), SandboxRuntime)
+    assert isinstance(make_runtime(SubprocessConfig(isolation="none")), SubprocessRuntime)
+
+
 async def test_lifecycle_workdir_and_id():
-    rt = make_runtime(SubprocessConfig())
+    rt = make_runtime(SubprocessConfig(isolation="none"))
     assert isinstance(rt, SubprocessRuntime)
     assert not await rt.alive()
     await rt.start()

@@ -33,6 +33,9 @@ def _client(client: Client) -> EpisodesClient:
 
 
 def _spec(prefix: str, **over):
+    # A trusted process group, not a sandbox: these tests watch the harness's host pid
+    # (which a sandboxed harness cannot report) to see that it ends.
+    over.setdefault("harness", {"runtime": {"type": "subprocess", "isolation": "none"}})
     return spec(name=f"{prefix}-{uuid.uuid4().hex[:6]}", **over)
 
 
@@ -85,7 +88,7 @@ async def test_retried_step_returns_the_same_reply_and_is_sent_once(client, work
 
     # The harness saw step 0 once: the next step is its second turn packet.
     nxt = await session.step("m1")
-    assert nxt.reply == {"message": "m1", "received": 2, "pid": reply.reply["pid"]}
+    assert nxt.reply == {"message": "m1", "received": 2, "pid": reply.reply["pid"], "proc": reply.reply["proc"]}
     # A caller-supplied key works the same way.
     k = f"trainer-key-{uuid.uuid4().hex[:6]}"
     third = await session.step("m2", idempotency_key=k)

@@ -108,6 +108,8 @@ async def test_a_2000_turn_episode_continues_as_new_on_one_live_session(
         command=COUNTING,
         max_turns=2000,
         tasks=[{"id": "t0"}],
+        # A trusted process group: the test watches the harness's host pid end.
+        harness={"runtime": {"type": "subprocess", "isolation": "none"}},
     )
     handle = await EpisodesClient(can_client, task_queue=QUEUE).start_episode(s, s.tasks[0])
     result = await asyncio.wait_for(handle.result(), 300)
