@@ -261,7 +261,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = Non
         spec = EpisodeSpec.model_validate(data)
     except ValidationError as e:
         raise SpecError(f"{source}: {_describe(e)}") from None
-    for message in inline_secret_warnings(spec, source=source):
+    for message in [*inline_secret_warnings(spec, source=source), *trust_warnings(spec, source)]:
         warnings.warn(message, SpecWarning, stacklevel=2)
     if spec.dataset is not None and base_dir is not None and not spec.dataset.is_absolute():
         spec = spec.model_copy(update={"dataset": (base_dir / spec.dataset).resolve()})
@@ -277,4 +277,21 @@ def inline_secret_warnings(spec: EpisodeSpec, *, source: str = "<spec>") -> list
         " or {file: PATH}, read on the worker"
         for name in spec.harness.env
         if _SECRET_LOOKING.search(name)
+    ]
+
+
+def trust_warnings(spec: EpisodeSpec, source: str = "<spec>") -> list[str]:
+    """One line if an unsandboxed harness is handed credentials: with `isolation: none` it
+    runs as the worker's user, so it can read the worker's upstream key and other
+    sessions' tokens from /proc, not only the ones it is given (docs/containment.md)."""
+    runtime = spec.harness.runtime
+    if not isinstance(runtime, SubprocessConfig) or runtime.isolation != "none":
+        return []
+    given = [name for name, on in (("model", spec.model), ("secrets", spec.harness.secrets)) if on]
+    if not given:
+        return []
+    return [
+        f"{source}: harness.runtime.isolation: none with {' and '.join(given)}: the harness "
+        "runs unsandboxed and can read the worker's keys and other sessions' tokens; "
+        "keep the sandbox (the default) unless the harness is trusted"
     ]

@@ -88,7 +88,12 @@ async def test_retried_step_returns_the_same_reply_and_is_sent_once(client, work
 
     # The harness saw step 0 once: the next step is its second turn packet.
     nxt = await session.step("m1")
-    assert nxt.reply == {"message": "m1", "received": 2, "pid": reply.reply["pid"], "proc": reply.reply["proc"]}
+    assert nxt.reply == {
+        "message": "m1",
+        "received": 2,
+        "pid": reply.reply["pid"],
+        "proc": reply.reply["proc"],
+    }
     # A caller-supplied key works the same way.
     k = f"trainer-key-{uuid.uuid4().hex[:6]}"
     third = await session.step("m2", idempotency_key=k)

@@ -156,3 +156,37 @@ def test_record_truncate_always_caps() -> None:
         history_limit_bytes=None,
     )
     assert out.record.reply[MARKER] is True and "reason" not in out.record.reply
+
+
+NONE = {"runtime": {"type": "subprocess", "isolation": "none"}}
+MODEL = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+
+
+@pytest.mark.parametrize(
+    ("harness", "over", "named"),
+    [
+        ({**NONE, "secrets": {"TOKEN": {"env": "HOST_TOKEN"}}}, {}, "secrets"),
+        (NONE, {"model": MODEL}, "model"),
+    ],
+)
+def test_an_unsandboxed_harness_given_credentials_warns(harness, over, named) -> None:  # type: ignore[no-untyped-def]
+    with pytest.warns(SpecWarning) as caught:
+        _spec(harness, **over)
+    [w] = caught
+    text = str(w.message)
+    assert f"spec.yaml: harness.runtime.isolation: none with {named}" in text
+    assert "sandbox" in text
+
+
+def test_the_sandbox_with_credentials_and_none_without_do_not_warn() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _spec({"secrets": {"TOKEN": {"env": "HOST_TOKEN"}}}, model=MODEL)
+        _spec(NONE)
+
+
+def test_ro_paths_must_be_absolute() -> None:
+    from episodes.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"harness.runtime.subprocess.ro_paths: .*not an absolute"):
+        _spec({"runtime": {"type": "subprocess", "ro_paths": ["tests"]}})
