@@ -168,7 +168,16 @@ async def check_workers(client: Client, task_queue: str) -> Check:
 def check_runtime(name: str, required: bool) -> Check:
     label = f"runtime {name}"
     if name == "subprocess":
-        return Check(label, True, "always available", required=required)
+        from episodes.runtimes.sandbox import sandbox_problem
+
+        problem = sandbox_problem()
+        if problem is not None:
+            fix = (
+                "apt-get install bubblewrap (and allow user namespaces), or run only "
+                "trusted harnesses with harness.runtime.isolation: none"
+            )
+            return Check(label, False, f"isolation none only: {problem}", fix, required)
+        return Check(label, True, "sandbox (bwrap) and isolation none", required=required)
     if name == "docker":
         try:
             from episodes.runtimes.docker_engine import shared_client

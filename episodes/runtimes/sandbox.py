@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -34,105 +35,33 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import episodes
-from episodes.agents.services import RELAY_IN_BOX
 from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.runtimes import sandbox_init
 from episodes.runtimes.base import Runtime, RuntimeProcess
+from episodes.runtimes.bwrap import (
+    BWRAP_MISSING,
+    CHANNEL_IN_BOX,
+    MINIMAL_PATH,
+    bwrap_argv,
+    bwrap_path,
+    command_files,
+    sandbox_problem,
+)
 from episodes.runtimes.subprocess import _SETPRIV
+
+__all__ = [
+    "BWRAP_MISSING",
+    "SandboxProcess",
+    "SandboxRuntime",
+    "bwrap_argv",
+    "bwrap_path",
+    "command_files",
+    "sandbox_problem",
+]
 from episodes.types.runtime import SubprocessConfig
 
-MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
-CHANNEL_IN_BOX = "/run/episodes"
-BWRAP_MISSING = (
-    "the sandbox runtime needs bwrap, which this worker lacks: install bubblewrap "
-    "(apt-get install bubblewrap), or set harness.runtime.isolation: none for trusted harnesses"
-)
 _READY_TIMEOUT_S = 30.0
 _REPLY_TIMEOUT_S = 60.0
 _STREAM_LIMIT = 64 * 1024
-# The few /etc files a program needs to start (dynamic loader, users, time zone, TLS
-# roots); never the whole of /etc (the worker's shadow file, its service configs).
-_ETC = [
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "passwd",
-    "group",
-    "nsswitch.conf",
-    "hosts",
-    "localtime",
-    "alternatives",
-    "ssl",
-    "ca-certificates",
-    "mime.types",
-]
-
-
-def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
-
-
-def _python_binds() -> list[tuple[str, str]]:
-    """What the worker's Python needs in the box, as (host path, box path): its
-    installation and virtualenv at the same paths, and the `episodes` package the
-    worker runs, at its own path and wherever an editable install's finder maps the
-    name (so `{python} -m episodes...` in the box runs the worker's code)."""
-    package = str(Path(episodes.__file__).resolve().parent)
-    found = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    # /usr is bound whole; and a folder inside another one needs no bind of its own.
-    dirs = sorted(d for d in found if os.path.isdir(d) and not _under(d, "/usr"))
-    binds = [(d, d) for d in dirs if not any(_under(d, o) and d != o for o in dirs)]
-    targets = {package}
-    for name, module in list(sys.modules.items()):
-        mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
-        if isinstance(mapping, dict) and isinstance(mapping.get("episodes"), str):
-            targets.add(mapping["episodes"])
-    return binds + [(package, t) for t in sorted(targets)]
-
-
-def _python_dirs() -> list[str]:
-    return [box for _, box in _python_binds()]
-
-
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def command_files(argv: list[str]) -> list[str]:
-    """Absolute paths in a harness command that name existing files on this worker:
-    a script the harness runs. The worker binds them read-only into its sandbox."""
-    bound = ["/usr", *_python_dirs()]
-    return [
-        a
-        for a in argv
-        if a.startswith("/") and os.path.isfile(a) and not any(_under(a, b) for b in bound)
-    ]
-
-
-def bwrap_argv(
-    bwrap: str, workdir: str, channel: str, ro_paths: list[str], control_fd: int
-) -> list[str]:
-    """The whole bwrap command line of a box (its agent is the command; bwrap passes the
-    worker's end of the control socket on as `control_fd`)."""
-    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
-    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
-    argv += ["--ro-bind", "/usr", "/usr"]
-    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
-        if os.path.islink(top):
-            argv += ["--symlink", os.readlink(top), top]
-        elif os.path.isdir(top):
-            argv += ["--ro-bind", top, top]
-    for name in _ETC:
-        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for host, box in [*_python_binds(), *((p, p) for p in ro_paths)]:
-        argv += ["--ro-bind", host, box]
-    relay = str(Path(episodes.__file__).resolve().parent / "agents" / "relay.py")
-    argv += ["--ro-bind", relay, RELAY_IN_BOX, "--ro-bind", channel, CHANNEL_IN_BOX]
-    argv += ["--bind", workdir, workdir, "--chdir", workdir]
-    argv += ["--", sys.executable, "-I", sandbox_init.__file__, str(control_fd)]
-    return argv
 
 
 class _StdinProtocol(asyncio.streams.FlowControlMixin):
@@ -168,13 +97,14 @@ class SandboxProcess(RuntimeProcess):
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
         for reader, fd in ((self._out, self._fds[1]), (self._err, self._fds[2])):
-            t, _ = await loop.connect_read_pipe(
-                lambda r=reader: asyncio.StreamReaderProtocol(r), open(fd, "rb", 0)
+            protocol = asyncio.StreamReaderProtocol(reader)
+            rt, _ = await loop.connect_read_pipe(
+                functools.partial(_same, protocol), open(fd, "rb", 0)
             )
-            self._transports.append(t)
-        t, p = await loop.connect_write_pipe(_StdinProtocol, open(self._fds[0], "wb", 0))
-        self._transports.append(t)
-        self._stdin = asyncio.StreamWriter(t, p, None, loop)
+            self._transports.append(rt)
+        wt, wp = await loop.connect_write_pipe(_StdinProtocol, open(self._fds[0], "wb", 0))
+        self._transports.append(wt)
+        self._stdin = asyncio.StreamWriter(wt, wp, None, loop)
 
     @property
     def stdout(self) -> asyncio.StreamReader:
@@ -497,6 +427,10 @@ class SandboxRuntime(Runtime):
         for d in (self.workdir, self._channel):
             if d is not None:
                 await asyncio.to_thread(shutil.rmtree, d, True)
+
+
+def _same(protocol: asyncio.StreamReaderProtocol) -> asyncio.StreamReaderProtocol:
+    return protocol
 
 
 def _int_array(fds: tuple[int, ...]) -> Any:

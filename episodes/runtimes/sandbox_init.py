@@ -62,7 +62,7 @@ class Agent:
             except OSError:
                 os._exit(0)  # the worker is gone: so is the box
 
-    def messages(self):  # type: ignore[no-untyped-def]
+    def messages(self):
         buf = b""
         space = socket.CMSG_SPACE(64 * array.array("i").itemsize)
         while True:

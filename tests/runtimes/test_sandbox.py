@@ -111,3 +111,14 @@ async def test_without_bwrap_the_box_fails_with_one_line_naming_the_fix(monkeypa
     assert "apt-get install bubblewrap" in text and "isolation: none" in text
     assert box.workdir is None  # nothing was made
     assert os.environ["PATH"] == str(tmp_path)
+
+
+def test_doctor_says_whether_the_sandbox_works_here(monkeypatch, tmp_path):
+    from episodes.client.doctor import check_runtime
+
+    works = check_runtime("subprocess", True)
+    assert works.ok and "sandbox (bwrap)" in works.line()
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    broken = check_runtime("subprocess", True)
+    assert not broken.ok
+    assert "apt-get install bubblewrap" in broken.line() and "isolation: none" in broken.line()

@@ -1,0 +1,125 @@
+"""The bubblewrap command line of a sandbox box, and whether this machine can run one.
+
+Kept apart from `sandbox` (the runtime): what a box sees is decided here, in one place
+(docs/containment.md describes it)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import episodes
+from episodes.agents.services import RELAY_IN_BOX
+from episodes.runtimes import sandbox_init
+
+MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
+CHANNEL_IN_BOX = "/run/episodes"
+BWRAP_MISSING = (
+    "the sandbox runtime needs bwrap, which this worker lacks: install bubblewrap "
+    "(apt-get install bubblewrap), or set harness.runtime.isolation: none for trusted harnesses"
+)
+# The few /etc files a program needs to start (dynamic loader, users, time zone, TLS
+# roots); never the whole of /etc (the worker's shadow file, its service configs).
+_ETC = [
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "passwd",
+    "group",
+    "nsswitch.conf",
+    "hosts",
+    "localtime",
+    "alternatives",
+    "ssl",
+    "ca-certificates",
+    "mime.types",
+]
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def sandbox_problem() -> str | None:
+    """Why this machine cannot make sandboxes (one line), or None: bwrap is there and
+    may create the namespaces a box needs (a container without user namespaces, or a
+    kernel that forbids them to this user, cannot)."""
+    import subprocess
+
+    bwrap = bwrap_path()
+    if bwrap is None:
+        return BWRAP_MISSING
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent"]
+    argv += ["--ro-bind", "/", "/", "--proc", "/proc", "--", "true"]
+    try:
+        done = subprocess.run(argv, capture_output=True, timeout=20, env={"PATH": MINIMAL_PATH})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"bwrap does not run here: {e}"
+    if done.returncode != 0:
+        why = (done.stderr.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
+        return f"bwrap cannot make a sandbox here: {why}"
+    return None
+
+
+def _python_binds() -> list[tuple[str, str]]:
+    """What the worker's Python needs in the box, as (host path, box path): its
+    installation and virtualenv at the same paths, and the `episodes` package the
+    worker runs, at its own path and wherever an editable install's finder maps the
+    name (so `{python} -m episodes...` in the box runs the worker's code)."""
+    package = str(Path(episodes.__file__).resolve().parent)
+    found = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    # /usr is bound whole; and a folder inside another one needs no bind of its own.
+    dirs = sorted(d for d in found if os.path.isdir(d) and not _under(d, "/usr"))
+    binds = [(d, d) for d in dirs if not any(_under(d, o) and d != o for o in dirs)]
+    targets = {package}
+    for name, module in list(sys.modules.items()):
+        mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
+        if isinstance(mapping, dict) and isinstance(mapping.get("episodes"), str):
+            targets.add(mapping["episodes"])
+    return binds + [(package, t) for t in sorted(targets)]
+
+
+def _python_dirs() -> list[str]:
+    return [box for _, box in _python_binds()]
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def command_files(argv: list[str]) -> list[str]:
+    """Absolute paths in a harness command that name existing files on this worker:
+    a script the harness runs. The worker binds them read-only into its sandbox."""
+    bound = ["/usr", *_python_dirs()]
+    return [
+        a
+        for a in argv
+        if a.startswith("/") and os.path.isfile(a) and not any(_under(a, b) for b in bound)
+    ]
+
+
+def bwrap_argv(
+    bwrap: str, workdir: str, channel: str, ro_paths: list[str], control_fd: int
+) -> list[str]:
+    """The whole bwrap command line of a box (its agent is the command; bwrap passes the
+    worker's end of the control socket on as `control_fd`)."""
+    argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
+    argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
+    argv += ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            argv += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            argv += ["--ro-bind", top, top]
+    for name in _ETC:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for host, box in [*_python_binds(), *((p, p) for p in ro_paths)]:
+        argv += ["--ro-bind", host, box]
+    relay = str(Path(episodes.__file__).resolve().parent / "agents" / "relay.py")
+    argv += ["--ro-bind", relay, RELAY_IN_BOX, "--ro-bind", channel, CHANNEL_IN_BOX]
+    argv += ["--bind", workdir, workdir, "--chdir", workdir]
+    argv += ["--", sys.executable, "-I", sandbox_init.__file__, str(control_fd)]
+    return argv
