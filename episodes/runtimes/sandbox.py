@@ -55,6 +55,7 @@ __all__ = [
     "bwrap_argv",
     "bwrap_path",
     "command_files",
+    "local_runtime",
     "sandbox_problem",
 ]
 from episodes.types.runtime import SubprocessConfig
@@ -437,3 +438,13 @@ def _int_array(fds: tuple[int, ...]) -> Any:
     import array
 
     return array.array("i", fds)
+
+
+def local_runtime(config: SubprocessConfig) -> Runtime:
+    """A `type: subprocess` box: the sandbox, or a plain process group of the worker's
+    user when the spec trusts its harness (`isolation: none`)."""
+    if config.isolation == "none":
+        from episodes.runtimes.subprocess import SubprocessRuntime
+
+        return SubprocessRuntime(config)
+    return SandboxRuntime(config)
