@@ -16,6 +16,8 @@ from episodes.client.devserver import DevServer
 from episodes.payloads.settings import DEV_STATE_DIR, configured_data_converter, dev_storage
 
 if TYPE_CHECKING:
+    from episodes.viewer.app import Running
+
     # Only for the annotation: the worker (and its activities) loads when the stack starts.
     from workers.worker import EpisodeWorker
 
@@ -71,6 +73,29 @@ async def embedded_stack(
                 await running
     finally:
         await asyncio.to_thread(server.stop)
+
+
+@contextlib.asynccontextmanager
+async def viewer_beside(stack: Embedded, port: int) -> AsyncIterator[Running]:
+    """The episodes viewer on the stack's client, linking to its Temporal UI. A taken
+    port does not stop `episodes dev`: the viewer takes a free one instead."""
+    from episodes.viewer import serve
+
+    ui = stack.server.ui_url or "http://127.0.0.1:8233"
+    async with contextlib.AsyncExitStack() as exits:
+        try:
+            viewer = await exits.enter_async_context(serve(stack.client, port=port, ui_address=ui))
+        except OSError as e:
+            if port == 0:
+                raise
+            from episodes.cli.common import err_console
+
+            err_console.print(
+                f"[yellow]viewer port {port} is taken ({e.strerror}): using a free one",
+                highlight=False,
+            )
+            viewer = await exits.enter_async_context(serve(stack.client, port=0, ui_address=ui))
+        yield viewer
 
 
 async def client_for(stack: contextlib.AsyncExitStack, cfg: Config) -> tuple[Client, str | None]:

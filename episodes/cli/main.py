@@ -35,9 +35,13 @@ def dev(
     ui_port: Annotated[int | None, typer.Option(help="UI port (default: port + 1000).")] = None,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
     max_sessions: Annotated[int, typer.Option(help="Live sessions this worker holds.")] = 256,
+    viewer_port: Annotated[
+        int, typer.Option(help="Port of the episodes viewer (`episodes view`; 0: any free).")
+    ] = 8234,
 ) -> None:
-    """Start the embedded Temporal dev server (SQLite under .episodes/, UI) and a worker."""
-    from episodes.cli.embedded import embedded_stack
+    """Start the embedded Temporal dev server (SQLite under .episodes/, UI), a worker and
+    the episodes viewer."""
+    from episodes.cli.embedded import embedded_stack, viewer_beside
 
     async def main() -> None:
         async with embedded_stack(
@@ -48,11 +52,13 @@ def dev(
             common.console.print(f"[green]✓[/] {how} [bold]{s.address}[/]")
             if s.ui_url and not s.reused:
                 common.console.print(f"[green]✓[/] Temporal UI: [bold]{s.ui_url}[/]")
-            common.console.print(
-                f"[green]✓[/] worker [bold]{stack.worker.worker_id}[/] on queue {task_queue!r}"
-                " — Ctrl-C stops it"
-            )
-            await _until_signalled()
+            async with viewer_beside(stack, viewer_port) as viewer:
+                common.console.print(f"[green]✓[/] episodes viewer: [bold]{viewer.url}[/]")
+                common.console.print(
+                    f"[green]✓[/] worker [bold]{stack.worker.worker_id}[/] on queue "
+                    f"{task_queue!r} — Ctrl-C stops it"
+                )
+                await _until_signalled()
 
     common.run(main())
 
@@ -152,6 +158,24 @@ def export_cmd(
             batch, cfg=cfg, out=out, normalize_std=normalize_std, skip_incomplete=skip_incomplete
         )
     )
+
+
+@app.command()
+@common.with_config
+def view(
+    cfg: Config,
+    port: Annotated[int, typer.Option(help="Port to serve on (0: any free port).")] = 8234,
+    host: Annotated[
+        str, typer.Option(help="Listen address (the viewer has no login: keep it local).")
+    ] = "127.0.0.1",
+    ui_address: Annotated[
+        str, typer.Option(help="The Temporal UI, for links to each episode's workflow.")
+    ] = "http://127.0.0.1:8233",
+) -> None:
+    """Serve a web viewer of batches and episodes (read from Temporal) and print its address."""
+    from episodes.cli.view import serve_viewer
+
+    common.run(serve_viewer(cfg, host=host, port=port, ui_address=ui_address))
 
 
 @app.command("codec-server")

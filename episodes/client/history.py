@@ -47,10 +47,17 @@ def transcript_of(data: dict[str, Any]) -> Transcript:
 
 
 async def load_transcript(
-    client: Client, workflow_id: str, *, max_turns: int | None = None
+    client: Client, workflow_id: str, *, max_turns: int | None = None, tolerant: bool = False
 ) -> dict[str, Any]:
     """Every run of the episode (a long one continues-as-new), oldest first: the session,
-    the turns (TurnResult dicts, at most `max_turns`) and the result."""
+    the turns (TurnResult dicts, at most `max_turns`) and the result.
+
+    `tolerant` (readers that show what they can, like `episodes view`): a payload the
+    converter cannot decode (encrypted under a key this process lacks, a stored payload
+    gone missing) is listed in `undecodable` instead of failing the whole read; turns an
+    undecodable `record_turns` Update carried become placeholders (`undecodable: true`),
+    numbered from its update id. Scoring and restores never pass it: a transcript with
+    holes must not be scored."""
     from temporalio.service import RPCError
 
     out: dict[str, Any] = {
@@ -60,6 +67,8 @@ async def load_transcript(
         "turns": [],
         "result": None,
     }
+    if tolerant:
+        out["undecodable"] = []
     run_id: str | None = None
     try:
         latest = client.get_workflow_handle(workflow_id)
@@ -89,14 +98,26 @@ async def _read_run(
     client: Client, events: Any, out: dict[str, Any], max_turns: int | None
 ) -> str | None:
     """Add one run's session, turns and result to `out`; the next run's id, if any."""
-    conv = client.data_converter
     scheduled: dict[int, str] = {}
+
+    async def decode(payloads: list[Any], kind: Any, what: str, event_id: int) -> Any:
+        if "undecodable" not in out:  # strict: a failure fails the read
+            [value] = await client.data_converter.decode(payloads, [kind])
+            return value
+        try:
+            [value] = await client.data_converter.decode(payloads, [kind])
+            return value
+        except Exception as e:  # PayloadKeyError, PayloadDecryptError, unknown encoding...
+            first = (str(e) or type(e).__name__).splitlines()[0]
+            out["undecodable"].append({"what": what, "event_id": event_id, "error": first})
+            return None
+
     for ev in events:
         if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED and out["task"] is None:
             payloads = list(ev.workflow_execution_started_event_attributes.input.payloads)
             if payloads:  # EpisodeInput or InteractiveInput: only the task is read
-                [inp] = await conv.decode(payloads[:1], [dict])
-                out["task"] = inp.get("task")
+                inp = await decode(payloads[:1], dict, "input", ev.event_id)
+                out["task"] = inp.get("task") if inp else None
         elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             scheduled[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
         elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
@@ -104,27 +125,32 @@ async def _read_run(
             kind = scheduled.get(attrs.scheduled_event_id)
             payloads = list(attrs.result.payloads)
             if kind == contract.PROVISION and payloads:
-                [ref] = await conv.decode(payloads, [SessionRef])
-                out["session"] = ref.model_dump(mode="json")
+                ref = await decode(payloads, SessionRef, kind, ev.event_id)
+                out["session"] = ref.model_dump(mode="json") if ref else None
             elif kind == contract.RESTORE and payloads:  # the session after a restart
-                [restored] = await conv.decode(payloads, [RestoreResult])
-                out.setdefault("restarts", []).append(restored.model_dump(mode="json"))
+                restored = await decode(payloads, RestoreResult, kind, ev.event_id)
+                if restored:
+                    out.setdefault("restarts", []).append(restored.model_dump(mode="json"))
             elif kind == contract.TURN and payloads:  # an interactive session's step
-                [res] = await conv.decode(payloads, [TurnResult])
-                _add_turns(out, [res], max_turns)
+                res = await decode(payloads, TurnResult, kind, ev.event_id)
+                _add_turns(out, [res] if res else [], max_turns)
             elif kind == contract.DRIVE and payloads:  # its last turns, after its Updates
-                [drive] = await conv.decode(payloads, [DriveResult])
-                _add_turns(out, drive.turns, max_turns)
+                drive = await decode(payloads, DriveResult, kind, ev.event_id)
+                _add_turns(out, drive.turns if drive else [], max_turns)
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
             if req.input.name == contract.RECORD_TURNS:  # a batch of turns from the drive
-                [batch] = await conv.decode(list(req.input.args.payloads), [list[TurnResult]])
-                _add_turns(out, batch, max_turns)
+                args = list(req.input.args.payloads)
+                batch = await decode(args, list[TurnResult], contract.RECORD_TURNS, ev.event_id)
+                if batch is None:
+                    _add_placeholders(out, req.meta.update_id, max_turns)
+                else:
+                    _add_turns(out, batch, max_turns)
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             payloads = list(ev.workflow_execution_completed_event_attributes.result.payloads)
             if payloads:
-                [res] = await conv.decode(payloads, [EpisodeResult])
-                out["result"] = res.model_dump(mode="json")
+                res = await decode(payloads, EpisodeResult, "result", ev.event_id)
+                out["result"] = res.model_dump(mode="json") if res else None
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
             return ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
     return None
@@ -137,3 +163,18 @@ def _add_turns(out: dict[str, Any], results: list[TurnResult], max_turns: int | 
             return
         if res.record.turn == len(out["turns"]):
             out["turns"].append(res.model_dump(mode="json"))
+
+
+def _add_placeholders(out: dict[str, Any], update_id: str, max_turns: int | None) -> None:
+    """Stand-ins for the turns an undecodable Update carried: its id names them
+    (`<session>:turns-<first>-<last>`, activities/recorder.py)."""
+    span = update_id.rsplit(":turns-", 1)[-1].split("-")
+    if len(span) != 2 or not all(p.isdigit() for p in span):
+        return
+    for turn in range(int(span[0]), int(span[1]) + 1):
+        if max_turns is not None and len(out["turns"]) >= max_turns:
+            return
+        if turn == len(out["turns"]):
+            out["turns"].append(
+                {"record": {"turn": turn}, "observation": None, "undecodable": True}
+            )

@@ -1,0 +1,151 @@
+// `/batch/<id>`: counts, the infra/agent split, rewards, pass@k, task groups, episodes,
+// search; polled while episodes run.
+"use strict";
+
+const batchId = pathId("/batch/");
+const threshold = new URLSearchParams(location.search).get("threshold") || "";
+
+function card(k, v, title) {
+  return h("div", { class: "card", title }, h("div", { class: "v" }, v), h("div", { class: "k" }, k));
+}
+
+function cards(s) {
+  const passK = Object.entries(s.pass_at_k).map(([k, v]) => card(`pass@${k}`, num(v, 3)));
+  return h("div", { class: "cards" },
+    card("episodes", s.episodes, s.attempts > s.episodes ? `${s.attempts} attempts` : null),
+    card("running", s.running),
+    card("mean reward", num(s.mean_reward), `over ${s.rewarded} rewarded`),
+    passK,
+    card("agent failures", s.sides.agent || 0, "harness_*, protocol_error, turn_timeout"),
+    card("infra failures", s.sides.infra || 0, "worker_lost, workflow_failed, model_error"),
+    card("env errors", s.sides.env || 0));
+}
+
+function terminations(s, rows) {
+  const sideOf = {};
+  for (const r of rows) sideOf[r.termination || "running"] = r.side;
+  return h("table", {}, h("tr", {}, h("th", {}, "termination"), h("th", { class: "num" }, "episodes"),
+    h("th", {}, "side")),
+  Object.entries(s.terminations).map(([t, n]) => h("tr", {},
+    h("td", {}, pill(t, sideOf[t])), h("td", { class: "num" }, n),
+    h("td", { class: "muted" }, sideOf[t] || ""))));
+}
+
+function distributions(s) {
+  const r = (x) => num(x, 2);
+  const d = s.duration_s, t = s.turns;
+  return h("div", { class: "grid3" },
+    h("div", {}, h("h2", {}, "Reward"), bars(s.reward_histogram, r)),
+    h("div", {}, h("h2", {}, "Duration ", h("span", { class: "muted small" },
+      `p50 ${dur(d.p50)} · p90 ${dur(d.p90)} · max ${dur(d.max)}`)), bars(d.histogram, dur)),
+    h("div", {}, h("h2", {}, "Turns ", h("span", { class: "muted small" },
+      `p50 ${t.p50 ?? "–"} · p90 ${t.p90 ?? "–"} · max ${t.max ?? "–"}`)),
+    bars(t.histogram, (x) => String(Math.round(x)))));
+}
+
+function groups(s) {
+  return h("table", {}, h("tr", {}, h("th", {}, "task"), h("th", { class: "num" }, "passed"),
+    h("th", { class: "num" }, "mean"), h("th", {}, "samples: reward (advantage)"), h("th", {}, "")),
+  s.groups.map((g) => h("tr", {},
+    h("td", {}, g.task), h("td", { class: "num" }, `${g.passed}/${g.done}`),
+    h("td", { class: "num" }, num(g.mean_reward)),
+    h("td", { class: "wrap" }, h("div", { class: "chips" }, g.samples.map((m) =>
+      h("a", { class: "chip" + (m.reward !== null && m.reward >= s.threshold ? " pass" : ""),
+        href: link.episode(m.id), title: m.termination || "running" },
+      `s${m.sample ?? "?"} ${num(m.reward, 2)} (${signed(m.advantage)})`)))),
+    h("td", {}, g.samples.length > 1
+      ? h("a", { href: link.compare(g.samples[0].id, g.samples[1].id) }, "compare") : ""))));
+}
+
+function episodes(rows) {
+  return h("table", {}, h("tr", {}, ["episode", "task", "sample", "outcome", "reward", "advantage",
+    "turns", "duration", "started"].map((c) => h("th", {}, c))),
+  rows.map((r) => h("tr", {},
+    h("td", { class: "mono" }, h("a", { href: link.episode(r.id) }, r.id)),
+    h("td", {}, r.task || ""), h("td", { class: "num" }, r.sample ?? ""),
+    h("td", {}, outcome(r)), h("td", { class: "num" }, num(r.reward)),
+    h("td", { class: "num" }, signed(r.advantage)), h("td", { class: "num" }, r.turns ?? "–"),
+    h("td", { class: "num" }, dur(r.duration_s)), h("td", { class: "muted" }, when(r.start)))));
+}
+
+function searchBox() {
+  const input = h("input", { name: "q", placeholder: "text in messages, replies, tool and model calls", size: 48 });
+  const out = h("div", { id: "hits" });
+  const form = h("form", { class: "filters", onsubmit: (e) => { e.preventDefault(); search(input.value, out); } },
+    input, h("button", { type: "submit" }, "Search"));
+  return h("div", {}, form, out);
+}
+
+function highlight(snippet, q) {
+  const at = snippet.toLowerCase().indexOf(q.toLowerCase());
+  if (at < 0) return snippet;
+  return [snippet.slice(0, at), h("mark", {}, snippet.slice(at, at + q.length)), snippet.slice(at + q.length)];
+}
+
+async function search(q, out) {
+  if (!q) return;
+  const status = h("p", { class: "muted small" }, "searching…");
+  out.replaceChildren(status);
+  const url = new URL("/api/search", location.origin);
+  url.searchParams.set("batch", batchId);
+  url.searchParams.set("q", q);
+  const resp = await fetch(url);
+  const reader = resp.body.getReader();
+  const dec = new TextDecoder();
+  let buf = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, { stream: true });
+    let nl;
+    while ((nl = buf.indexOf("\n")) >= 0) {
+      const line = JSON.parse(buf.slice(0, nl));
+      buf = buf.slice(nl + 1);
+      if (line.done) {
+        status.textContent = line.error ? "search failed: " + line.error :
+          `${line.hits} hits in ${line.scanned} of ${line.episodes} episodes` +
+          (line.truncated ? " (stopped early: narrow the search)" : "");
+        continue;
+      }
+      out.append(h("div", { class: "hit" },
+        h("a", { href: link.episode(line.id) + "#turn-" + line.turn, class: "mono" },
+          `${line.id} · turn ${line.turn} · ${line.where}`),
+        h("div", { class: "mono small" }, highlight(line.snippet, q))));
+    }
+  }
+}
+
+let search_ui = null;
+
+async function render() {
+  const main = document.getElementById("main");
+  const data = await api("/api/batch", { id: batchId, threshold });
+  const s = data.stats;
+  search_ui = search_ui || searchBox();
+  main.replaceChildren(
+    h("h1", {}, batchId),
+    h("div", { class: "muted small" }, `${data.episodes[0]?.env || ""} · pass threshold ${s.threshold}` +
+      (data.truncated ? " · showing the first episodes only" : "")),
+    cards(s),
+    h("div", { class: "grid2" },
+      h("div", {}, h("h2", {}, "Terminations"), terminations(s, data.episodes)),
+      h("div", {}, h("h2", {}, "Search transcripts"), search_ui)),
+    distributions(s),
+    h("h2", {}, `Tasks (${s.groups.length})`), groups(s),
+    h("h2", {}, `Episodes (${data.episodes.length})`), episodes(data.episodes));
+  document.getElementById("live").textContent = s.running
+    ? `live: ${s.running} running · updated ${new Date().toLocaleTimeString()}` : "";
+  return s.running > 0;
+}
+
+async function main() {
+  document.title = batchId + " · episodes";
+  topbar(h("span", {}, "batch"));
+  try {
+    if (await render()) poller(render, 3000).start();
+  } catch (err) {
+    fail(document.getElementById("main"), err);
+  }
+}
+
+main();

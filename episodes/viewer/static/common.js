@@ -1,0 +1,122 @@
+// Shared by every page: DOM building, API calls, formatting.
+"use strict";
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "class") el.className = v;
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : String(c));
+  }
+  return el;
+}
+
+async function api(path, params) {
+  const url = new URL(path, location.origin);
+  for (const [k, v] of Object.entries(params || {})) {
+    if (v !== null && v !== undefined && v !== "") url.searchParams.set(k, v);
+  }
+  const resp = await fetch(url);
+  let data;
+  try { data = await resp.json(); } catch (e) { data = { error: resp.statusText }; }
+  if (!resp.ok) throw new Error(data.error || resp.statusText);
+  return data;
+}
+
+const link = {
+  batch: (id) => "/batch/" + encodeURIComponent(id),
+  episode: (id) => "/episode/" + encodeURIComponent(id),
+  compare: (a, b) => "/compare?a=" + encodeURIComponent(a) + "&b=" + encodeURIComponent(b),
+};
+
+function pathId(prefix) {
+  return decodeURIComponent(location.pathname.slice(prefix.length));
+}
+
+function num(x, digits) {
+  if (x === null || x === undefined) return "–";
+  if (typeof x !== "number") return String(x);
+  return x.toFixed(digits === undefined ? 3 : digits);
+}
+
+function signed(x) {
+  if (x === null || x === undefined) return "–";
+  return (x > 0 ? "+" : x < 0 ? "−" : "±") + Math.abs(x).toFixed(3);
+}
+
+function dur(s) {
+  if (s === null || s === undefined) return "–";
+  if (s < 1) return (s * 1000).toFixed(0) + " ms";
+  if (s < 120) return s.toFixed(s < 10 ? 2 : 1) + " s";
+  if (s < 7200) return (s / 60).toFixed(1) + " min";
+  return (s / 3600).toFixed(1) + " h";
+}
+
+function ms(x) {
+  if (x === null || x === undefined) return "";
+  return x < 1000 ? x.toFixed(x < 10 ? 1 : 0) + " ms" : (x / 1000).toFixed(2) + " s";
+}
+
+function bytes(n) {
+  if (n < 1024) return n + " B";
+  if (n < 1048576) return (n / 1024).toFixed(1) + " KB";
+  return (n / 1048576).toFixed(1) + " MB";
+}
+
+function when(iso) {
+  if (!iso) return "–";
+  const d = new Date(iso);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+function pill(text, side) {
+  return h("span", { class: "pill " + (side || "") }, text === null ? "running" : text);
+}
+
+function outcome(row) {
+  return pill(row.termination || row.status, row.side);
+}
+
+function text(value) {
+  if (value === null || value === undefined) return "";
+  return typeof value === "string" ? value : JSON.stringify(value, null, 1);
+}
+
+function topbar(...crumbs) {
+  const bar = h("header", { class: "top" }, h("a", { class: "home", href: "/" }, "episodes"));
+  for (const c of crumbs) bar.append(h("span", { class: "crumb" }, "/"), c);
+  bar.append(h("span", { class: "right", id: "live" }));
+  document.body.prepend(bar);
+}
+
+function fail(where, err) {
+  where.replaceChildren(h("div", { class: "banner bad" }, String(err.message || err)));
+}
+
+// A tiny bar chart of a histogram {edges, counts}.
+function bars(hist, fmt) {
+  if (!hist || !hist.counts || !hist.counts.length) return h("div", { class: "muted small" }, "no data");
+  const top = Math.max(...hist.counts, 1);
+  const e = hist.edges;
+  const box = h("div", { class: "bars" }, hist.counts.map((c, i) =>
+    h("div", { style: `height:${(100 * c / top).toFixed(1)}%`,
+      title: `${fmt(e[i])} – ${fmt(e[i + 1])}: ${c}` })));
+  return h("div", {}, box, h("div", { class: "axis" }, h("span", {}, fmt(e[0])),
+    h("span", {}, fmt(e[e.length - 1]))));
+}
+
+function poller(fn, ms) {
+  let timer = null;
+  const tick = async () => {
+    const again = await fn().catch(() => true);
+    timer = again ? setTimeout(tick, ms) : null;
+  };
+  return { start: () => { if (!timer) timer = setTimeout(tick, ms); } };
+}

@@ -1,0 +1,169 @@
+"""A batch's figures from its episodes' visibility rows: pure, no Temporal.
+
+The rows come from `episodes.viewer.visibility` (one per episode: task, sample,
+termination, reward, turns, duration). What is computed here is what the batch page
+shows: counts by termination and by side (whose failure it was), a reward histogram,
+pass@k, per-task groups with advantages, duration and turn-count distributions.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Any, Literal
+
+from episodes import contract
+from episodes.types.metrics import pass_at_k, report_ks
+from episodes.types.results import WORKFLOW_FAILED
+
+Side = Literal["ok", "agent", "env", "infra", "other", "running"]
+
+# Whose doing an outcome is, defined once (the batch page's split, its search filter).
+# The infrastructure's: a worker lost after its restarts (what a batch retries), a
+# workflow that failed with no result (a provision that could not get a box, the
+# server's doing), and a model upstream that gave up (the proxy's retries exhausted).
+# The agent's: its harness crashed, broke the protocol, timed out or reported an error.
+# The env's own code raising is neither; clean endings (the env said done, the turn
+# budget ran out, the trainer closed the session) are outcomes, not failures.
+INFRA_TERMINATIONS: frozenset[str] = frozenset(
+    {*contract.INFRA_TERMINATIONS, WORKFLOW_FAILED, "model_error", "terminated", "timed_out"}
+)
+AGENT_TERMINATIONS: frozenset[str] = frozenset(
+    {
+        "harness_start_failed",
+        "harness_crashed",
+        "harness_error",
+        "protocol_error",
+        "turn_timeout",
+        "idle_timeout",
+    }
+)
+ENV_TERMINATIONS: frozenset[str] = frozenset({contract.ENV_ERROR})
+OK_TERMINATIONS: frozenset[str] = frozenset({"env_done", "max_turns", "closed"})
+
+
+def side(termination: str | None) -> Side:
+    """Whose outcome `termination` is (None: the episode is still running)."""
+    if termination is None:
+        return "running"
+    for name, group in (
+        ("ok", OK_TERMINATIONS),
+        ("agent", AGENT_TERMINATIONS),
+        ("env", ENV_TERMINATIONS),
+        ("infra", INFRA_TERMINATIONS),
+    ):
+        if termination in group:
+            return name  # type: ignore[return-value]
+    return "other"  # cancelled, or a termination newer than this viewer
+
+
+def histogram(values: list[float], bins: int = 10, *, integers: bool = False) -> dict[str, Any]:
+    """Equal-width bins over [min, max]; `integers` uses unit bins while they are few."""
+    if not values:
+        return {"edges": [], "counts": []}
+    lo, hi = min(values), max(values)
+    if integers and hi - lo < 2 * bins:
+        edges = [float(v) for v in range(int(lo), int(hi) + 2)]
+    elif hi == lo:
+        edges = [lo, hi + 1.0] if integers else [lo, lo]
+    else:
+        if 0.0 <= lo and hi <= 1.0 and not integers:  # rewards: keep the unit interval
+            lo, hi = 0.0, 1.0
+        step = (hi - lo) / bins
+        edges = [lo + i * step for i in range(bins + 1)]
+    counts = [0] * max(1, len(edges) - 1)
+    for v in values:
+        if len(edges) < 2 or edges[-1] == edges[0]:
+            counts[0] += 1
+            continue
+        i = int((v - edges[0]) / (edges[-1] - edges[0]) * (len(edges) - 1))
+        counts[min(max(i, 0), len(counts) - 1)] += 1
+    return {"edges": edges, "counts": counts}
+
+
+def _quantiles(values: list[float]) -> dict[str, float | None]:
+    if not values:
+        return {"p50": None, "p90": None, "max": None, "mean": None}
+    ordered = sorted(values)
+
+    def at(q: float) -> float:
+        return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+    return {"p50": at(0.5), "p90": at(0.9), "max": ordered[-1], "mean": statistics.fmean(values)}
+
+
+def latest_attempts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (task, sample): a batch's fresh re-run (`.r<n>`) replaces the attempt
+    that failed for an infrastructure reason."""
+    best: dict[tuple[str, int | None], dict[str, Any]] = {}
+    for r in rows:
+        key = (r.get("task") or r["id"], r.get("sample"))
+        if key not in best or (r.get("attempt") or 0) > (best[key].get("attempt") or 0):
+            best[key] = r
+    return list(best.values())
+
+
+def batch_stats(rows: list[dict[str, Any]], threshold: float = 1.0) -> dict[str, Any]:
+    """The batch page's figures; sets `advantage` (reward minus its task's mean) and
+    `side` on each row in place."""
+    final = latest_attempts(rows)
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in final:
+        by_task[r.get("task") or "?"].append(r)
+    terminations: dict[str, int] = defaultdict(int)
+    sides: dict[str, int] = defaultdict(int)
+    for r in rows:
+        r["side"] = side(r.get("termination"))
+    for r in final:
+        terminations[r.get("termination") or "running"] += 1
+        sides[r["side"]] += 1
+    groups = []
+    tallies: list[tuple[int, int]] = []
+    for task, members in sorted(by_task.items()):
+        members.sort(key=lambda m: m.get("sample") or 0)
+        rewards = [m["reward"] for m in members if m.get("reward") is not None]
+        mean = statistics.fmean(rewards) if rewards else None
+        for m in members:
+            reward = m.get("reward")
+            m["advantage"] = None if reward is None or mean is None else reward - mean
+        done = [m for m in members if m.get("termination") is not None]
+        passed = sum(1 for m in done if m.get("reward") is not None and m["reward"] >= threshold)
+        if done:
+            tallies.append((len(done), passed))
+        groups.append(
+            {
+                "task": task,
+                "mean_reward": mean,
+                "passed": passed,
+                "done": len(done),
+                "samples": [
+                    {k: m.get(k) for k in ("id", "sample", "reward", "advantage", "termination")}
+                    for m in members
+                ],
+            }
+        )
+    pass_at: dict[int, float] = {}
+    most = max((n for n, _ in tallies), default=0)
+    for k in report_ks(range(1, most + 1)):
+        values = [pass_at_k(n, c, k) for n, c in tallies if n >= k]
+        if values:
+            pass_at[k] = statistics.fmean(values)
+    rewards = [r["reward"] for r in final if r.get("reward") is not None]
+    durations = [r["duration_s"] for r in final if r.get("duration_s") is not None]
+    turns = [float(r["turns"]) for r in final if r.get("turns") is not None]
+    return {
+        "episodes": len(final),
+        "attempts": len(rows),
+        "running": sides.get("running", 0),
+        "terminations": dict(sorted(terminations.items(), key=lambda kv: -kv[1])),
+        "sides": dict(sides),
+        "mean_reward": statistics.fmean(rewards) if rewards else None,
+        "rewarded": len(rewards),
+        "threshold": threshold,
+        "pass_at_k": pass_at,
+        "reward_histogram": histogram(rewards),
+        "duration_s": {**_quantiles(durations), "histogram": histogram(durations)},
+        "turns": {**_quantiles(turns), "histogram": histogram(turns, integers=True)},
+        "groups": groups,
+    }
