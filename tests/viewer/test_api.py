@@ -167,3 +167,91 @@ async def test_progress_follows_a_running_episode(client, worker, viewer) -> Non
     assert closed["closed"] is True
     done = await viewer.get("/api/episode", id=wid)
     assert done["total_turns"] == len(messages) and done["result"]["termination"] == "env_done"
+
+
+async def test_encrypted_payloads_are_decoded_with_the_key_and_placeholders_without(
+    client, dev_server
+) -> None:
+    """Workers encrypt (AES-GCM); a viewer with the key reads the turns, one without
+    shows what visibility knows and "encrypted" placeholders, never an error page."""
+    import base64
+    import contextlib
+
+    from episodes.client.connect import connect
+    from episodes.payloads import AesGcmEncryption, PayloadsConfig, data_converter
+    from episodes.viewer import serve
+    from tests.viewer.conftest import Viewer
+    from workers.worker import EpisodeWorker, WorkerOptions
+
+    SECRETS = ["SECRET-1", "SECRET-2", "SECRET-3"]
+    keys = {"VIEWER_TEST_KEYS": "v1:" + base64.b64encode(b"K" * 32).decode()}
+    conv = data_converter(
+        PayloadsConfig(encryption=AesGcmEncryption(keys_env="VIEWER_TEST_KEYS")), environ=keys
+    )
+    keyed = await connect(dev_server.address, timeout_s=30, data_converter=conv)
+    queue = f"viewer-enc-{uuid.uuid4().hex[:6]}"
+    # Turns slower than the recorder's linger: some arrive by record_turns Updates.
+    s = spec(
+        name=f"ve-{uuid.uuid4().hex[:6]}",
+        command=SLOW,
+        tasks=[{"id": "t", "data": {"messages": SECRETS, "expected": SECRETS}}],
+    )
+    w = EpisodeWorker(keyed, WorkerOptions(task_queue=queue))
+    running = asyncio.create_task(w.run())
+    try:
+        r = await EpisodesClient(keyed, task_queue=queue).run_episode(s, s.tasks[0])
+    finally:
+        w.request_stop()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(running, 30)
+    assert r.termination == "env_done"
+    q = f'EpisodeBatch = "{s.name}" AND EpisodeTermination = "env_done"'
+    assert await wait_until(lambda: _indexed(client, q, 1), timeout=30, interval=0.3)
+
+    for c, readable in ((keyed, True), (client, False)):
+        async with serve(c, port=0) as running_viewer:
+            v = Viewer(running_viewer.url)
+            try:
+                page = await v.get("/api/episode", id=r.workflow_id)
+                hits = await v.lines("/api/search", batch=s.name, q="SECRET-2")
+                batch = await v.get("/api/batch", id=s.name)
+            finally:
+                await v.http.aclose()
+        # Visibility is never encrypted: the outcome shows either way.
+        assert page["episode"]["termination"] == "env_done" and page["episode"]["reward"] == 1.0
+        assert batch["stats"]["episodes"] == 1
+        if readable:
+            assert page["undecodable"] == []
+            assert [t["message"] for t in page["turns"]] == ["SECRET-1", "SECRET-2", "SECRET-3"]
+            assert page["result"]["termination"] == "env_done"
+            assert len(hits) == 3  # message, reply, done
+        else:
+            assert page["undecodable"], "the page says what it could not decode"
+            assert "SECRET" not in str(page)
+            assert page["result"] is None and page["task"] is None
+            assert all(t.get("undecodable") for t in page["turns"])
+            assert hits[-1]["done"] and hits[-1]["hits"] == 0
+
+
+async def test_agent_episode_shows_tool_and_model_calls(client, worker, viewer, monkeypatch):
+    from episodes.agents.scripted import ScriptedUpstream, kv_policy
+    from episodes.types.spec import parse_spec
+    from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+
+    monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
+    async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:
+        data = agent_spec(upstream.base_url)
+        s = parse_spec({**data, "name": f"vk-{uuid.uuid4().hex[:6]}"})
+        r = await EpisodesClient(client, task_queue="episodes-test").run_episode(s, s.tasks[0])
+    assert r.termination == "env_done", r.error
+    page = await viewer.get("/api/episode", id=r.workflow_id)
+    events = [e for t in page["turns"] for e in t["events"]]
+    tools = [e for e in events if e["kind"] == "tool_call"]
+    models = [e for e in events if e["kind"] == "model_call"]
+    assert (tools[0]["name"], tools[0]["arguments"]) == ("put", {"key": "a", "value": "1"})
+    assert tools[0]["ms"] > 0 and "result" in tools[0]
+    assert len(models) == 3
+    content = models[0]["response"]["choices"][0]["logprobs"]["content"]
+    assert content and {"token", "logprob"} <= set(content[0])
+    assert models[0]["request"]["messages"], "the messages the model was sent"
+    assert UPSTREAM_KEY not in str(page)
