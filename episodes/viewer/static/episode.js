@@ -96,12 +96,15 @@ async function main() {
     if (entries[0].isIntersecting && !more.hidden && !more.disabled) loadMore(list, more);
   }).observe(more);
   if (d.episode.status === "running") follow(list, more);
-  // A search hit's link names its turn: page up to it.
-  const hit = location.hash.match(/^#turn-(\d+)$/);
-  if (hit) {
+  // A search hit's link names its turn: page up to it (also when only the hash changes).
+  const goTo = async () => {
+    const hit = location.hash.match(/^#turn-(\d+)$/);
+    if (!hit) return;
     while (have <= +hit[1] && have < total) await loadMore(list, more);
     document.getElementById("turn-" + hit[1])?.scrollIntoView();
-  }
+  };
+  window.addEventListener("hashchange", goTo);
+  await goTo();
 }
 
 // A running episode: poll the `progress` query for turns after the last one shown.

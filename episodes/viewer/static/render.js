@@ -91,6 +91,11 @@ function eventView(ev) {
   return h("details", { class: "event" }, h("summary", {}, summary), body);
 }
 
+// One row of a turn: who (env, harness) in the margin, what beside it.
+function line(who, content) {
+  return h("div", { class: "line" }, h("div", { class: "who" }, who), content);
+}
+
 // A part of a turn, with its "load full" link when it was clipped.
 function part(wid, t, name, build) {
   const size = t.clipped && t.clipped[name];
@@ -112,19 +117,17 @@ function turnView(wid, t, marks) {
   if (replayed) head.append(pill("replayed", "infra"));
   if (marks && marks.diverged(t.turn)) head.append(pill("diverged on replay", "env"));
   if (t.termination) head.append(pill(t.termination, t.error_type ? "agent" : "ok"));
-  el.append(head,
-    h("div", { class: "who" }, "env → harness"), part(wid, t, "message", (v) => block(v)));
-  t.events.forEach((_, i) => el.append(part(wid, t, "events." + i, eventView)));
+  el.append(head, line("env", part(wid, t, "message", (v) => block(v))));
+  t.events.forEach((_, i) => el.append(line("", part(wid, t, "events." + i, eventView))));
   if (t.error || t.error_type) {
-    el.append(h("div", { class: "who" }, t.error_type || "error"), part(wid, t, "error", (v) => block(v, "error")));
+    el.append(line(t.error_type || "error", part(wid, t, "error", (v) => block(v, "error"))));
   } else {
-    el.append(h("div", { class: "who" }, "harness → env"),
-      h("div", { class: "reply" }, part(wid, t, "reply", (v) => block(v))));
+    el.append(line("harness", h("div", { class: "reply" }, part(wid, t, "reply", (v) => block(v)))));
   }
   const obs = t.observation;
   if (obs && (obs.done || obs.reward !== null && obs.reward !== undefined)) {
-    el.append(h("div", { class: "small muted" }, `env: ${obs.done ? "done" : "continue"}` +
-      (obs.reward !== null && obs.reward !== undefined ? ` · reward ${num(obs.reward)}` : "")));
+    el.append(line("", h("div", { class: "small muted" }, `env: ${obs.done ? "done" : "continue"}` +
+      (obs.reward !== null && obs.reward !== undefined ? ` · reward ${num(obs.reward)}` : ""))));
   }
   return el;
 }
