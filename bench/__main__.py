@@ -32,6 +32,7 @@ BENCHMARKS = {
     "pool": "bench.pool",
     "agents": "bench.agent_overhead",
     "training": "bench.training_export",
+    "viewer": "bench.viewer",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }

@@ -51,3 +51,19 @@ async def test_every_design_and_floor_runs(client) -> None:  # type: ignore[no-u
         for mode in ("cross", "same", "local"):
             assert len(await floor_gaps(client, 3, mode, queue, worker.session_queue)) == 2
         assert len(worker.registry) == 0
+
+
+async def test_viewer_bench_measures(client, worker, dev_server) -> None:  # type: ignore[no-untyped-def]
+    """bench/viewer.py's plumbing on the session's server: a small batch, a short episode."""
+    from bench import viewer
+    from bench.common import ECHO, script_spec
+    from episodes.client import EpisodesClient
+
+    batch = await viewer._batch(client, "episodes-test", 3)
+    spec = script_spec(60, ECHO, name=f"vbench-smoke-{uuid.uuid4().hex[:6]}")
+    long = await EpisodesClient(client, task_queue="episodes-test").run_episode(spec, spec.tasks[0])
+    figures = await viewer._measure(client, dev_server.ui_url, batch, long.workflow_id, 1)
+    assert figures["batch_bytes"] > 0 and figures["episode_bytes"] > 0
+    assert figures["history_bytes_all_runs"] > figures["episode_bytes"]  # 50 of 60 turns, clipped
+    assert figures["runs"] == 1
+    viewer._print({**figures, "episodes": 3, "turns": 60})
