@@ -39,6 +39,7 @@ TEMPORAL_FACING = (
     "episodes.payloads",  # the data converter: codec, external-storage drivers
     "episodes.contract",  # temporalio.activity, for the activity declarations
     "episodes.search_attributes",  # temporalio.common's keys
+    "episodes.viewer",  # `episodes view`: reads visibility, histories and queries
 )
 THIRD_PARTY_OK = {"__future__", "temporalio", "pydantic", "pydantic_core", "typing_extensions"}
 
@@ -182,7 +183,9 @@ def test_the_core_is_temporal_free(path: Path) -> None:
     assert not bad, f"{_module(path)} imports {bad}: the core is Temporal-free"
 
 
-@pytest.mark.parametrize("path", _files("episodes/client"), ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", [*_files("episodes/client"), *_files("episodes/viewer")], ids=_module
+)
 def test_the_client_never_imports_the_application(path: Path) -> None:
     bad = sorted(n for n in _direct(_module(path)) if _within(n, APP))
     assert not bad, f"{_module(path)} imports {bad}"
