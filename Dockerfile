@@ -34,6 +34,11 @@ RUN /opt/venv/bin/pip install ".[${EXTRAS}]" \
 FROM ${BASE}
 LABEL org.opencontainers.image.title="episodes-worker" \
       org.opencontainers.image.description="Temporal worker for durable multi-turn agent episodes"
+# bubblewrap: the default local runtime is a sandbox built on it (docs/containment.md).
+# Pinned to bookworm's version, like the base.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap=0.8.0-2+deb12u1 \
+    && rm -rf /var/lib/apt/lists/*
 # A fixed uid/gid so volume and socket permissions can be granted by number.
 RUN groupadd --system --gid 10001 episodes \
     && useradd --system --uid 10001 --gid episodes --create-home --home-dir /home/episodes \
