@@ -27,7 +27,7 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodes.errors import ModelError, SpecError
+from episodes.errors import HarnessStartFailed, ModelError, SpecError
 from episodes.runtimes.base import Runtime, RuntimeProcess
 from episodes.types.model import ModelSpec
 
@@ -162,12 +162,11 @@ class AgentServices:
         """Start the in-box relay for one socket; the box's loopback port it listens on."""
         proc = await runtime.open_relay(["python3", "-I", RELAY_IN_BOX, "--socket", socket_in_box])
         self._relays.append(proc)
-        line = await asyncio.wait_for(_first_line(proc), RELAY_READY_TIMEOUT_S)
         try:
-            ready = json.loads(line)
-            return int(ready["port"])
-        except (ValueError, KeyError, TypeError):
-            raise RuntimeError(f"the in-box relay did not start: {line[:200]!r}") from None
+            line = await asyncio.wait_for(_first_line(proc), RELAY_READY_TIMEOUT_S)
+            return int(json.loads(line)["port"])
+        except (TimeoutError, ValueError, KeyError, TypeError):
+            raise await _relay_missing(runtime, proc) from None
 
     # -- turns ---------------------------------------------------------------------------
 
@@ -194,6 +193,24 @@ class AgentServices:
 
     def _failed(self, error: ModelError) -> None:
         self._failure = self._failure or error
+
+
+async def _relay_missing(runtime: Runtime, proc: RuntimeProcess) -> HarnessStartFailed:
+    """The relay did not say it listens: the box's image is not one of ours (no python3,
+    or no relay at RELAY_IN_BOX). A spec error, named as the episode's outcome: another
+    attempt on the same image fails the same way, so it is not retried."""
+    why = ""
+    with contextlib.suppress(Exception):
+        # Bounded: what the failed exec said (e.g. "python3: not found"), on one line.
+        data = await asyncio.wait_for(proc.stderr.read(2000), 2)
+        why = " ".join(data.decode("utf-8", errors="replace").split())[-200:]
+    image = getattr(getattr(runtime, "config", None), "image", None)
+    return HarnessStartFailed(
+        f"harness.runtime.image {image or '(the box)'!r} cannot run the in-box relay that "
+        f"connects the harness to the session's tools and model ({why or 'no output'}): "
+        f"it needs python3 on the PATH and {RELAY_IN_BOX}; use an image built by "
+        "scripts/build-image.sh, or one made FROM it"
+    )
 
 
 async def _first_line(proc: RuntimeProcess) -> str:

@@ -9,6 +9,8 @@ nothing of the session (container, channel directory) outlives it.
 
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
@@ -79,3 +81,64 @@ async def test_kv_agent_on_docker_through_temporal(monkeypatch, client, worker):
         all=True, filters={"label": f"episodes.workflow={result.workflow_id}"}
     )
     assert containers == []
+
+
+# Any image but ours: the harness image with the in-box relay's prerequisites removed.
+_STRIP = {
+    "no-python3": "rm -f /usr/bin/python3 /usr/bin/python3.11",
+    "no-relay": "rm -rf /opt/episodes/episodes/agents",
+}
+
+
+@pytest.fixture(scope="module", params=sorted(_STRIP))
+def image_without_relay(request):
+    tag = f"episodes-test-{request.param}:{backend.RUN_ID}"
+    dockerfile = f"FROM {backend.IMAGE}\nRUN {_STRIP[request.param]}\n"
+    subprocess.run(
+        ["docker", "build", "-q", "-t", tag, "-"],
+        input=dockerfile,
+        text=True,
+        capture_output=True,
+        check=True,
+        timeout=300,
+    )
+    yield tag
+    subprocess.run(["docker", "rmi", "-f", tag], capture_output=True, check=False)
+
+
+def _no_relay_spec(base_url: str, image: str, name: str = "kv-agent"):
+    data = agent_spec(base_url, name=name)
+    data["harness"]["runtime"] = {"type": "docker", "image": image}
+    return parse_spec(data)
+
+
+async def test_an_image_without_the_relay_fails_start_in_one_line(monkeypatch, image_without_relay):
+    from episodes.errors import HarnessStartFailed
+
+    monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
+    async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:
+        spec = _no_relay_spec(upstream.base_url, image_without_relay)
+        session = LiveSession(spec, spec.tasks[0], 0, "s-no-relay", labels=backend.labels())
+        with pytest.raises(HarnessStartFailed) as failed:
+            await session.open()
+    message = failed.value.detail
+    assert "\n" not in message
+    assert "harness.runtime.image" in message and "scripts/build-image.sh" in message
+    assert image_without_relay in message
+    assert backend.leftovers() == []
+
+
+async def test_an_image_without_the_relay_is_harness_start_failed_through_temporal(
+    monkeypatch, client, worker, image_without_relay
+):
+    from episodes.client import EpisodesClient
+
+    monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
+    async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:
+        name = f"no-relay-{backend.RUN_ID}-{image_without_relay.split(':')[0][-9:]}"
+        spec = _no_relay_spec(upstream.base_url, image_without_relay, name=name)
+        episodes = EpisodesClient(client, task_queue="episodes-test")
+        result = await episodes.run_episode(spec, spec.tasks[0])
+    # A named outcome, decided on the first attempt (a spec error: not retried).
+    assert result.termination == "harness_start_failed", result.error
+    assert "scripts/build-image.sh" in (result.error or "")
