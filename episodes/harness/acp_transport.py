@@ -15,6 +15,7 @@ import json
 from typing import Any
 
 from episodes.harness.protocol import READ_CHUNK_BYTES
+from episodes.json_depth import text_too_deep, too_deep_message
 from episodes.runtimes.base import RuntimeProcess
 
 
@@ -74,6 +75,9 @@ class RuntimeTransport:
         pass
 
     def _parse(self, line: bytes) -> dict[str, Any] | None:
+        if text_too_deep(line):  # json.loads would recurse per level (RecursionError)
+            self._fail(too_deep_message("a message on stdout"))
+            return None
         try:
             message = json.loads(line, parse_constant=_reject_constant)
         except ValueError:

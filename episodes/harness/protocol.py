@@ -14,6 +14,7 @@ from collections import deque
 from typing import Any
 
 from episodes.errors import ProtocolError
+from episodes.json_depth import text_too_deep, too_deep_message
 from episodes.runtimes.base import ByteStream
 from episodes.types.tuning import DEFAULT_MAX_PACKET_BYTES
 
@@ -57,6 +58,9 @@ def decode_body(body: bytes) -> dict[str, Any]:
         text = body.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ProtocolError(f"packet is not valid UTF-8: {e}") from None
+    # Before parsing: json.loads recurses per level, and a RecursionError is no ProtocolError.
+    if text_too_deep(body):
+        raise ProtocolError(too_deep_message("packet"))
     try:
         obj = json.loads(text, parse_constant=_reject_constant)
     except ValueError as e:

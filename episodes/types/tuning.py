@@ -32,3 +32,9 @@ DEFAULT_CHILDREN_PER_RUN = 2000
 
 # The largest wire-protocol packet a harness may send (docs/protocol.md).
 DEFAULT_MAX_PACKET_BYTES = 16 * 1024 * 1024
+
+# How deeply JSON a harness, an ACP agent or a model upstream sends may nest (arrays and
+# objects): deeper is a protocol error (a model error for an upstream's answer). Python's
+# json parser recurses (5,000 levels raise RecursionError) and Temporal's converter
+# refuses ~200, so a deeper value would fail the workflow instead of ending the episode.
+MAX_JSON_DEPTH = 128

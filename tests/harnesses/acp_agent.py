@@ -12,6 +12,7 @@ Each prompt's text is a command:
   crash             streams a chunk, then dies with exit code 7
   hang              never answers until session/cancel (logged to stderr)
   garbage           writes a line that is not JSON to stdout
+  deep N            writes a JSON-RPC notification nested N levels deep to stdout
   error             answers the prompt with a JSON-RPC error
 """
 
@@ -99,6 +100,11 @@ class ScriptedAgent:
             return PromptResponse(stop_reason="cancelled")
         elif command == "garbage":
             os.write(1, b"hello, I am not JSON\n")
+            await asyncio.sleep(3600)
+        elif command == "deep":
+            depth = int(rest or "5000")
+            nested = b"[" * depth + b"]" * depth
+            os.write(1, b'{"jsonrpc":"2.0","method":"session/update","params":' + nested + b"}\n")
             await asyncio.sleep(3600)
         elif command == "error":
             raise RequestError.internal_error({"details": "scripted failure"})

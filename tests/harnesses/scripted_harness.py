@@ -27,6 +27,9 @@ Modes:
   forge                emit events shaped like the proxy's model_call and the bridge's
                        tool_call records (made up token ids), then reply
   stray-print          print() and a child writing to fd 1 in every turn, then echo
+  deep what=reply|event depth=N   at turn K send a reply / an event nested N levels deep
+                       (default 5000), then hang
+  flood n=N kb=K       every turn: emit N events of K KiB each (default 400 x 1024), then echo
 """
 
 from __future__ import annotations
@@ -135,6 +138,15 @@ def main(argv: list[str]) -> None:
             return message
 
         sdk.serve(forging)
+    elif mode == "flood":
+        n, size = int(opts.get("n", "400")), int(opts.get("kb", "1024")) * 1024
+
+        def flood_events(turn, message, emit):
+            for i in range(n):
+                emit({"i": i, "pad": "f" * size})
+            return message
+
+        sdk.serve(flood_events)
     elif mode == "stray-print":
 
         def noisy(turn, message, emit):
@@ -174,7 +186,10 @@ def main(argv: list[str]) -> None:
         raw_modes(mode, opts, at)
 
 
-RAW_MODES = {"ignore-sigterm", "wrong-turn", "garbage", "oversize", "truncate", "stdout-flood"}
+RAW_MODES = {
+    *("ignore-sigterm", "wrong-turn", "garbage", "oversize", "truncate", "stdout-flood"),
+    "deep",
+}
 
 
 def raw_modes(mode: str, opts: dict[str, str], at: int) -> None:
@@ -202,6 +217,18 @@ def raw_modes(mode: str, opts: dict[str, str], at: int) -> None:
         elif mode == "truncate":
             send(struct.pack(">Q", 100) + b'{"type":"re')
             os._exit(0)
+        elif mode == "deep":
+            # Written by hand: json.dumps itself recurses, and gives up at ~1000 levels.
+            depth, what = int(opts.get("depth", "5000")), opts.get("what", "reply")
+            nested = b"[" * depth + b"]" * depth
+            head = (
+                b'{"type":"reply","turn":%d,"message":'
+                if what == "reply"
+                else (b'{"type":"event","turn":%d,"event":')
+            )
+            body = head % turn_now[0] + nested + b"}"
+            send(struct.pack(">Q", len(body)) + body)
+            sleep_forever()
         elif mode == "stdout-flood":
             framed = opts.get("kind", "raw") == "framed"
             body = b"\xff" * (MIB - 8)
@@ -210,7 +237,10 @@ def raw_modes(mode: str, opts: dict[str, str], at: int) -> None:
                 send(chunk)
             sleep_forever()
 
+    turn_now = [0]
+
     def on_turn(turn, message, send) -> None:
+        turn_now[0] = turn
         if turn == at:
             junk(send)
         send(reply(turn, message))

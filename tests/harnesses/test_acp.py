@@ -270,6 +270,15 @@ async def test_garbage_on_stdout_is_a_protocol_error(runtime):
         assert not s.alive
 
 
+@pytest.mark.parametrize("depth", [129, 5000])
+async def test_a_message_nested_too_deep_is_a_protocol_error(runtime, depth):
+    async with started(runtime) as s:
+        record = await s.turn(1, f"deep {depth}", timeout_s=30)
+        assert record.error_type == "protocol_error", record.error
+        assert "deeper than 128 levels" in record.error
+        assert not s.alive
+
+
 async def test_never_initialize_fails_start_with_stderr(runtime):
     s = agent(runtime, "never-init", ready_timeout_s=1.0)
     with pytest.raises(HarnessStartFailed, match="no 'initialize' within 1 s") as info:

@@ -86,6 +86,9 @@ FAILURES = [
     (("oversize",), 1, "protocol_error", "packet of 1099511627776 bytes exceeds the maximum"),
     (("truncate",), 1, "protocol_error", "mid-packet"),
     (("wrong-turn",), 1, "protocol_error", "'reply' packet for turn 2 during turn 1"),
+    # 5,000 levels: Python's parser would raise RecursionError, not a protocol error.
+    (("deep", "what=reply"), 1, "protocol_error", "deeper than 128 levels"),
+    (("deep", "what=event"), 1, "protocol_error", "deeper than 128 levels"),
     # The grandchild keeps stdout open: the crash must be noticed by the exit, not by EOF.
     (("fork-grandchild", "then=crash"), 1, "harness_crashed", "(exit code 7)"),
     (("fork-grandchild", "then=hang"), 1, "turn_timeout", "within 1 s"),

@@ -34,6 +34,8 @@ MODES = [
     (("fork-grandchild", "then=echo"), "env_done", None),
     (("fork-grandchild", "then=hang"), "turn_timeout", None),
     (("error-reply", "turn=1"), "harness_error", None),
+    # A reply nested 5,000 deep: a RecursionError failed the workflow (issue 19).
+    (("deep", "what=reply", "turn=1"), "protocol_error", "deeper than 128 levels"),
 ]
 
 

@@ -216,3 +216,58 @@ def test_any_chunking_yields_exactly_the_packets(packets, data):
         got += decoder.feed(stream[start:end])
     assert got == packets
     assert decoder.buffered == 0
+
+
+# -- nesting depth (issue 19) ----------------------------------------------------------
+
+
+def _nested(depth: int, open_: bytes = b"[", close: bytes = b"]") -> bytes:
+    return open_ * depth + close * depth
+
+
+@pytest.mark.parametrize("depth", [129, 5000, 1_000_000])
+def test_a_packet_nested_past_the_limit_is_a_protocol_error(depth):
+    body = b'{"type":"reply","turn":1,"message":' + _nested(depth - 1) + b"}"
+    with pytest.raises(ProtocolError) as info:
+        PacketDecoder().feed(frame(body))
+    assert "deeper than 128 levels" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_packet_at_the_depth_limit_is_accepted():
+    nested_objects = b'{"a":' * 126 + b"1" + b"}" * 126
+    body = b'{"type":"event","turn":1,"event":[' + nested_objects + b"]}"
+    [packet] = PacketDecoder().feed(frame(body))
+    assert packet["type"] == "event"
+
+
+def test_brackets_inside_strings_are_not_nesting():
+    text = json.dumps({"type": "reply", "turn": 1, "message": '[{"\\' * 10_000}).encode()
+    [packet] = PacketDecoder().feed(frame(text))
+    assert packet["message"].startswith('[{"\\')
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
+
+
+tricky_text = st.text(alphabet='[]{}"\\ab\n\u00e9', max_size=8)
+nested_values = st.recursive(
+    st.none() | st.integers() | tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(tricky_text, inner, max_size=3),
+    max_leaves=30,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=nested_values, ascii_only=st.booleans())
+def test_the_depth_scan_agrees_with_the_parsed_value(value, ascii_only):
+    from episodes.json_depth import text_depth, value_too_deep
+
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    assert text_depth(text) == text_depth(text.encode()) == _depth(value)
+    assert value_too_deep(value, _depth(value) - 1) == (_depth(value) > 0)
+    assert not value_too_deep(value, _depth(value))
