@@ -37,11 +37,13 @@ from typing import Any
 
 import uvicorn
 from fastmcp import FastMCP
+from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
 from mcp.types import TextContent
 
 from episodes.agents.net import tcp_listener
+from episodes.json_depth import too_deep_message, value_too_deep
 
 log = logging.getLogger(__name__)
 
@@ -266,6 +268,13 @@ class _ReportCalls(Middleware):
             "name": params.name,
             "arguments": dict(params.arguments or {}),
         }
+        if value_too_deep(event["arguments"]):
+            # The MCP server parses deeper JSON than Temporal's converter decodes: kept,
+            # the turn would fail the workflow. Refused, and recorded without them.
+            event["arguments"] = None
+            event["error"] = too_deep_message("the tool call's arguments")
+            await self._report(event)
+            raise ToolError(event["error"])
         t0 = time.perf_counter()
         try:
             result = await call_next(context)

@@ -44,6 +44,7 @@ from episodes.agents.net import tcp_listener
 from episodes.agents.stream import SseParser, assemble, chunks_of
 from episodes.aio import finish
 from episodes.errors import ModelError
+from episodes.json_depth import text_too_deep, too_deep_message
 from episodes.types.model import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -66,6 +67,8 @@ def _one_line(text: str, limit: int = 300) -> str:
 def _error_text(raw: bytes) -> str:
     """The message of an upstream error body (OpenAI-style when it is), else its text."""
     try:
+        if text_too_deep(raw):  # json.loads would recurse per level: read it as text
+            raise ValueError
         body = json.loads(raw)
         if isinstance(body, dict):
             err = body.get("error", body)
@@ -214,8 +217,15 @@ class ModelProxy:
         return web.json_response({"object": "list", "data": [model]})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        if text_too_deep(raw):
+            # Refused before parsing (json.loads recurses per level) and never forwarded.
+            return web.json_response(
+                openai_error(too_deep_message("the request body"), "invalid_request_error"),
+                status=400,
+            )
         try:
-            body = await request.json()
+            body = json.loads(raw)
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -236,6 +246,10 @@ class ModelProxy:
             resp, raw, attempts = await self._send(sent, read=True)
         except _Exhausted as e:
             return await self._fail(sent, started, str(e))
+        if text_too_deep(raw):
+            # Neither parsed nor recorded nor passed on: the call failed (`model_error`).
+            why = too_deep_message("the upstream's answer")
+            return await self._fail(sent, started, f"model call failed: {why}")
         ctype = resp.headers.get("content-type", "application/json")
         try:
             answer = json.loads(raw)
@@ -279,6 +293,10 @@ class ModelProxy:
             gone = True  # the harness hung up; nothing left to tell it
         finally:
             await resp.aclose()
+        if broke is None and any(text_too_deep(p) for p in payloads):
+            # Already passed on; not parsed (recursion) nor recorded: the call failed.
+            broke = f"model stream broke: {too_deep_message('a chunk of the upstream stream')}"
+            payloads = []
         response = assemble(chunks_of(payloads))
         if broke is not None:
             err = ModelError(self._scrub(broke))

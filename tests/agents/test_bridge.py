@@ -271,3 +271,28 @@ async def test_the_relay_outlives_a_bridge_and_serves_the_next_one(tmp_path):
         if proc is not None:
             proc.terminate()
             await proc.wait()
+
+
+def keep(value: list) -> int:
+    """Take any list."""
+    return 1
+
+
+async def test_arguments_nested_too_deep_are_refused_and_not_recorded(events):
+    """200 levels parse (the MCP server's limit is higher) but fail Temporal's converter
+    later, in the workflow, when the turn holding the call is decoded (issue 19)."""
+    from episodes.json_depth import value_too_deep
+
+    deep: list = []
+    inner = deep
+    for _ in range(199):
+        inner.append([])
+        inner = inner[0]
+    async with ToolBridge([keep], on_call=events.append) as bridge:
+        async with mcp_client(bridge.url, bridge.token) as client:
+            refused = await client.call_tool("keep", {"value": deep})
+            fine = await client.call_tool("keep", {"value": [[1]]})
+    assert refused.is_error and "deeper than 128 levels" in refused.content[0].text
+    assert not fine.is_error
+    assert [e.get("error") is not None for e in events] == [True, False]
+    assert not value_too_deep(events, 16)  # the refused arguments are not kept

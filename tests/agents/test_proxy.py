@@ -266,3 +266,95 @@ async def test_no_salt_unless_asked_and_a_salt_needs_a_version(upstream):
     assert calls[0]["policy_version"] is None
     with pytest.raises(ValueError, match=r"cache_salt: true needs model.policy_version"):
         ModelSpec(base_url="http://h/v1", model="m", cache_salt=True)
+
+
+# -- JSON nested past MAX_JSON_DEPTH (issue 19) -------------------------------------------
+
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+class RawUpstream:
+    """An upstream answering every chat call with the same raw bytes (real HTTP)."""
+
+    def __init__(self, status: int, body: bytes, content_type: str) -> None:
+        self.status, self.body, self.content_type = status, body, content_type
+        self.calls = 0
+
+    async def __aenter__(self) -> RawUpstream:
+        from aiohttp import web
+
+        from episodes.agents.net import tcp_listener
+
+        async def chat(request: web.Request) -> web.Response:
+            self.calls += 1
+            return web.Response(
+                body=self.body, status=self.status, headers={"Content-Type": self.content_type}
+            )
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        sock = tcp_listener()
+        self.base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+        await web.SockSite(self._runner, sock).start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._runner.cleanup()
+
+
+ANSWERS = {
+    "plain": (200, b'{"choices":[],"deep":' + DEEP + b"}", "application/json"),
+    "stream": (
+        200,
+        b'data: {"choices":[],"deep":' + DEEP + b"}\n\ndata: [DONE]\n\n",
+        "text/event-stream",
+    ),
+    "error-body": (500, b'{"error":' + DEEP + b"}", "application/json"),
+}
+
+
+@pytest.mark.parametrize("answer", sorted(ANSWERS))
+async def test_an_upstream_answer_nested_too_deep_is_a_model_error(answer):
+    status, body, ctype = ANSWERS[answer]
+    async with RawUpstream(status, body, ctype) as up:
+        spec = ModelSpec(base_url=up.base_url, model="m", retries=1)
+        calls: list = []
+        proxy = ModelProxy(spec, upstream_key=KEY, on_call=calls.append, backoff_s=0.01)
+        async with proxy:
+            http = httpx.AsyncClient(headers={"Authorization": f"Bearer {proxy.token}"})
+            async with http:
+                resp = await http.post(
+                    proxy.base_url + "/chat/completions",
+                    json={"messages": HELLO, "stream": answer == "stream"},
+                    timeout=30,
+                )
+    if answer != "stream":  # a stream's bytes were passed on before its end was read
+        assert resp.status_code == 502
+    assert proxy.failure is not None, resp.text[:200]
+    assert "deeper than 128 levels" in str(proxy.failure) or answer == "error-body"
+    assert "\n" not in str(proxy.failure)
+    # What is recorded can be serialized (no RecursionError later, in the converter).
+    json.dumps(calls)
+    assert len(calls) == 1
+
+
+async def test_a_request_nested_too_deep_is_refused_and_not_forwarded():
+    async with RawUpstream(200, b'{"choices":[]}', "application/json") as up:
+        spec = ModelSpec(base_url=up.base_url, model="m")
+        calls: list = []
+        proxy = ModelProxy(spec, upstream_key=KEY, on_call=calls.append)
+        async with proxy:
+            body = b'{"messages":' + DEEP + b"}"
+            async with httpx.AsyncClient() as http:
+                resp = await http.post(
+                    proxy.base_url + "/chat/completions",
+                    content=body,
+                    headers={
+                        "Authorization": f"Bearer {proxy.token}",
+                        "Content-Type": "application/json",
+                    },
+                )
+    assert resp.status_code == 400 and "deeper than 128 levels" in resp.text
+    assert up.calls == 0 and calls == [] and proxy.failure is None
