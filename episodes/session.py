@@ -23,6 +23,7 @@ from episodes.agents.proxy import read_upstream_key
 from episodes.agents.services import AgentServices
 from episodes.envs.base import Environment, call
 from episodes.errors import EnvironmentFailed, TurnOutOfOrder
+from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
 from episodes.runtimes import Runtime, make_runtime
 from episodes.secret_values import Scrubber, resolve_secrets
@@ -119,6 +120,10 @@ class LiveSession:
         self._finished = False
         self._closed = False
         self.last_used = time.monotonic()
+        # What the harness may stream (spec.harness.limits), shared by its driver and the
+        # services; a breach the services see stops the harness (`_stop_harness`).
+        self.budget = StreamBudget(spec.harness.limits)
+        self._stopping: asyncio.Future[None] | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -136,7 +141,13 @@ class LiveSession:
             except Exception as e:
                 raise EnvironmentFailed("tools", e) from e
             # Before the harness: it gets their addresses and may use them at start.
-            self.services = AgentServices(tools, self.spec.model, session_id=self.session_id)
+            self.services = AgentServices(
+                tools,
+                self.spec.model,
+                session_id=self.session_id,
+                budget=self.budget,
+                on_breach=self._stop_harness,
+            )
             extra = await self.services.start(self.runtime)
             bridge = self.services.bridge
             self.harness = make_driver(
@@ -146,6 +157,7 @@ class LiveSession:
                 {**harness_env(self.spec, secrets), **extra},
                 mcp_url=self.services.mcp_url,
                 mcp_token=bridge.token if bridge else None,
+                budget=self.budget,
             )
             await self.harness.start()
             self.env = env
@@ -159,6 +171,12 @@ class LiveSession:
         self._pending = self.first_message
         self.last_used = time.monotonic()
         return self.first_message
+
+    def _stop_harness(self) -> None:
+        """Stop the harness now (a turn in progress ends as it exits); the turn's record
+        then says why (`services.breach`)."""
+        if self.harness is not None and self._stopping is None:
+            self._stopping = asyncio.ensure_future(self.harness.stop())
 
     def _upstream_key(self) -> str | None:
         """The model proxy's upstream key, to scrub (a missing one fails in the proxy)."""
@@ -280,9 +298,12 @@ class LiveSession:
 
             self.services.begin_turn(events)
             try:
-                record: TurnRecord = await self.harness.turn(
-                    n, self._pending, timeout_s=self.spec.turn_timeout_s, on_event=harness_event
-                )
+                if self.services.breach is None:
+                    record: TurnRecord = await self.harness.turn(
+                        n, self._pending, timeout_s=self.spec.turn_timeout_s, on_event=harness_event
+                    )
+                else:  # broken between turns: the harness is stopped, nothing to send it
+                    record = TurnRecord(turn=n, message=self._pending)
             finally:
                 model_failure = self.services.end_turn()
             # Events the driver recorded without passing them on (ACP's permission
@@ -291,7 +312,17 @@ class LiveSession:
             extra = [_disarm(e) for e in record.events if id(e) not in seen]
             record = record.model_copy(update={"events": events + extra})
             full_reply = record.reply
-            if model_failure is not None:
+            if self.services.breach is not None:
+                # Whatever the driver saw (the harness stopped under it): the breach.
+                error = f"protocol error in turn {n}: {self.services.breach}"
+                result = TurnResult(
+                    record=record.model_copy(
+                        update={"error": error, "error_type": "protocol_error"}
+                    ),
+                    observation=StepOutcome(done=True),
+                    termination="protocol_error",
+                )
+            elif model_failure is not None:
                 # The harness saw a failed model call; however it answered, the episode
                 # cannot go on as the trainer meant it: `model_error`, with the reason.
                 result = TurnResult(

@@ -28,6 +28,8 @@ from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from episodes.errors import HarnessStartFailed, ModelError, SpecError
+from episodes.harness.budget import BudgetExceeded, StreamBudget
+from episodes.json_depth import text_too_deep
 from episodes.runtimes.base import Runtime, RuntimeProcess
 from episodes.types.model import ModelSpec
 
@@ -49,8 +51,21 @@ class AgentServices:
     # count them by kind); it must be quick and never fails a call.
     observer: ClassVar[Callable[[dict[str, Any]], None] | None] = None
 
-    def __init__(self, tools: Any, model: ModelSpec | None, *, session_id: str) -> None:
+    def __init__(
+        self,
+        tools: Any,
+        model: ModelSpec | None,
+        *,
+        session_id: str,
+        budget: StreamBudget | None = None,
+        on_breach: Callable[[], None] | None = None,
+    ) -> None:
+        """`budget`: the session's (shared with its driver), charged for every call;
+        past it `breach` says why and `on_breach` is called, once (it stops the harness)."""
         self.session_id = session_id
+        self.budget = budget or StreamBudget()
+        self.on_breach = on_breach
+        self.breach: str | None = None
         self._tools = tools
         self._model = model
         self.bridge: ToolBridge | None = None
@@ -154,7 +169,11 @@ class AgentServices:
         from episodes.agents.tunnel import StdioTunnel
 
         # Both services listen on the worker's loopback (also when tunnelled).
-        tunnel = StdioTunnel({n: ("127.0.0.1", _port(v)) for n, v in self._served().items()})
+        tunnel = StdioTunnel(
+            {n: ("127.0.0.1", _port(v)) for n, v in self._served().items()},
+            max_connections=self.budget.limits.connections,
+            on_fault=self.breached,
+        )
         self._stack.push_async_callback(tunnel.stop)
         return await tunnel.start(runtime)
 
@@ -189,7 +208,23 @@ class AgentServices:
                 AgentServices.observer(event)
             except Exception:
                 log.exception("AgentServices.observer failed")
+        if self.breach is not None:
+            return  # not kept: the session ends at this turn anyway
+        try:
+            # As recorded (request and response included): what the worker holds for it.
+            self.budget.charge(len(json.dumps(event, default=str)))
+        except BudgetExceeded as e:
+            self.breached(e.detail)
+            return
         (self._sink if self._sink is not None else self._between).append(event)
+
+    def breached(self, why: str) -> None:
+        """The harness broke the protocol outside its driver's stream (a budget, the
+        tunnel): the first reason is kept, and the harness is stopped."""
+        if self.breach is None:
+            self.breach = why
+            if self.on_breach is not None:
+                self.on_breach()
 
     def _failed(self, error: ModelError) -> None:
         self._failure = self._failure or error
@@ -215,12 +250,14 @@ async def _relay_missing(runtime: Runtime, proc: RuntimeProcess) -> HarnessStart
 
 async def _first_line(proc: RuntimeProcess) -> str:
     data = b""
-    while b"\n" not in data:
+    # Bounded: the relay's line is ~100 bytes; a box that sends more is not running it.
+    while b"\n" not in data and len(data) < 64 * 1024:
         chunk = await proc.stdout.read(4096)
         if not chunk:
             break
         data += chunk
-    return data.split(b"\n", 1)[0].decode("utf-8", errors="replace")
+    line = data.split(b"\n", 1)[0]
+    return "" if text_too_deep(line) else line.decode("utf-8", errors="replace")
 
 
 def _port(service: ToolBridge | ModelProxy) -> int:

@@ -38,6 +38,14 @@ from collections.abc import Awaitable, Callable
 HEADER = struct.Struct(">IBI")
 OPEN, DATA, EOF, CLOSE = 1, 2, 3, 4
 CHUNK = 48 * 1024
+# Both ends send frames of at most CHUNK bytes. A header announcing more (its length
+# field goes to 4 GiB) is a broken or hostile other end: the stream ends there, before
+# any of it is read, rather than waiting to hold it whole.
+MAX_FRAME_BYTES = 1024 * 1024
+
+
+class FrameTooLarge(ValueError):
+    """A frame header announced more than MAX_FRAME_BYTES: the tunnel's stream is broken."""
 
 
 class Mux:
@@ -82,10 +90,15 @@ class Mux:
         self._end(conn, "local")
 
     async def feed(self, read_exactly: Callable[[int], Awaitable[bytes]]) -> None:
-        """Frames from the other end to the local sockets, until its stream ends."""
+        """Frames from the other end to the local sockets, until its stream ends.
+        Raises FrameTooLarge (before reading its payload) for a frame over the cap."""
         while True:
             try:
                 conn, kind, size = HEADER.unpack(await read_exactly(HEADER.size))
+                if size > MAX_FRAME_BYTES:
+                    raise FrameTooLarge(
+                        f"a tunnel frame of {size} bytes exceeds the maximum of {MAX_FRAME_BYTES}"
+                    )
                 payload = await read_exactly(size) if size else b""
             except (asyncio.IncompleteReadError, EOFError):
                 return

@@ -18,11 +18,13 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from episodes.agents import stdio_relay
-from episodes.agents.stdio_relay import CLOSE, Mux
+from episodes.agents.stdio_relay import CLOSE, FrameTooLarge, Mux
 from episodes.errors import TunnelFailed
+from episodes.json_depth import text_too_deep
 from episodes.runtimes.base import Runtime, RuntimeProcess
 
 log = logging.getLogger(__name__)
@@ -30,13 +32,27 @@ log = logging.getLogger(__name__)
 # Sent as `python3 -I -c SOURCE`: nothing to install in the box.
 RELAY_SOURCE = Path(stdio_relay.__file__).read_text(encoding="utf-8")
 READY_TIMEOUT_S = 30.0
+# The in-box end's first line is ~100 bytes: a box that sends more without a newline is
+# not running it (and would otherwise be buffered whole).
+READY_LINE_MAX_BYTES = 64 * 1024
 
 
 class StdioTunnel:
     """One session's tunnel: box-loopback ports for `services` (name -> (host, port))."""
 
-    def __init__(self, services: dict[str, tuple[str, int]]) -> None:
+    def __init__(
+        self,
+        services: dict[str, tuple[str, int]],
+        *,
+        max_connections: int = 64,
+        on_fault: Callable[[str], None] | None = None,
+    ) -> None:
+        """`max_connections`: open at once (more are closed at once); `on_fault`: told
+        once, in one line, if the box breaks the tunnel's protocol (it stops then)."""
         self.services = services
+        self.max_connections = max_connections
+        self.on_fault = on_fault
+        self.fault: str | None = None
         self.ports: dict[str, int] = {}  # in the box
         self._proc: RuntimeProcess | None = None
         self._buffer = bytearray()
@@ -52,6 +68,8 @@ class StdioTunnel:
         self._proc = await runtime.open_process(argv, {}, None)
         try:
             line = await asyncio.wait_for(self._ready_line(), READY_TIMEOUT_S)
+            if text_too_deep(line):  # json.loads would recurse per level
+                raise ValueError("the ready line nests too deep")
             ready = json.loads(line)
             self.ports = {name: int(ready["ports"][name]) for name in self.services}
         except (TimeoutError, ValueError, KeyError, TypeError) as e:
@@ -63,7 +81,18 @@ class StdioTunnel:
                 f"PATH. Its stderr: {why or '(empty)'}"
             ) from None
         self._feeding = asyncio.create_task(self._mux.feed(self._read_exactly))
+        self._feeding.add_done_callback(self._fed)
         return dict(self.ports)
+
+    def _fed(self, task: asyncio.Task[None]) -> None:
+        """The stream from the box ended: a broken frame is the harness's fault."""
+        if task.cancelled() or not isinstance(task.exception(), FrameTooLarge):
+            return
+        self.fault = f"protocol error on the stdio tunnel: {task.exception()}"
+        self._mux.close_all()
+        self._buffer = bytearray()
+        if self.on_fault is not None:
+            self.on_fault(self.fault)
 
     async def stop(self) -> None:
         """Close every connection and end the in-box process. Idempotent."""
@@ -94,6 +123,8 @@ class StdioTunnel:
 
     async def _ready_line(self) -> str:
         while b"\n" not in self._buffer:
+            if len(self._buffer) > READY_LINE_MAX_BYTES:
+                raise ValueError("the in-box end sent no ready line")
             if not await self._fill():
                 raise ValueError("the in-box end exited before it was ready")
         line, _, rest = bytes(self._buffer).partition(b"\n")
@@ -124,6 +155,9 @@ class StdioTunnel:
         try:
             if address is None:
                 raise ConnectionRefusedError(f"no service {service!r}")
+            if len(self._mux.conns) >= self.max_connections:
+                # harness.limits.connections: each holds a socket and a pump on the worker.
+                raise ConnectionRefusedError(f"{self.max_connections} connections already open")
             reader, writer = await asyncio.open_connection(*address)
         except OSError as e:
             log.warning("tunnel: connection %d to %s failed: %s", conn, service, e)

@@ -125,7 +125,7 @@ class AcpDriver(ProcessDriver):
         self.session_id = new.session_id
 
     def _attach(self, proc: RuntimeProcess) -> None:
-        self._transport = RuntimeTransport(proc, self.max_message_bytes)
+        self._transport = RuntimeTransport(proc, self.max_message_bytes, self.budget)
         self._fault_task = asyncio.ensure_future(self._transport.faulted.wait())
         self._conn = ClientSideConnection(self._client, self._transport)
 
@@ -178,6 +178,9 @@ class AcpDriver(ProcessDriver):
         deadline: float,
     ) -> Any:
         assert self._conn is not None and self.session_id is not None
+        assert self._transport is not None
+        if self._transport.fault is not None:  # between turns (a budget): before the prompt
+            raise ProtocolError(self._transport.fault)
         texts: list[str] = []
         sink = (events, texts, on_event)
         # Sent exactly once: nothing below re-sends the prompt, whatever fails.

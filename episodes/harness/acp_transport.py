@@ -14,6 +14,7 @@ import asyncio
 import json
 from typing import Any
 
+from episodes.harness.budget import BudgetExceeded, StreamBudget
 from episodes.harness.protocol import READ_CHUNK_BYTES
 from episodes.json_depth import text_too_deep, too_deep_message
 from episodes.runtimes.base import RuntimeProcess
@@ -26,9 +27,14 @@ def _reject_constant(name: str) -> Any:
 class RuntimeTransport:
     """`acp._transport.Transport` (send/receive/close of JSON-RPC dicts) over stdio."""
 
-    def __init__(self, proc: RuntimeProcess, max_message_bytes: int) -> None:
+    def __init__(
+        self, proc: RuntimeProcess, max_message_bytes: int, budget: StreamBudget | None = None
+    ) -> None:
         self._proc = proc
         self._max = max_message_bytes
+        # Every message counts, in a turn or between turns (the SDK reads all the time,
+        # and queues updates for the next turn): past a budget, reading stops.
+        self._budget = budget or StreamBudget()
         self._buf = bytearray()
         self._scanned = 0  # bytes of _buf known to hold no newline
         self._write_lock = asyncio.Lock()
@@ -65,6 +71,11 @@ class RuntimeTransport:
             self._scanned = 0
             if len(line) > self._max:
                 self._fail(f"a message of {len(line)} bytes exceeds the maximum {self._max}")
+                return None
+            try:
+                self._budget.charge(len(line) + 1)
+            except BudgetExceeded as e:
+                self._fail(e.detail)
                 return None
             if line.strip():
                 return self._parse(line)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from episodes.types.results import TurnRecord
 
 if TYPE_CHECKING:
+    from episodes.harness.budget import StreamBudget
     from episodes.runtimes.base import Runtime
     from episodes.types.spec import EpisodeSpec
 
@@ -50,6 +51,7 @@ def make_driver(
     *,
     mcp_url: str | None = None,
     mcp_token: str | None = None,
+    budget: StreamBudget | None = None,
 ) -> HarnessDriver:
     """The driver for `spec.harness.protocol`, not yet started."""
     h = spec.harness
@@ -68,6 +70,7 @@ def make_driver(
             mcp_servers=list(servers),
             permissions=h.permissions,
             max_message_bytes=h.max_packet_bytes,
+            budget=budget,
         )
     from episodes.harness.native import NativeDriver
 
@@ -79,4 +82,5 @@ def make_driver(
         ready_timeout_s=h.ready_timeout_s,
         stop_timeout_s=h.stop_timeout_s,
         max_packet_bytes=h.max_packet_bytes,
+        budget=budget,
     )

@@ -46,6 +46,7 @@ class NativeDriver(ProcessDriver):
     ) -> None:
         super().__init__(runtime, argv, **options)
         self._decoder = PacketDecoder(max_packet_bytes)
+        self._charged = 0  # of the decoder's bytes, those counted against the budget
         # The harness's `ready` said `resume: true`: it takes a `resume` packet.
         self.resumable = False
 
@@ -118,6 +119,10 @@ class NativeDriver(ProcessDriver):
             raise Exited("exited" if self._exit_task.done() else "closed its stdin") from e
         while True:
             packet = await self._next_packet(deadline)
+            # Charged as decoded (a packet decoded ahead is paid early): BudgetExceeded,
+            # a ProtocolError, stops the harness before the next one is kept.
+            self.budget.charge(self._decoder.consumed - self._charged)
+            self._charged = self._decoder.consumed
             kind = packet["type"]
             if kind == "ready" or packet.get("turn") != n:
                 raise ProtocolError(

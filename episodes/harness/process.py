@@ -23,6 +23,7 @@ from episodes.errors import (
     ProtocolError,
     TurnTimeout,
 )
+from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback
 from episodes.harness.protocol import READ_CHUNK_BYTES
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
@@ -127,6 +128,9 @@ class ProcessOptions(TypedDict, total=False):
     ready_timeout_s: float  # 30: for the handshake
     stop_timeout_s: float  # 5: each step of the stop escalation
     stderr_tail_bytes: int  # 8192: how much of stderr a failure keeps
+    budget: (
+        StreamBudget | None
+    )  # what it may stream (the spec's defaults); shared with the services
 
 
 class ProcessDriver:
@@ -154,6 +158,7 @@ class ProcessDriver:
         self.ready_timeout_s = options.get("ready_timeout_s", 30.0)
         self.stop_timeout_s = options.get("stop_timeout_s", 5.0)
         self._stderr = StderrTail(options.get("stderr_tail_bytes", 8192))
+        self.budget = options.get("budget") or StreamBudget()
         self._proc: RuntimeProcess | None = None
         self._exit_task: asyncio.Task[int] | None = None
         self._started = self._ready = self._busy = False
@@ -261,6 +266,7 @@ class ProcessDriver:
         wire = self._encode_turn(n, message)  # a message it cannot send: the caller's bug
         self._busy = True
         self._last_turn = n
+        self.budget.begin_turn()
         started = time.monotonic()
         events: list[Any] = []
         reply: Any = None
@@ -279,6 +285,7 @@ class ProcessDriver:
             raise
         finally:
             self._busy = False
+            self.budget.end_turn()
             self._end_turn()
         return TurnRecord(
             turn=n,

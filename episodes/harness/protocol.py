@@ -129,6 +129,7 @@ class PacketDecoder:
         self._buf = bytearray()
         self._ready: deque[dict[str, Any]] = deque()
         self._error: ProtocolError | None = None
+        self.consumed = 0  # bytes of every whole packet so far (headers included)
 
     @property
     def buffered(self) -> int:
@@ -165,6 +166,7 @@ class PacketDecoder:
                     return
                 body = bytes(self._buf[HEADER.size : end])
                 del self._buf[:end]
+                self.consumed += end
                 obj = decode_body(body)
                 self._ready.append(self._validate(obj) if self._validate else obj)
         except ProtocolError as e:

@@ -89,6 +89,33 @@ class SpecWarning(UserWarning):
     """Something in a spec works but is unwise (an inline secret)."""
 
 
+_MIB = 1024 * 1024
+
+
+class HarnessLimits(_Spec):
+    """What a harness may stream, per turn and between turns. Past a budget the turn
+    ends `protocol_error` (the error names the field to raise) and the harness is
+    stopped: what it streams is held in the worker's memory until the turn is recorded,
+    so without a bound one harness could exhaust the worker that runs many."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    turn_events: int = Field(default=100_000, ge=1)
+    """Events one turn may stream: the harness's own (ACP: every message the agent
+    sends), and the tool and model calls it makes."""
+    turn_bytes: int = Field(default=64 * _MIB, ge=1024)
+    """Bytes those events may add up to in one turn (as sent on the wire; a call as
+    recorded, its request and response included)."""
+    between_turns_events: int = Field(default=10_000, ge=1)
+    """Events between two turns (or before the first): an ACP agent's updates, tool
+    and model calls made while no turn runs. They wait in memory for the next turn."""
+    between_turns_bytes: int = Field(default=16 * _MIB, ge=1024)
+    """Bytes those events may add up to between two turns."""
+    connections: int = Field(default=64, ge=1)
+    """Connections a box on another machine (Modal, Prime) may hold open at once to the
+    session's tools and model through the stdio tunnel; more are refused (closed)."""
+
+
 class HarnessSpec(_Spec):
     """The agent program and where it runs."""
 
@@ -112,6 +139,8 @@ class HarnessSpec(_Spec):
     protocol: Literal["native", "acp"] = "native"
     # ACP only: the answer to the agent's permission requests.
     permissions: AcpPermissions = "deny"
+    # Budgets on what the harness streams (see HarnessLimits).
+    limits: HarnessLimits = Field(default_factory=HarnessLimits)
 
     @field_validator("command", mode="before")
     @classmethod

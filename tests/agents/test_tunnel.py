@@ -69,3 +69,69 @@ async def test_bytes_half_close_and_parallel_connections_through_the_tunnel():
         server.close()
     with pytest.raises(OSError):
         await asyncio.open_connection("127.0.0.1", ports["echo"])
+
+
+# -- what the box may send (issue 19) ----------------------------------------------------
+
+# An in-box end that says it is ready, then announces a frame of 4 GiB - 1 and sends
+# a little of it: the worker must not wait to hold it whole.
+HOSTILE_END = r"""
+import json, os, struct, sys, time
+print(json.dumps({"type": "ready", "ports": {"echo": 1}}), flush=True)
+os.write(1, struct.pack(">IBI", 1, 2, 2**32 - 1) + b"x" * 65536)
+time.sleep(3600)
+"""
+
+
+async def test_a_frame_over_the_cap_is_a_tunnel_fault_not_an_allocation(monkeypatch):
+    from episodes.agents import tunnel as tunnel_module
+    from episodes.agents.stdio_relay import MAX_FRAME_BYTES
+
+    monkeypatch.setattr(tunnel_module, "RELAY_SOURCE", HOSTILE_END)
+    faults: list[str] = []
+    runtime = SubprocessRuntime()
+    await runtime.start()
+    tunnel = StdioTunnel({"echo": ("127.0.0.1", 9)}, on_fault=faults.append)
+    try:
+        await tunnel.start(runtime)
+        deadline = asyncio.get_running_loop().time() + 30
+        while not faults and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        assert faults == [tunnel.fault]
+        assert f"exceeds the maximum of {MAX_FRAME_BYTES}" in faults[0]
+        assert len(tunnel._buffer) <= MAX_FRAME_BYTES  # nothing of the frame is held
+    finally:
+        await tunnel.stop()
+        await runtime.stop()
+
+
+async def test_connections_past_the_cap_are_closed():
+    server = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    runtime = SubprocessRuntime()
+    await runtime.start()
+    tunnel = StdioTunnel(
+        {"echo": ("127.0.0.1", server.sockets[0].getsockname()[1])}, max_connections=2
+    )
+    held = []
+    try:
+        ports = await tunnel.start(runtime)
+        for _ in range(2):  # open, and known open (an echo came back) before the next
+            reader, writer = await asyncio.open_connection("127.0.0.1", ports["echo"])
+            writer.write(b"hi")
+            assert await asyncio.wait_for(reader.readexactly(2), 10) == b"hi"
+            held.append(writer)
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["echo"])
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # refused: closed
+        writer.close()
+        held.pop().close()
+        # One closed: a new one is served again.
+        deadline = asyncio.get_running_loop().time() + 10
+        while len(tunnel._mux.conns) >= 2 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)
+        assert await _roundtrip(ports["echo"], b"again") == b"again"
+    finally:
+        for writer in held:
+            writer.close()
+        await tunnel.stop()
+        await runtime.stop()
+        server.close()

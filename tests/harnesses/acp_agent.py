@@ -13,6 +13,8 @@ Each prompt's text is a command:
   hang              never answers until session/cancel (logged to stderr)
   garbage           writes a line that is not JSON to stdout
   deep N            writes a JSON-RPC notification nested N levels deep to stdout
+  flood N KB        streams N message chunks of KB KiB each, then answers
+  flood-later N KB  answers at once, then streams N thought chunks of KB KiB (between turns)
   error             answers the prompt with a JSON-RPC error
 """
 
@@ -106,6 +108,18 @@ class ScriptedAgent:
             nested = b"[" * depth + b"]" * depth
             os.write(1, b'{"jsonrpc":"2.0","method":"session/update","params":' + nested + b"}\n")
             await asyncio.sleep(3600)
+        elif command in ("flood", "flood-later"):
+            n, kb = (int(x) for x in rest.split())
+
+            async def flood() -> None:
+                for _ in range(n):
+                    chunk = update_agent_thought_text("t" * (kb * 1024))
+                    await self.conn.session_update(session_id, chunk)
+
+            if command == "flood":
+                await flood()
+            else:
+                self.pending = asyncio.ensure_future(flood())
         elif command == "error":
             raise RequestError.internal_error({"details": "scripted failure"})
         else:

@@ -77,6 +77,24 @@ async def test_mode_ends_in_named_outcome(client, worker, argv, termination, nee
     assert await wait_until(lambda: not _procs_with(tag), timeout=10), _procs_with(tag)
 
 
+async def test_a_harness_streaming_past_its_turn_budget_ends_protocol_error(client, worker):
+    """400 events of 1 MiB in one turn were all accepted: the episode ended `env_done`
+    and the worker grew to 933 MB (issue 19). The default budget is 64 MiB a turn."""
+    from tests.harnesses.procs import PeakRss
+
+    s = spec(
+        name=f"flood-{uuid.uuid4().hex[:6]}",
+        command=scripted_command("flood", "n=400", "kb=1024"),
+        tasks=[{"id": "t0", "data": {"messages": MESSAGES, "expected": MESSAGES}}],
+        turn_timeout_s=120.0,  # a hang guard only: the budget must end the turn
+    )
+    with PeakRss() as rss:
+        result = await EpisodesClient(client, task_queue=QUEUE).run_episode(s, s.tasks[0])
+    assert result.termination == "protocol_error", result.error
+    assert "harness.limits.turn_bytes" in (result.error or "")
+    assert rss.growth_mib < 400, f"the worker grew by {rss.growth_mib:.0f} MiB"
+
+
 async def test_worker_still_healthy_after_the_misbehaviour(client, worker) -> None:
     s = spec(name=f"healthy-{uuid.uuid4().hex[:6]}")
     result = await EpisodesClient(client, task_queue=QUEUE).run_episode(s, s.tasks[0])

@@ -1,0 +1,49 @@
+"""The budgets of one harness session: what it may stream per turn and between turns.
+
+One `StreamBudget` per session, shared by the driver (the harness's events; an ACP
+agent's messages) and the agent services (tool and model calls), so a turn's budget
+covers everything the worker holds for it. The driver says when a turn begins and
+ends; everything charged outside a turn counts against the between-turns budget.
+"""
+
+from __future__ import annotations
+
+from episodes.errors import ProtocolError
+from episodes.types.spec import HarnessLimits
+
+
+class BudgetExceeded(ProtocolError):
+    """The harness streamed past a budget of `harness.limits`: the turn ends `protocol_error`."""
+
+
+class StreamBudget:
+    def __init__(self, limits: HarnessLimits | None = None) -> None:
+        self.limits = limits or HarnessLimits()
+        self.in_turn = False
+        self.events = 0  # charged since the phase (a turn, or between turns) began
+        self.bytes = 0
+
+    def begin_turn(self) -> None:
+        self.in_turn, self.events, self.bytes = True, 0, 0
+
+    def end_turn(self) -> None:
+        self.in_turn, self.events, self.bytes = False, 0, 0
+
+    def charge(self, nbytes: int, events: int = 1) -> None:
+        """Count what arrived; raises BudgetExceeded once a budget is passed."""
+        self.events += events
+        self.bytes += nbytes
+        phase = "turn" if self.in_turn else "between_turns"
+        where = "in one turn" if self.in_turn else "between turns"
+        events_limit = getattr(self.limits, f"{phase}_events")
+        bytes_limit = getattr(self.limits, f"{phase}_bytes")
+        if self.events > events_limit:
+            raise BudgetExceeded(
+                f"the harness streamed more than {events_limit} events {where} "
+                f"(harness.limits.{phase}_events; raise it in the spec if that is intended)"
+            )
+        if self.bytes > bytes_limit:
+            raise BudgetExceeded(
+                f"the harness streamed more than {bytes_limit} bytes {where} "
+                f"(harness.limits.{phase}_bytes; raise it in the spec if that is intended)"
+            )
