@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from episodes.harness import HarnessSession
+from episodes.harness import NativeDriver
 from episodes.harness.budget import StreamBudget
 from episodes.types.spec import HarnessLimits
 from tests.harnesses.procs import PeakRss, assert_group_gone, scripted
@@ -24,7 +24,7 @@ def _kept_bytes(events: list) -> int:
 
 async def test_a_turn_streaming_past_the_default_byte_budget_is_a_protocol_error(runtime):
     """400 events of 1 MiB in one turn were all accepted (worker RSS: 933 MB)."""
-    s = HarnessSession(runtime, scripted("flood", "n=400", "kb=1024"), **FAST)
+    s = NativeDriver(runtime, scripted("flood", "n=400", "kb=1024"), **FAST)
     await s.start()
     with PeakRss() as rss:
         record = await s.turn(1, "x", timeout_s=120)
@@ -38,7 +38,7 @@ async def test_a_turn_streaming_past_the_default_byte_budget_is_a_protocol_error
 
 async def test_a_turn_streaming_past_its_event_budget_is_a_protocol_error(runtime):
     budget = StreamBudget(HarnessLimits(turn_events=50))
-    s = HarnessSession(runtime, scripted("flood", "n=1000", "kb=0"), budget=budget, **FAST)
+    s = NativeDriver(runtime, scripted("flood", "n=1000", "kb=0"), budget=budget, **FAST)
     await s.start()
     record = await s.turn(1, "x", timeout_s=60)
     assert record.error_type == "protocol_error", record.error
@@ -49,7 +49,7 @@ async def test_a_turn_streaming_past_its_event_budget_is_a_protocol_error(runtim
 
 async def test_the_budget_is_per_turn(runtime):
     budget = StreamBudget(HarnessLimits(turn_events=50))
-    s = HarnessSession(runtime, scripted("flood", "n=40", "kb=0"), budget=budget, **FAST)
+    s = NativeDriver(runtime, scripted("flood", "n=40", "kb=0"), budget=budget, **FAST)
     await s.start()
     for n in (1, 2, 3):  # 120 events in all, 40 a turn
         record = await s.turn(n, n, timeout_s=60)
@@ -61,9 +61,9 @@ async def test_the_budget_is_per_turn(runtime):
 
 
 def _agent(runtime, budget: StreamBudget):
-    from episodes.harness.acp import AcpHarnessSession
+    from episodes.harness.acp import AcpDriver
 
-    return AcpHarnessSession(
+    return AcpDriver(
         runtime,
         [sys.executable, AGENT, "ok"],
         budget=budget,
