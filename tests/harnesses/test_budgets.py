@@ -136,8 +136,8 @@ async def test_tool_calls_between_turns_past_their_budget_end_the_next_turn():
     session = LiveSession(spec, spec.tasks[0], 0, "s-budget")
     try:
         await session.open()
-        env = session.services.harness_env
-        async with mcp_client(env["EPISODES_MCP_URL"], env["EPISODES_MCP_TOKEN"]) as client:
+        bridge = session.services.bridge  # on the worker's loopback, whatever the box
+        async with mcp_client(bridge.url, bridge.token) as client:
             for i in range(20):  # the harness's tools, called while no turn runs
                 await client.call_tool("put", {"key": f"k{i}", "value": "v"})
         assert len(session.services._between) <= 5  # not kept past the budget
