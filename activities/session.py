@@ -244,7 +244,12 @@ class SessionActivities:
             if termination is None:
                 self._run_ahead(session, next_turn, inp)
                 return DriveResult(next_turn=next_turn, turns=tail)
-            score = await session.score(termination)
+            try:
+                score = await session.score(termination)
+            except EnvironmentFailed as e:
+                # The env's score raised (its box gone, its rubric broken): an outcome.
+                termination, error = "env_error", session.scrub_error(e)
+                score = ScoreResult(details={"error": error.splitlines()[0]})
             telemetry.TERMINATIONS.labels(kind=termination).inc()
             log.info("episode ended %s after %d turns", termination, next_turn)
             ended = DriveResult(
@@ -334,7 +339,12 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
 
         earlier = await recorded_turns(activity.client(), inp.workflow_id, inp.earlier_turns)
         transcript = transcript.model_copy(update={"turns": [*earlier, *transcript.turns]})
-    return await score_transcript(env, transcript)
+    try:
+        return await score_transcript(env, transcript)
+    except EnvironmentFailed as e:
+        # Away from its session (the worker was lost): the episode's outcome is already
+        # named; an env that needs its box cannot score here, and says so.
+        return ScoreResult(details={"error": str(e).splitlines()[0]})
 
 
 async def _opened(session: LiveSession) -> Any:

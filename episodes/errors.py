@@ -129,6 +129,11 @@ class EnvironmentFailed(EpisodesError):
         )
 
 
+class BoxGone(EpisodesError):
+    """The episode's box no longer exists (stopped, killed, or never given to this env:
+    a score run away from its session after the worker was lost)."""
+
+
 class ModelError(EpisodesError):
     """A model call failed for good (retries exhausted, or the upstream stream broke).
 

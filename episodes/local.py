@@ -10,7 +10,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from episodes.errors import HarnessFailure
+from episodes.errors import EnvironmentFailed, HarnessFailure
 from episodes.session import LiveSession
 from episodes.types.results import EpisodeResult, ScoreResult, Task, Termination
 from episodes.types.spec import EpisodeSpec
@@ -40,7 +40,11 @@ async def run_episode_local(
                     termination = result.termination or "env_done"
                     error = result.record.error
                     break
-        score = await _score(session, termination, error)
+        try:
+            score = await _score(session, termination, error)
+        except EnvironmentFailed as e:
+            termination, error = "env_error", session.scrub_error(e)
+            score = ScoreResult(details={"error": error.splitlines()[0]})
     finally:
         await session.close()
     return EpisodeResult(

@@ -16,16 +16,18 @@ import contextlib
 import os
 import sys
 import time
+from pathlib import Path
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from episodes.agents.proxy import read_upstream_key
 from episodes.agents.services import AgentServices
 from episodes.envs.base import Environment, call
-from episodes.errors import EnvironmentFailed, TurnOutOfOrder
+from episodes.errors import EnvironmentFailed, SpecError, TurnOutOfOrder
 from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
 from episodes.runtimes import Runtime, make_runtime
+from episodes.runtimes.box import Box
 from episodes.secret_values import Scrubber, resolve_secrets
 from episodes.truncate import fit_result
 from episodes.types.results import (
@@ -62,11 +64,18 @@ def _disarm(event: Any) -> Any:
     return event
 
 
-def harness_argv(spec: EpisodeSpec) -> list[str]:
-    """The harness command with `{python}` resolved for the runtime it runs in."""
-    local = isinstance(spec.harness.runtime, SubprocessConfig)
-    python = sys.executable if local else "python3"
-    return [part.replace("{python}", python) for part in spec.harness.command]
+def harness_argv(spec: EpisodeSpec, runtime: Runtime | None = None) -> list[str]:
+    """The harness command with `{python}` and `{episodes}` resolved for the runtime it
+    runs in: its Python, and the folder holding this package's stdlib-only files there
+    (`Runtime.box_python`, `Runtime.box_episodes`; a Docker box with the runtime bundle
+    has both whatever its image)."""
+    if runtime is not None:
+        python, root = runtime.box_python, runtime.box_episodes
+    else:
+        local = isinstance(spec.harness.runtime, SubprocessConfig)
+        python = sys.executable if local else "python3"
+        root = str(Path(__file__).resolve().parents[1]) if local else "/opt/episodes"
+    return [p.replace("{python}", python).replace("{episodes}", root) for p in spec.harness.command]
 
 
 def harness_env(spec: EpisodeSpec, secrets: dict[str, str] | None = None) -> dict[str, str]:
@@ -135,7 +144,15 @@ class LiveSession:
         try:
             secrets = resolve_secrets(self.spec)
             self.scrubber = Scrubber([*secrets.values(), self._upstream_key()])
-            self.runtime = await self._acquire_runtime()
+            try:
+                # The env may say what box its task needs (a Harbor task's image).
+                config = await call(env.box_config, self.task, self._box_config())
+            except SpecError:
+                raise
+            except Exception as e:
+                raise EnvironmentFailed("box_config", e) from e
+            self.runtime = await self._acquire_runtime(config)
+            env.box = Box(self.runtime)
             try:
                 tools = env.tools()
             except Exception as e:
@@ -153,7 +170,7 @@ class LiveSession:
             self.harness = make_driver(
                 self.spec,
                 self.runtime,
-                harness_argv(self.spec),
+                harness_argv(self.spec, self.runtime),
                 {**harness_env(self.spec, secrets), **extra},
                 mcp_url=self.services.mcp_url,
                 mcp_token=bridge.token if bridge else None,
@@ -206,9 +223,8 @@ class LiveSession:
             return config
         return config.model_copy(update={"ro_paths": [*config.ro_paths, *extra]})
 
-    async def _acquire_runtime(self) -> Runtime:
+    async def _acquire_runtime(self, config: RuntimeConfig) -> Runtime:
         """A parked or fresh box, entered into `_box` so close() gives it back (or stops it)."""
-        config = self._box_config()
         if self._pool is not None and self.spec.reuse_key:
             from episodes.runtimes.pool import render_reuse_key
 
@@ -300,7 +316,7 @@ class LiveSession:
             try:
                 if self.services.breach is None:
                     record: TurnRecord = await self.harness.turn(
-                        n, self._pending, timeout_s=self.spec.turn_timeout_s, on_event=harness_event
+                        n, self._pending, timeout_s=self.turn_timeout_s, on_event=harness_event
                     )
                 else:  # broken between turns: the harness is stopped, nothing to send it
                     record = TurnRecord(turn=n, message=self._pending)
@@ -397,15 +413,38 @@ class LiveSession:
             error=error,
         )
 
+    @property
+    def turn_timeout_s(self) -> float:
+        """The spec's turn timeout, or the env's for this episode when shorter (a Harbor
+        task's agent timeout; the workflow's backstop is the spec's)."""
+        own = getattr(self.env, "turn_timeout_s", None)
+        return min(own, self.spec.turn_timeout_s) if own else self.spec.turn_timeout_s
+
     async def score(self, termination: Termination | None = None) -> ScoreResult:
+        """The env's score; its box commands end within `score_timeout_s`. An env that
+        raises (its box gone, its rubric broken) raises EnvironmentFailed: `env_error`."""
         assert self.env is not None
         self.last_used = time.monotonic()
-        return await score_transcript(self.env, self.transcript(termination))
+        budget = self.spec.score_timeout_s
+        # Box commands stop at 80% of the budget: the env still has time to grade what
+        # a killed command left (a timed-out test run) before the score itself is late.
+        with self.env.box.deadline_in(budget * 0.8):
+            try:
+                async with asyncio.timeout(budget):
+                    return await score_transcript(self.env, self.transcript(termination))
+            except TimeoutError as e:
+                raise EnvironmentFailed(
+                    "score", TimeoutError(f"score() did not finish in {budget:g} s")
+                ) from e
 
 
 async def score_transcript(env: Environment, transcript: Transcript) -> ScoreResult:
-    """Score with the env's rubric (outside the harness's control)."""
-    result = await call(env.score, transcript)
+    """Score with the env's rubric (outside the harness's control). Raises
+    EnvironmentFailed("score", ...) if the env's score() raises."""
+    try:
+        result = await call(env.score, transcript)
+    except Exception as e:
+        raise EnvironmentFailed("score", e) from e
     if result is None:
         result = ScoreResult()
     elif not isinstance(result, ScoreResult):

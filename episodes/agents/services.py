@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Where the image keeps the relay (scripts/build-image.sh copies the package there).
+# Where the image keeps the relay (scripts/build-image.sh copies the package there); a
+# box with the runtime bundle has it under its own `Runtime.box_episodes`.
 RELAY_IN_BOX = "/opt/episodes/episodes/agents/relay.py"
 RELAY_READY_TIMEOUT_S = 20.0
 
@@ -179,7 +180,8 @@ class AgentServices:
 
     async def _relay(self, runtime: Runtime, socket_in_box: str) -> int:
         """Start the in-box relay for one socket; the box's loopback port it listens on."""
-        proc = await runtime.open_relay(["python3", "-I", RELAY_IN_BOX, "--socket", socket_in_box])
+        relay = RELAY_IN_BOX.replace("/opt/episodes", runtime.box_episodes, 1)
+        proc = await runtime.open_relay([runtime.box_python, "-I", relay, "--socket", socket_in_box])
         self._relays.append(proc)
         try:
             line = await asyncio.wait_for(_first_line(proc), RELAY_READY_TIMEOUT_S)

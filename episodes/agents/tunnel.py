@@ -62,7 +62,7 @@ class StdioTunnel:
 
     async def start(self, runtime: Runtime) -> dict[str, int]:
         """Start the in-box end; the box-loopback port of each service."""
-        argv = ["python3", "-I", "-c", RELAY_SOURCE]
+        argv = [runtime.box_python, "-I", "-c", RELAY_SOURCE]
         for name in self.services:
             argv += ["--listen", name]
         self._proc = await runtime.open_process(argv, {}, None)

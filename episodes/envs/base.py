@@ -7,6 +7,9 @@ An environment instance lives for one episode. Methods may be sync or async.
         def step(self, reply):            # -> StepOutcome(message=..., done=..., reward=...)
         def score(self, transcript):      # -> ScoreResult(reward=..., details={...})
         def tools(self):                  # -> callables or a fastmcp.FastMCP (optional)
+
+and, during `reset`, `step` and `score`, `self.box`: the episode's box (run a command,
+read and write files, copy a directory in; `episodes.runtimes.box.Box`).
 """
 
 from __future__ import annotations
@@ -15,10 +18,19 @@ import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from episodes.runtimes.box import Box
 from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
 
 if TYPE_CHECKING:  # fastmcp is only needed by envs that hand over a server of their own
     from fastmcp import FastMCP
+
+    from episodes.types.runtime import RuntimeConfig
+
+_NO_BOX = Box(
+    None,
+    why_none="this env has no box: it was not opened by a session (a score of the recorded "
+    "transcript after its worker was lost runs away from the box)",
+)
 
 
 class Environment:
@@ -27,8 +39,27 @@ class Environment:
     #: The name this env is registered under, for built-ins.
     name: str = ""
 
+    #: The episode's box, set by the session before `tools()` and `reset()`: commands,
+    #: files, directories in the box the harness works in (`episodes.runtimes.box.Box`).
+    #: Every call raises `BoxGone` when there is none (see `_NO_BOX`) or it is gone; a
+    #: score that raises ends the episode `env_error`. Commands run during `score()`
+    #: end within the spec's `score_timeout_s`.
+    box: Box = _NO_BOX
+
+    #: This episode's turn timeout, when the env knows a shorter one than the spec's
+    #: `turn_timeout_s` (set in `reset`: a Harbor task's agent timeout). None: the spec's.
+    turn_timeout_s: float | None = None
+
     def __init__(self, **env_args: Any) -> None:
         self.env_args = env_args
+
+    def box_config(self, task: Task, config: RuntimeConfig) -> RuntimeConfig:
+        """The box this episode runs in: the spec's `harness.runtime` (`config`) by default.
+
+        Called on the worker before the box exists (so `self.box` is not usable yet),
+        possibly slow (building an image); raise `SpecError` for a task that cannot run.
+        """
+        return config
 
     def reset(self, task: Task) -> Any:
         raise NotImplementedError

@@ -69,6 +69,14 @@ class Runtime(abc.ABC):
     #: A stable id for the box (container id, sandbox id, or a local uuid).
     id: str = ""
 
+    #: The Python a program in the box runs with (`{python}` in a harness command; the
+    #: in-box relay and tunnel end): one path, stdlib only. A Docker box with the runtime
+    #: bundle mounted has one whatever its image (`episodes.runtimes.bundle`).
+    box_python: str = "python3"
+    #: The folder in the box holding this package's stdlib-only files (`{episodes}` in a
+    #: harness command): `<box_episodes>/episodes/agents/relay.py` and the like.
+    box_episodes: str = "/opt/episodes"
+
     #: Processes in the box reach the worker's 127.0.0.1 (a local subprocess): the
     #: session's tool bridge and model proxy are given to them as loopback URLs.
     shares_host_loopback: bool = False

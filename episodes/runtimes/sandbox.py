@@ -172,6 +172,9 @@ class SandboxProcess(RuntimeProcess):
 class SandboxRuntime(Runtime):
     """A bubblewrap sandbox on the worker's machine; every process a child of its agent."""
 
+    # `{python}` is the worker's interpreter, as for a plain subprocess box.
+    box_python = sys.executable
+
     def __init__(self, config: SubprocessConfig | None = None) -> None:
         self.config = config or SubprocessConfig()
         self.id = uuid.uuid4().hex[:12]

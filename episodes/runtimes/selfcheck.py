@@ -40,6 +40,7 @@ from collections.abc import Callable
 
 from episodes.harness.protocol import PacketDecoder, encode, read_packet
 from episodes.runtimes.base import Runtime
+from episodes.runtimes.selfcheck_box import BOX_CHECKS
 from episodes.runtimes.selfcheck_kit import (
     ECHO_HARNESS,
     IGNORE_TERM,
@@ -261,6 +262,8 @@ SHARED_CHECKS: list[Check] = [
     kill_releases_a_write_blocked_on_a_process_that_never_reads,
     env_is_exactly_what_was_given,
     cwd_default_is_writable_and_explicit_cwd_is_used,
+    # The env's handle on its box, over the same interface (selfcheck_box).
+    *BOX_CHECKS,
 ]
 
 

@@ -30,6 +30,7 @@ import signal
 import sys
 import tempfile
 import uuid
+from pathlib import Path
 
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess, end_processes
 from episodes.types.runtime import SubprocessConfig
@@ -180,6 +181,9 @@ class SubprocessRuntime(Runtime):
     """Processes on the worker machine, each in its own process group."""
 
     shares_host_loopback = True
+    # The worker's own interpreter and this checkout: the "box" is the worker's machine.
+    box_python = sys.executable
+    box_episodes = str(Path(__file__).resolve().parents[2])
 
     def __init__(self, config: SubprocessConfig | None = None) -> None:
         self.config = config or SubprocessConfig()

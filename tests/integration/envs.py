@@ -107,3 +107,34 @@ class ScriptedToolbox(ScriptEnv):
             return f"stored {key!r}"
 
         return [put]
+
+
+class BoxWork(Environment):
+    """Grades work done in the box: reset writes `task.txt` there; the harness's reply is
+    a shell command the env runs in the box (as an agent would have); score reads
+    `out.txt` back. env_args: `gone_at_score` stops the box first (the box is gone);
+    `slow_score` runs a command that outlives `score_timeout_s`."""
+
+    def reset(self, task: Task) -> Any:
+        self._text = task.data.get("text", "hello box")
+        return self._written()
+
+    async def _written(self) -> str:
+        await self.box.write_file("task.txt", self._text)
+        return "tr a-z A-Z < task.txt > out.txt"
+
+    async def step(self, reply: Any) -> StepOutcome:
+        r = await self.box.run(str(reply))
+        return StepOutcome(done=True, reward=float(r.ok))
+
+    async def score(self, transcript: Transcript) -> ScoreResult:
+        if self.env_args.get("gone_at_score"):
+            await self.box.runtime.stop()
+        if self.env_args.get("slow_score"):
+            r = await self.box.run(["sleep", "600"], timeout_s=600)
+            return ScoreResult(reward=0.0, details={"timed_out": r.timed_out})
+        out = (await self.box.read_file("out.txt")).decode()
+        return ScoreResult(reward=float(out == self._text.upper()), details={"out": out})
+
+
+BOX_WORK = f"{__name__}:BoxWork"
