@@ -181,7 +181,9 @@ class AgentServices:
     async def _relay(self, runtime: Runtime, socket_in_box: str) -> int:
         """Start the in-box relay for one socket; the box's loopback port it listens on."""
         relay = RELAY_IN_BOX.replace("/opt/episodes", runtime.box_episodes, 1)
-        proc = await runtime.open_relay([runtime.box_python, "-I", relay, "--socket", socket_in_box])
+        proc = await runtime.open_relay(
+            [runtime.box_python, "-I", relay, "--socket", socket_in_box]
+        )
         self._relays.append(proc)
         try:
             line = await asyncio.wait_for(_first_line(proc), RELAY_READY_TIMEOUT_S)

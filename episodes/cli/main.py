@@ -119,6 +119,26 @@ def run_cmd(
 
 
 app.add_typer(schedule_app, name="schedule")
+harbor_app = typer.Typer(no_args_is_help=True, help="Harbor tasks (docs/harbor.md).")
+app.add_typer(harbor_app, name="harbor")
+
+
+@harbor_app.command("check")
+def harbor_check(
+    path: Annotated[Path, typer.Argument(help="A Harbor task directory, or a folder of them.")],
+    agents: Annotated[
+        bool, typer.Option(help="Also run the oracle (must score 1) and nop (must score 0).")
+    ] = True,
+) -> None:
+    """Validate Harbor tasks: the schema, the files, the oracle passes, nop scores 0.
+
+    One line per problem; exit status 1 if there was any. Runs real episodes on the
+    local Docker engine (the task images are built once)."""
+    from episodes.envs.harbor.check import main as check
+
+    raise typer.Exit(check(path, run_agents=agents))
+
+
 app.command()(doctor)
 app.command()(setup)
 

@@ -15,7 +15,7 @@ read and write files, copy a directory in; `episodes.runtimes.box.Box`).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from episodes.runtimes.box import Box
@@ -53,7 +53,9 @@ class Environment:
     def __init__(self, **env_args: Any) -> None:
         self.env_args = env_args
 
-    def box_config(self, task: Task, config: RuntimeConfig) -> RuntimeConfig:
+    def box_config(
+        self, task: Task, config: RuntimeConfig
+    ) -> RuntimeConfig | Awaitable[RuntimeConfig]:
         """The box this episode runs in: the spec's `harness.runtime` (`config`) by default.
 
         Called on the worker before the box exists (so `self.box` is not usable yet),
@@ -64,10 +66,10 @@ class Environment:
     def reset(self, task: Task) -> Any:
         raise NotImplementedError
 
-    def step(self, reply: Any) -> StepOutcome:
+    def step(self, reply: Any) -> StepOutcome | Awaitable[StepOutcome]:
         raise NotImplementedError
 
-    def score(self, transcript: Transcript) -> ScoreResult:
+    def score(self, transcript: Transcript) -> ScoreResult | Awaitable[ScoreResult]:
         # Default: no reward. Override to grade the transcript (and the env's own state).
         return ScoreResult()
 

@@ -1,6 +1,7 @@
 """Turn an env reference from a spec into an Environment instance.
 
-A reference is a built-in name (`script`, `guess-number`, `python-repl`, `kv-store`) or
+A reference is a built-in name (`script`, `guess-number`, `python-repl`, `kv-store`,
+`harbor`) or
 `package.module:Class` naming an `Environment` subclass importable by the worker.
 Every failure is one `EnvironmentLoadError` line that names the reference.
 """
@@ -19,6 +20,7 @@ BUILTINS: dict[str, str] = {
     "guess-number": "episodes.envs.guess_number:GuessNumberEnv",
     "python-repl": "episodes.envs.python_repl:PythonReplEnv",
     "kv-store": "episodes.envs.kv_store:KvStoreEnv",
+    "harbor": "episodes.envs.harbor.env:HarborEnv",
 }
 
 

@@ -134,6 +134,14 @@ class DockerRuntime(Runtime):
             # Anonymous, so the engine seeds it from the image's workdir (its files and
             # owner) and removes it with the container (v=True).
             mounts.append(docker.types.Mount(cfg.workdir, None, type="volume"))
+        if cfg.runtime_bundle:
+            from episodes.runtimes.bundle import BUNDLE_IN_BOX, ensure_bundle
+
+            bundle = ensure_bundle()  # once per host; a lock keeps concurrent boxes waiting
+            mounts.append(
+                docker.types.Mount(BUNDLE_IN_BOX, str(bundle), type="bind", read_only=True)
+            )
+            self.box_python, self.box_episodes = f"{BUNDLE_IN_BOX}/python3", BUNDLE_IN_BOX
         owned.add(self.name)  # before create: a crash right after must still clean up
         container = client.containers.run(
             cfg.image,
@@ -147,8 +155,8 @@ class DockerRuntime(Runtime):
             # The container's own user stays root, for the worker's control execs alone
             # (sweeps, signals): CAP_KILL lets them end the box user's and the relay's
             # processes. The engine gives an exec as any other user no capabilities.
-            cap_drop=["ALL"],
-            cap_add=["KILL"],
+            cap_drop=["ALL"] if cfg.capabilities == "minimal" else None,
+            cap_add=["KILL"] if cfg.capabilities == "minimal" else None,
             security_opt=["no-new-privileges"],
             read_only=cfg.read_only,
             tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"} if cfg.read_only else {},

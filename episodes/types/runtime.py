@@ -73,6 +73,15 @@ class DockerConfig(_Config):
     # The image's filesystem is read-only; `workdir` (a volume seeded from the image's
     # copy) and /tmp (a tmpfs) stay writable. False: the whole container is writable.
     read_only: bool = True
+    runtime_bundle: bool = False
+    """Mount the runtime bundle (a Python with its own loader and libraries, and this
+    package's in-box programs) read-only at /opt/episodes-runtime: the relay, the
+    tunnel end and `{python}` harnesses then run in an image without Python
+    (episodes/runtimes/bundle.py). Harbor tasks set it."""
+    capabilities: Literal["minimal", "default"] = "minimal"
+    """`minimal`: every capability dropped but KILL (for the worker's control execs).
+    `default`: the engine's default set, as `docker run` gives, for images whose own
+    scripts need it (apt-get, chown): Harbor tasks' boxes."""
 
 
 class ModalConfig(_Config):

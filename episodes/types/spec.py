@@ -167,6 +167,26 @@ class HarnessSpec(_Spec):
         return self
 
 
+# Harnesses named by a bare word (`harness: oracle`), stdlib-only programs run with the
+# box's Python: `{python}`/`{episodes}` are resolved for the runtime (a Docker box with
+# the runtime bundle has both whatever its image; episodes/runtimes/bundle.py).
+BUILTIN_HARNESSES: dict[str, list[str]] = {
+    "oracle": ["{python}", "-I", "{episodes}/episodes/harness/reference/oracle.py"],
+    "nop": ["{python}", "-I", "{episodes}/episodes/harness/reference/nop.py"],
+}
+# What a Harbor task's box starts from when the spec names no Docker runtime of its
+# own; the env sets the image, limits, workdir and user per task (docs/harbor.md).
+HARBOR_RUNTIME = {
+    "type": "docker",
+    "runtime_bundle": True,
+    "read_only": False,
+    "capabilities": "default",
+    "user": "0:0",
+}
+# Harbor's agent and verifier timeouts default to 600 s each; a turn holds both.
+HARBOR_TIMEOUT_S = 3600.0
+
+
 class PoolSpec(_Spec):
     """Box reuse across episodes on one worker (docs/runtimes.md, the pool)."""
 
@@ -184,6 +204,12 @@ class EpisodeSpec(_Spec):
     env_args: dict[str, Any] = Field(default_factory=dict)
     tasks: list[Task] | None = None
     dataset: Path | None = None
+    # A Harbor task directory, or a directory of them (docs/harbor.md): each is a task
+    # (id: its folder name) of the `harbor` env, which `env` then defaults to.
+    harbor: Path | None = None
+    # Harbor single-step tasks: after failed tests, the agent gets their output and
+    # another turn, this many times.
+    harbor_retries: int = Field(default=0, ge=0)
     samples: int = Field(default=1, ge=1)
     harness: HarnessSpec
     max_turns: int = Field(default=20, ge=1)
@@ -227,10 +253,46 @@ class EpisodeSpec(_Spec):
             raise ValueError("name must be non-empty with no spaces or '/'")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _words(cls, data: Any) -> Any:
+        """`harness: oracle` (a built-in harness by name) and `harbor:`'s defaults."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        word = data.get("harness")
+        if isinstance(word, str):
+            if word not in BUILTIN_HARNESSES:
+                raise ValueError(
+                    f"harness: {word!r} is not a built-in harness "
+                    f"({', '.join(sorted(BUILTIN_HARNESSES))}); give {{command: [...]}}"
+                )
+            data["harness"] = {"command": list(BUILTIN_HARNESSES[word])}
+        if data.get("harbor") is not None:
+            data.setdefault("env", "harbor")
+            data.setdefault("turn_timeout_s", HARBOR_TIMEOUT_S)
+            data.setdefault("score_timeout_s", HARBOR_TIMEOUT_S)
+            harness = data.get("harness")
+            if isinstance(harness, dict) and "runtime" not in harness:
+                data["harness"] = {**harness, "runtime": dict(HARBOR_RUNTIME)}
+            if data.get("env") == "harbor":
+                args = dict(data.get("env_args") or {})
+                args.setdefault("retries", data.get("harbor_retries", 0))
+                if word == "oracle":
+                    args.setdefault("solution", True)
+                data["env_args"] = args
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> EpisodeSpec:
-        if (self.tasks is None) == (self.dataset is None):
-            raise ValueError("give exactly one of 'tasks' (inline) or 'dataset' (a JSONL path)")
+        given = [k for k in ("tasks", "dataset", "harbor") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of 'tasks' (inline), 'dataset' (a JSONL path) or "
+                "'harbor' (a Harbor task directory)"
+            )
+        if self.harbor is not None and self.harness.runtime.type != "docker":
+            raise ValueError("harbor tasks run on the docker runtime (harness.runtime.type)")
         if self.tasks is not None and not self.tasks:
             raise ValueError("'tasks' is empty")
         if self.tasks is not None:
@@ -244,8 +306,25 @@ class EpisodeSpec(_Spec):
         """Inline tasks, or the dataset file read now (relative to the spec's folder)."""
         if self.tasks is not None:
             return list(self.tasks)
+        if self.harbor is not None:
+            return load_harbor_dir(self.harbor)
         assert self.dataset is not None
         return load_dataset(self.dataset)
+
+
+def load_harbor_dir(path: Path) -> list[Task]:
+    """One task per Harbor task directory: `path` itself when it has a task.toml, else
+    each subdirectory that has one. Only the paths: the worker reads the tasks (the
+    `harbor` env), `episodes harbor check` validates them."""
+    if (path / "task.toml").is_file():
+        dirs = [path]
+    elif path.is_dir():
+        dirs = sorted(p for p in path.iterdir() if (p / "task.toml").is_file())
+    else:
+        raise SpecError(f"harbor: {path} is not a directory")
+    if not dirs:
+        raise SpecError(f"harbor: {path} holds no task directory (none has a task.toml)")
+    return [Task(id=d.name, data={"path": str(d.resolve())}) for d in dirs]
 
 
 def load_dataset(path: Path) -> list[Task]:
@@ -292,8 +371,10 @@ def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = Non
         raise SpecError(f"{source}: {_describe(e)}") from None
     for message in [*inline_secret_warnings(spec, source=source), *trust_warnings(spec, source)]:
         warnings.warn(message, SpecWarning, stacklevel=2)
-    if spec.dataset is not None and base_dir is not None and not spec.dataset.is_absolute():
-        spec = spec.model_copy(update={"dataset": (base_dir / spec.dataset).resolve()})
+    for key in ("dataset", "harbor"):
+        path = getattr(spec, key)
+        if path is not None and base_dir is not None and not path.is_absolute():
+            spec = spec.model_copy(update={key: (base_dir / path).resolve()})
     return spec
 
 

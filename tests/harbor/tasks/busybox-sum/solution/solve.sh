@@ -1,0 +1,2 @@
+#!/bin/sh
+awk '{ s += $1 } END { print s }' /data/numbers.txt > /app/answer.txt

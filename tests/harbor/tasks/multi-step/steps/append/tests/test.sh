@@ -1,0 +1,2 @@
+#!/bin/sh
+sh /tests/check.sh 'one\ntwo'
