@@ -16,8 +16,8 @@ import contextlib
 import os
 import sys
 import time
-from pathlib import Path
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from episodes.agents.proxy import read_upstream_key
