@@ -185,4 +185,4 @@ def batch_workflow_id(batch: str) -> str:
 
 def single_task_spec(spec: EpisodeSpec, task: Task) -> EpisodeSpec:
     """The spec an episode carries: just its own task, not the whole dataset."""
-    return spec.model_copy(update={"tasks": [task], "dataset": None})
+    return spec.model_copy(update={"tasks": [task], "dataset": None, "harbor": None})

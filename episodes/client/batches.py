@@ -40,7 +40,7 @@ def batch_input(
     """The workflow input, with the dataset read now (a workflow cannot read files)."""
     tasks = spec.load_tasks()
     inp = BatchInput(
-        spec=spec.model_copy(update={"tasks": tasks, "dataset": None}),
+        spec=spec.model_copy(update={"tasks": tasks, "dataset": None, "harbor": None}),
         batch=batch,
         schedule=schedule,
         concurrency=concurrency,
