@@ -38,7 +38,7 @@ async def _run(tmp_path: Path, dev_server, **spec) -> list[dict]:
     path = tmp_path / f"{data['name']}.yaml"
     path.write_text(yaml.safe_dump(data))
     out = tmp_path / f"{data['name']}.jsonl"
-    code, stdout, stderr = await episodes(
+    _code, stdout, stderr = await episodes(
         "run",
         str(path),
         "--address",

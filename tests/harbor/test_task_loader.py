@@ -57,10 +57,10 @@ def test_unsupported_fields_are_errors_naming_them(tmp_path: Path, toml: str, na
 def test_missing_files_are_named(tmp_path: Path) -> None:
     task = _copy(tmp_path)
     (task / "tests" / "test.sh").unlink()
-    with pytest.raises(HarborTaskError, match="tests/test.sh is missing"):
+    with pytest.raises(HarborTaskError, match=r"tests/test\.sh is missing"):
         load_task(task)
     (task / "environment" / "Dockerfile").unlink()
-    with pytest.raises(HarborTaskError, match="environment/Dockerfile is missing"):
+    with pytest.raises(HarborTaskError, match=r"environment/Dockerfile is missing"):
         load_task(task)
 
 

@@ -1,0 +1,79 @@
+"""A worker SIGKILLed mid-way through a Harbor task (its oracle busy on the second step
+of the multi-step task) with `on_worker_lost: restart`: the episode is restored on the
+other worker (a fresh box; the recorded step replayed, its tests run again) and ends
+scored."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import uuid
+from pathlib import Path
+
+import pytest
+
+from episodes.types.spec import parse_spec
+from tests.chaos.helpers import (
+    WorkerProc,
+    containers_of,
+    docker_api,
+    results,
+    start_all,
+    wait_closed,
+)
+from tests.chaos.test_worker_kill import _progress
+from tests.harbor.images import busybox_reason
+from tests.integration.helpers import wait_until
+from tests.runtimes.backends import docker as backend
+
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(300)]
+TASKS = Path(__file__).resolve().parents[1] / "harbor" / "tasks"
+
+
+async def test_sigkill_mid_harbor_task_restarts_and_ends_scored(
+    chaos_server, chaos_client, tmp_path
+):
+    reason = backend.skip_reason() or busybox_reason()
+    if reason:
+        pytest.skip(reason)
+    task = Path(shutil.copytree(TASKS / "multi-step", tmp_path / "multi-step"))
+    # The second step's solution sleeps: the kill lands while the oracle runs it.
+    toml = (task / "task.toml").read_text()
+    (task / "task.toml").write_text(toml + '\n[solution]\nenv = { SLOW_STEP = "20" }\n')
+    queue = f"harbor-kill-{uuid.uuid4().hex[:6]}"
+    spec = parse_spec(
+        {
+            "name": f"hk-{uuid.uuid4().hex[:6]}",
+            "harbor": str(task),
+            "harness": "oracle",
+            "on_worker_lost": "restart",
+            "worker_lost_timeout_s": 3.0,
+        }
+    )
+    a = WorkerProc(chaos_server.address, queue, tmp_path / "a.log").start()
+    b = WorkerProc(chaos_server.address, queue, tmp_path / "b.log")
+    try:
+        await a.ready()
+        [wid] = await start_all(chaos_client, queue, spec)
+
+        async def second_step_running() -> bool:
+            p = await _progress(chaos_client, wid)
+            return p is not None and p.turns_done >= 1 and p.status == "running"
+
+        assert await wait_until(second_step_running, timeout=180), a.text()[-3000:]
+        await b.start().ready()
+        a.signal(signal.SIGKILL)
+        assert a.wait(10) == -signal.SIGKILL
+        closed = await wait_closed(chaos_client, [wid], timeout_s=200)
+        assert wid in closed, b.text()[-3000:]
+        result = (await results(chaos_client, [wid]))[wid]
+        assert (result.termination, result.reward, result.turns) == ("env_done", 1.0, 2), result
+        assert result.restarts == 1 and result.turns_replayed == 1, result
+        assert result.score_details["steps_run"] == 2
+    finally:
+        a.kill()
+        b.kill()
+        api, _ = docker_api()
+        if api is not None:  # the killed worker's box (no one else removes it here)
+            for cid in containers_of(api, a.worker_id):
+                api.remove_container(cid, force=True, v=True)
