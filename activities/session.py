@@ -1,4 +1,4 @@
-"""The activities of one episode, thin over `episodes.session.LiveSession`.
+"""The activities of one episode, thin over `episodes.session.live.LiveSession`.
 
 `provision` runs on the shared queue on whichever worker takes it and registers
 the session there; `drive` (the turn loop and the score), `turn` and `score` (an
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -32,9 +31,10 @@ from episodes.errors import (
     SpecError,
     TurnOutOfOrder,
 )
-from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
-from episodes.session import LiveSession, score_transcript
+from episodes.session.drive import RunAhead, TurnLoop
+from episodes.session.live import LiveSession, score_transcript
+from episodes.session.registry import SessionRegistry
 from episodes.truncate import HISTORY_TURN_LIMIT
 from episodes.types.io import (
     DriveInput,
@@ -48,7 +48,7 @@ from episodes.types.io import (
     SessionRef,
     TurnInput,
 )
-from episodes.types.results import ScoreResult, Task, Termination, TurnResult
+from episodes.types.results import ScoreResult, Task, TurnResult
 from episodes.types.spec import EpisodeSpec
 
 log = logging.getLogger("episodes.activities")
@@ -78,8 +78,8 @@ class SessionActivities:
         self.breaker = breaker
         # The results of drives that released their session, for their retries.
         self._ended: OrderedDict[str, DriveResult] = OrderedDict()
-        # Sessions turning on between a paused drive and the next run's (run_ahead).
-        self._ahead: dict[str, asyncio.Task[None]] = {}
+        # Sessions turning on between a paused drive and the next run's.
+        self._ahead = RunAhead()
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
@@ -194,6 +194,7 @@ class SessionActivities:
     async def drive(self, inp: DriveInput) -> DriveResult:
         """Turn from `first_turn` until the env is done, `max_turns`, or the workflow asks
         to pause (it continues-as-new); record the turns in it; score unless paused.
+        The loop is `episodes.session.drive.TurnLoop`; this adapts it to Temporal.
 
         A retried drive starts again at `first_turn`: the session answers the turns it
         already ran from its record, unsent, and the workflow ignores what it holds.
@@ -203,94 +204,40 @@ class SessionActivities:
         if ended is not None:
             return ended  # a retried drive whose first attempt released the session
         session = self._session(inp.session_id)
-        self._stop_ahead(inp.session_id)  # its turns are in the session's record
+        self._ahead.stop(inp.session_id)  # its turns are in the session's record
         # The reaper checks the run that drives the session (a long episode's latest).
         self.registry.follow(inp.session_id, inp.run_id)
         handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
         recorder = TurnRecorder(
             handle, inp.session_id, max_update_bytes=inp.max_update_bytes, linger_s=inp.linger_s
         )
-        next_turn = inp.first_turn
+        loop = _ObservedLoop(
+            session,
+            recorder,
+            first_turn=inp.first_turn,
+            max_turns=inp.max_turns,
+            pipeline=inp.pipeline,
+            max_lag_s=inp.max_lag_s,
+            result_turns=inp.result_turns,
+        )
+
+        async def release(ended: DriveResult) -> None:
+            await self._release_ended(inp.session_id, ended)
+
         # Heartbeats go on through long turns and the score: their silence is the loss
         # signal. Their details (the turn in progress) show in the UI's pending activity.
-        beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": next_turn}))
+        beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": loop.next_turn}))
         try:
-            termination: Termination | None = None
-            error: str | None = None
-            while next_turn < inp.max_turns:
-                bind(turn=next_turn)
-                try:
-                    result = await session.turn(next_turn)
-                except TurnOutOfOrder as e:
-                    raise _out_of_order(e) from None
-                _observe_turn(result)
-                next_turn += 1
-                last = result.observation.done or next_turn >= inp.max_turns
-                recorder.add(result, send=not (last and inp.result_turns))
-                if not (last and inp.result_turns):
-                    await recorder.wait_until_within(inp.pipeline, inp.max_lag_s)
-                if result.observation.done:
-                    termination, error = result.termination or "env_done", result.record.error
-                    break
-                if recorder.stop and next_turn < inp.max_turns:
-                    break  # paused: the next run drives on from `next_turn`
-            else:
-                termination = "max_turns"
-            tail: list[TurnResult] = []
-            if inp.result_turns:
-                tail = await recorder.finish()
-            else:
-                await recorder.flush()
-            if termination is None:
-                self._run_ahead(session, next_turn, inp)
-                return DriveResult(next_turn=next_turn, turns=tail)
-            score = await session.score(termination)
-            telemetry.TERMINATIONS.labels(kind=termination).inc()
-            log.info("episode ended %s after %d turns", termination, next_turn)
-            ended = DriveResult(
-                termination=termination, error=error, next_turn=next_turn, score=score, turns=tail
-            )
-            if inp.release:
-                ended.released = True
-                await self._release_ended(inp.session_id, ended)
-            return ended
+            result = await loop.run(release=release if inp.release else None, ahead=self._ahead)
+        except TurnOutOfOrder as e:
+            raise _out_of_order(e) from None
         finally:
             beat.cancel()
             recorder.close()
-
-    def _run_ahead(self, session: LiveSession, first: int, inp: DriveInput) -> None:
-        """A paused drive (the workflow continues-as-new): keep turning while the next
-        run starts its drive, within the drive's own bounds (`pipeline` turns,
-        `max_lag_s`), so the harness does not wait on the boundary. The next drive
-        gets these turns from the session's record (exactly once, as a retried
-        drive does) and records them; a release or a lost worker drops them unrecorded,
-        like any turn not yet recorded."""
-
-        async def turn_on() -> None:
-            deadline = time.monotonic() + inp.max_lag_s
-            n = first
-            while n < min(inp.max_turns, first + inp.pipeline) and time.monotonic() < deadline:
-                result = await session.turn(n)
-                n += 1
-                if result.observation.done:
-                    return
-
-        task = asyncio.create_task(turn_on())
-        self._ahead[session.session_id] = task
-
-        def done(t: asyncio.Task[None]) -> None:
-            if self._ahead.get(session.session_id) is t:
-                del self._ahead[session.session_id]
-            if not t.cancelled() and t.exception() is not None:
-                # The next drive meets the same failure from the session's record.
-                log.info("run-ahead of %s stopped: %s", session.session_id, t.exception())
-
-        task.add_done_callback(done)
-
-    def _stop_ahead(self, session_id: str) -> None:
-        task = self._ahead.pop(session_id, None)
-        if task is not None:
-            task.cancel()  # a turn in flight goes on: the session owns it
+        if result.termination is not None:
+            telemetry.TERMINATIONS.labels(kind=result.termination).inc()
+            log.info("episode ended %s after %d turns", result.termination, result.next_turn)
+        return result
 
     async def _release_ended(self, session_id: str, ended: DriveResult) -> None:
         """The drive's normal end releases the session; a retry of the same drive (its
@@ -314,7 +261,7 @@ class SessionActivities:
     @activity.defn(name=contract.RELEASE)
     async def release(self, inp: ReleaseInput) -> None:
         bind(session_id=inp.session_id)
-        self._stop_ahead(inp.session_id)
+        self._ahead.stop(inp.session_id)
         session = self.registry.pop(inp.session_id)
         if session is not None:
             await session.close()
@@ -372,6 +319,16 @@ def _worker_fault(e: BaseException) -> bool:
     those would let one bad spec pause every worker of the fleet."""
     kind = e.type if isinstance(e, ApplicationError) else type(e).__name__
     return kind == RuntimeUnavailable.__name__
+
+
+class _ObservedLoop(TurnLoop):
+    """The drive's loop with the worker's log context and turn metrics."""
+
+    def starting(self, n: int) -> None:
+        bind(turn=n)
+
+    def finished(self, result: TurnResult) -> None:
+        _observe_turn(result)
 
 
 def _observe_turn(result: TurnResult) -> None:

@@ -42,8 +42,8 @@ from activities.session import SessionActivities, score_transcript_activity
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
 from episodes.payloads.settings import stores_externally
-from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
+from episodes.session.registry import SessionRegistry
 from episodes.truncate import HISTORY_TURN_LIMIT
 from episodes.types.tuning import DEFAULT_TASK_QUEUE
 from workers.backpressure import SessionSlots

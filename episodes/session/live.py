@@ -1,7 +1,8 @@
 """One episode's live state on a worker: box + harness process + environment + transcript.
 
-Temporal-free. The activities (`provision`, `turn`, `score`, `release`) and the
-in-process runner (`episodes.local`) are thin wrappers over this class.
+Temporal-free. The activities (`provision`, `turn`, `score`, `release`), the turn loop
+(`episodes.session.drive`) and the in-process runner (`episodes.local`) are thin
+wrappers over this class.
 
 Exactly-once turns: each turn runs as a task owned by the session, not by the
 caller. A caller that is cancelled or retried (a Temporal activity attempt after a
@@ -27,6 +28,7 @@ from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
 from episodes.runtimes import Runtime, make_runtime
 from episodes.secret_values import Scrubber, resolve_secrets
+from episodes.session.restore import restore_session
 from episodes.truncate import fit_result
 from episodes.types.results import (
     ScoreResult,
@@ -380,11 +382,27 @@ class LiveSession:
 
     async def restore(self, records: list[TurnRecord]) -> tuple[list[int], bool]:
         """After open(): bring this fresh harness and env to where a lost session was
-        (`episodes.restore.restore_session`): the divergent turns, and whether it resumed."""
-        # Imported here: episodes.restore builds on this module (its errors, this class).
-        from episodes.restore import restore_session
-
+        (`episodes.session.restore.restore_session`): the divergent turns, and whether
+        it resumed."""
         return await restore_session(self, records)
+
+    @property
+    def next_turn(self) -> int:
+        """The index the next new turn must carry."""
+        return self._next_turn
+
+    def adopt(self, result: TurnResult) -> None:
+        """Take a turn that ran before this session existed (a restore's replay of the
+        record) as this session's next turn: kept for repeat calls, and its observation's
+        message is what the next turn sends. The caller stepped the env on it."""
+        n = result.record.turn
+        if n != self._next_turn or self._inflight:
+            raise TurnOutOfOrder(f"recorded turn {n} restored, next is {self._next_turn}")
+        if result.record.error_type is None:
+            self._pending = result.observation.message
+        self._results[n] = result
+        self._next_turn += 1
+        self.last_used = time.monotonic()
 
     def transcript(
         self, termination: Termination | None = None, error: str | None = None
