@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from episodes.agents.proxy import read_upstream_key
 from episodes.agents.services import AgentServices
-from episodes.envs.base import Environment, call
+from episodes.envs.base import EnvCalls, Environment, call
 from episodes.errors import EnvironmentFailed, TurnOutOfOrder
 from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
@@ -111,6 +111,9 @@ class LiveSession:
         self.harness: HarnessDriver | None = None
         self.services: AgentServices | None = None  # the env's tools, the model proxy
         self.env: Environment | None = None
+        # Every call into the env (and its sync tools) goes through here: sync code on
+        # the env threads, one call at a time (episodes/envs/base.py).
+        self.env_calls = EnvCalls()
         self.first_message: Any = None
         self._pending: Any = None
         self._results: dict[int, TurnResult] = {}
@@ -139,7 +142,7 @@ class LiveSession:
             self.scrubber = Scrubber([*secrets.values(), self._upstream_key()])
             self.runtime = await self._acquire_runtime()
             try:
-                tools = env.tools()
+                tools = self.env_calls.tools(env.tools())
             except Exception as e:
                 raise EnvironmentFailed("tools", e) from e
             # Before the harness: it gets their addresses and may use them at start.
@@ -164,7 +167,7 @@ class LiveSession:
             await self.harness.start()
             self.env = env
             try:
-                self.first_message = await call(env.reset, self.task)
+                self.first_message = await self.env_calls(env.reset, self.task)
             except Exception as e:
                 raise EnvironmentFailed("reset", e) from e
         except BaseException as e:
@@ -363,7 +366,7 @@ class LiveSession:
         """The env's verdict on a reply; an env that raises ends the episode `env_error`."""
         assert self.env is not None
         try:
-            outcome = await call(self.env.step, reply)
+            outcome = await self.env_calls(self.env.step, reply)
             if not isinstance(outcome, StepOutcome):
                 outcome = StepOutcome.model_validate(outcome)
         except Exception as e:
@@ -418,12 +421,15 @@ class LiveSession:
     async def score(self, termination: Termination | None = None) -> ScoreResult:
         assert self.env is not None
         self.last_used = time.monotonic()
-        return await score_transcript(self.env, self.transcript(termination))
+        return await score_transcript(self.env, self.transcript(termination), self.env_calls)
 
 
-async def score_transcript(env: Environment, transcript: Transcript) -> ScoreResult:
-    """Score with the env's rubric (outside the harness's control)."""
-    result = await call(env.score, transcript)
+async def score_transcript(
+    env: Environment, transcript: Transcript, calls: EnvCalls | None = None
+) -> ScoreResult:
+    """Score with the env's rubric (outside the harness's control); `calls`: the env's
+    (a fresh env: its own)."""
+    result = await (calls or EnvCalls())(env.score, transcript)
     if result is None:
         result = ScoreResult()
     elif not isinstance(result, ScoreResult):

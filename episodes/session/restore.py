@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from episodes.envs.base import call
 from episodes.errors import EnvironmentFailed, HarnessFailure, TurnOutOfOrder
 from episodes.truncate import fit_result
 from episodes.types.results import StepOutcome, TurnRecord, TurnResult
@@ -72,7 +71,7 @@ async def restore_session(
         observation = StepOutcome(done=True)
         if rec.error_type is None:
             try:
-                observation = await call(session.env.step, rec.reply)
+                observation = await session.env_calls(session.env.step, rec.reply)
                 if not isinstance(observation, StepOutcome):
                     observation = StepOutcome.model_validate(observation)
             except Exception as e:
