@@ -253,7 +253,11 @@ class SessionActivities:
     @activity.defn(name=contract.SCORE)
     async def score(self, inp: ScoreInput) -> ScoreResult:
         bind(session_id=inp.session_id)
-        result = await self._session(inp.session_id).score(inp.termination)
+        session = self._session(inp.session_id)
+        try:
+            result = await session.score(inp.termination)
+        except EnvironmentFailed as e:
+            raise _as_outcome(e, session) from None  # env_error: the workflow's outcome
         if inp.termination is not None:
             telemetry.TERMINATIONS.labels(kind=inp.termination).inc()
         return result
@@ -281,7 +285,11 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
 
         earlier = await recorded_turns(activity.client(), inp.workflow_id, inp.earlier_turns)
         transcript = transcript.model_copy(update={"turns": [*earlier, *transcript.turns]})
-    return await score_transcript(env, transcript)
+    try:
+        return await score_transcript(env, transcript)
+    except EnvironmentFailed as e:
+        # The episode's outcome (env_error), not a retry: the same env would raise again.
+        raise ApplicationError(str(e), type=contract.ENV_ERROR, non_retryable=True) from None
 
 
 async def _opened(session: LiveSession) -> Any:

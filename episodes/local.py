@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from episodes.errors import HarnessFailure
+from episodes.errors import EnvironmentFailed, HarnessFailure
 from episodes.session.drive import MemorySink, TurnLoop
 from episodes.session.live import LiveSession
 from episodes.types.io import DriveResult
@@ -31,14 +31,13 @@ async def run_episode_local(
     try:
         try:
             await session.open()
-        except HarnessFailure as e:
-            termination: Termination = e.error_type
-            ended = DriveResult(
-                termination=termination,
-                error=str(e),
-                next_turn=0,
-                score=await _score_unopened(session, termination, str(e)),
+        except (HarnessFailure, EnvironmentFailed) as e:
+            # The harness never started, or the env's reset raised: no reset, no score
+            # (a fresh env's score() would grade an episode that never happened).
+            termination: Termination = (
+                e.error_type if isinstance(e, HarnessFailure) else "env_error"
             )
+            ended = DriveResult(termination=termination, error=str(e), next_turn=0)
         else:
             ended = await TurnLoop(session, MemorySink(), max_turns=spec.max_turns).run()
     finally:
@@ -57,14 +56,3 @@ async def run_episode_local(
         score_details=score.details,
         duration_s=time.monotonic() - started,
     )
-
-
-async def _score_unopened(
-    session: LiveSession, termination: Termination, error: str | None
-) -> ScoreResult:
-    from episodes.envs import load_env
-    from episodes.session.live import score_transcript
-
-    # The harness never started: score the (empty) transcript with a fresh env.
-    env = load_env(session.spec.env, session.spec.env_args)
-    return await score_transcript(env, session.transcript(termination, error))

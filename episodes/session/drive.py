@@ -1,7 +1,8 @@
 """The one turn loop of an episode: what happens next, for durable and in-process runs alike.
 
 Turn until the env is done, `max_turns`, or the sink asks to pause; then either run
-ahead (paused: the next run's drive takes over) or score and release. The `drive`
+ahead (paused: the next run's drive takes over) or score (within `score_timeout_s`;
+an env that fails or overruns it ends `env_error`) and release. The `drive`
 activity (`activities/session.py`) runs it with a `TurnRecorder` as its sink (turns
 recorded in the workflow with Updates, the workflow's pause asked through them); the
 in-process runner (`episodes.local`) with a `MemorySink`. One loop, so the bench
@@ -18,9 +19,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from episodes.errors import EnvironmentFailed
 from episodes.session.live import LiveSession
 from episodes.types.io import DriveResult
-from episodes.types.results import Termination, TurnResult
+from episodes.types.results import ScoreResult, Termination, TurnResult
 
 log = logging.getLogger("episodes.session.drive")
 
@@ -132,7 +134,7 @@ class TurnLoop:
             if ahead is not None:
                 ahead.start(self.session, self.next_turn, self)
             return DriveResult(next_turn=self.next_turn, turns=tail)
-        score = await self.session.score(termination)
+        score, termination, error = await score_ended(self.session, termination, error)
         ended = DriveResult(
             termination=termination, error=error, next_turn=self.next_turn, score=score, turns=tail
         )
@@ -140,6 +142,26 @@ class TurnLoop:
             ended.released = True
             await release(ended)
         return ended
+
+
+async def score_ended(
+    session: LiveSession, termination: Termination, error: str | None
+) -> tuple[ScoreResult, Termination, str | None]:
+    """The env's score of an ended episode, within the spec's `score_timeout_s`; an env
+    that raises or runs past it ends the episode `env_error` (the reason in the
+    score's details too), and is not scored again."""
+    timeout = session.spec.score_timeout_s
+    try:
+        # Hazard: a sync score runs on a thread, which cannot be stopped: on timeout
+        # it is abandoned to finish there, holding the env's lock so nothing else runs
+        # on this env meanwhile (EnvCalls). An async one is cancelled.
+        return await asyncio.wait_for(session.score(termination), timeout), termination, error
+    except TimeoutError:
+        why = f"score timed out after {timeout:g} s"
+    except EnvironmentFailed as e:
+        why = session.scrub_error(e)
+    log.info("score of %s failed: %s", session.session_id, why.splitlines()[0])
+    return ScoreResult(details={"error": why}), "env_error", why
 
 
 class RunAhead:

@@ -428,10 +428,14 @@ async def score_transcript(
     env: Environment, transcript: Transcript, calls: EnvCalls | None = None
 ) -> ScoreResult:
     """Score with the env's rubric (outside the harness's control); `calls`: the env's
-    (a fresh env: its own)."""
-    result = await (calls or EnvCalls())(env.score, transcript)
-    if result is None:
-        result = ScoreResult()
-    elif not isinstance(result, ScoreResult):
-        result = ScoreResult.model_validate(result)
+    (a fresh env: its own). Whatever the env raises (or a result that is no
+    ScoreResult) is `EnvironmentFailed`: the episode ends `env_error`."""
+    try:
+        result = await (calls or EnvCalls())(env.score, transcript)
+        if result is None:
+            result = ScoreResult()
+        elif not isinstance(result, ScoreResult):
+            result = ScoreResult.model_validate(result)
+    except Exception as e:
+        raise EnvironmentFailed("score", e) from e
     return result

@@ -37,8 +37,8 @@ ENDLESS = f"{__name__}:Endless"
 
 
 class Faulty(Environment):
-    """Raises from its own code: `on: reset`, or `on: step` at step `at` (0-based); with
-    `on: score` its score() hangs for `hang_s` (default 20) instead."""
+    """Raises from its own code: `on: reset`, or `on: step` at step `at` (0-based), or
+    `on: score_raise`; with `on: score` its score() hangs for `hang_s` (default 20)."""
 
     def reset(self, task: Task) -> Any:
         if self.env_args.get("on") == "reset":
@@ -55,6 +55,8 @@ class Faulty(Environment):
     async def score(self, transcript: Transcript) -> ScoreResult:
         if self.env_args.get("on") == "score":
             await asyncio.sleep(self.env_args.get("hang_s", 20))
+        if self.env_args.get("on") == "score_raise":
+            raise ValueError("score-canary")
         return ScoreResult(reward=0.5, details={"turns": len(transcript.turns)})
 
 
