@@ -113,16 +113,20 @@ class SessionActivities:
         harness, env.reset) and replay the first `inp.turns` recorded turns into it."""
         from episodes.client.history import recorded_turns
 
-        records = await recorded_turns(activity.client(), inp.workflow_id, inp.turns)
-        session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
-        first = await _opened(session)
-        telemetry.record_restart("worker")
+        # Beat from the start: a long history and a new box (a container, the harness's
+        # ready) can take longer than the heartbeat timeout, and a restore that never
+        # beats in time would time out on every attempt.
         beat = asyncio.create_task(_heartbeat_until_cancelled())
         try:
-            divergent, resumed = await session.restore(records)
-        except BaseException as e:
-            await session.close(failed=True)
-            raise _as_outcome(e, session) from None
+            records = await recorded_turns(activity.client(), inp.workflow_id, inp.turns)
+            session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
+            first = await _opened(session)
+            telemetry.record_restart("worker")
+            try:
+                divergent, resumed = await session.restore(records)
+            except BaseException as e:
+                await session.close(failed=True)
+                raise _as_outcome(e, session) from None
         finally:
             beat.cancel()
         self.registry.add(session, inp.workflow_id, inp.run_id)

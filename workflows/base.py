@@ -58,6 +58,9 @@ CHAIN_SCORE_PATCH = "score-whole-chain"
 # Histories recorded before an episode whose env was never reset (provision failed:
 # the harness did not start, or reset raised) went unscored (they ran score_transcript).
 NO_RESET_NO_SCORE_PATCH = "no-reset-no-score"
+# Histories recorded before a restore that failed other than as an outcome (timed out,
+# its retries spent) ended the episode worker_lost (the workflow failed).
+RESTORE_LOST_PATCH = "restore-failure-worker-lost"
 # Histories recorded before a score that raised (the `score` or `score_transcript`
 # activity's env_error) was the episode's env_error (the workflow failed).
 SCORE_ENV_ERROR_PATCH = "score-env-error-outcome"
@@ -224,7 +227,11 @@ class EpisodeBase:
         except ActivityError as e:
             kind = provision_failure(e)
             if kind is None:
-                raise
+                if not workflow.patched(RESTORE_LOST_PATCH):
+                    raise
+                # Any other failure (its retries spent, timed out, no worker took it):
+                # no session could be brought back, as when no restart is allowed.
+                kind = "worker_lost"
             self._termination = kind
             return f"restart {self._restarts} failed: {failure_message(e)}"
         self._ref = restored.session

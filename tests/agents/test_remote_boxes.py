@@ -157,7 +157,9 @@ async def test_a_kv_agent_episode_on_a_remote_box(backend, monkeypatch):
     import episodes.session.live
 
     kind = backend.NAME.split("-")[0]
-    monkeypatch.setattr(episodes.session.live, "make_runtime", lambda *a, **k: backend.make_runtime())
+    monkeypatch.setattr(
+        episodes.session.live, "make_runtime", lambda *a, **k: backend.make_runtime()
+    )
     monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:
         data = agent_spec(upstream.base_url)

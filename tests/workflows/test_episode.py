@@ -342,3 +342,24 @@ async def test_record_turns_rejects_batches_out_of_order_repeated_or_without_a_d
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
     ]
     assert len(accepted) == 2
+
+
+# -- a restore that cannot succeed ------------------------------------------------------
+
+
+class RestoreFails(GoesSilent):
+    async def on_provision(self, inp: ProvisionInput) -> SessionRef:
+        if self.calls["restore"]:
+            raise ApplicationError("no box for the restore")  # retryable, every attempt
+        return await super().on_provision(inp)
+
+
+async def test_a_restore_that_cannot_succeed_ends_worker_lost_not_a_failure(env) -> None:
+    s = RestoreFails(env.client)
+    lost = spec(worker_lost_timeout_s=0.3, on_worker_lost="restart")
+    async with s.running():
+        result = await (await start(env, s, spec=lost)).result()
+    # Before: the workflow failed once the restore's retries ran out.
+    assert result.termination == "worker_lost"
+    assert result.error and "restart 1 failed" in result.error
+    assert (s.calls["restore"], s.calls["score_transcript"], s.calls["release"]) == (3, 1, 0)
