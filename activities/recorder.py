@@ -27,6 +27,9 @@ from episodes.types.results import TurnResult
 
 
 class TurnRecorder:
+    """The `drive` activity's `episodes.session.drive.TurnSink`: turns go to the workflow
+    in `record_turns` Updates, and its answer (`stop`) pauses the loop."""
+
     def __init__(
         self,
         handle: WorkflowHandle,

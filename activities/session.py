@@ -1,4 +1,4 @@
-"""The activities of one episode, thin over `episodes.session.LiveSession`.
+"""The activities of one episode, thin over `episodes.session.live.LiveSession`.
 
 `provision` runs on the shared queue on whichever worker takes it and registers
 the session there; `drive` (the turn loop and the score), `turn` and `score` (an
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -26,15 +25,17 @@ from episodes import contract
 from episodes.breaker import ProvisionBreaker
 from episodes.envs import load_env
 from episodes.errors import (
+    BoxGone,
     EnvironmentFailed,
     HarnessFailure,
     RuntimeUnavailable,
     SpecError,
     TurnOutOfOrder,
 )
-from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
-from episodes.session import LiveSession, score_transcript
+from episodes.session.drive import RunAhead, TurnLoop
+from episodes.session.live import LiveSession, score_transcript
+from episodes.session.registry import SessionRegistry
 from episodes.truncate import HISTORY_TURN_LIMIT
 from episodes.types.io import (
     DriveInput,
@@ -48,7 +49,7 @@ from episodes.types.io import (
     SessionRef,
     TurnInput,
 )
-from episodes.types.results import ScoreResult, Task, Termination, TurnResult
+from episodes.types.results import ScoreResult, Task, TurnResult
 from episodes.types.spec import EpisodeSpec
 
 log = logging.getLogger("episodes.activities")
@@ -78,8 +79,8 @@ class SessionActivities:
         self.breaker = breaker
         # The results of drives that released their session, for their retries.
         self._ended: OrderedDict[str, DriveResult] = OrderedDict()
-        # Sessions turning on between a paused drive and the next run's (run_ahead).
-        self._ahead: dict[str, asyncio.Task[None]] = {}
+        # Sessions turning on between a paused drive and the next run's.
+        self._ahead = RunAhead()
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
@@ -113,16 +114,20 @@ class SessionActivities:
         harness, env.reset) and replay the first `inp.turns` recorded turns into it."""
         from episodes.client.history import recorded_turns
 
-        records = await recorded_turns(activity.client(), inp.workflow_id, inp.turns)
-        session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
-        first = await _opened(session)
-        telemetry.record_restart("worker")
+        # Beat from the start: a long history and a new box (a container, the harness's
+        # ready) can take longer than the heartbeat timeout, and a restore that never
+        # beats in time would time out on every attempt.
         beat = asyncio.create_task(_heartbeat_until_cancelled())
         try:
-            divergent, resumed = await session.restore(records)
-        except BaseException as e:
-            await session.close(failed=True)
-            raise _as_outcome(e, session) from None
+            records = await recorded_turns(activity.client(), inp.workflow_id, inp.turns)
+            session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
+            first = await _opened(session)
+            telemetry.record_restart("worker")
+            try:
+                divergent, resumed = await session.restore(records)
+            except BaseException as e:
+                await session.close(failed=True)
+                raise _as_outcome(e, session) from None
         finally:
             beat.cancel()
         self.registry.add(session, inp.workflow_id, inp.run_id)
@@ -194,6 +199,7 @@ class SessionActivities:
     async def drive(self, inp: DriveInput) -> DriveResult:
         """Turn from `first_turn` until the env is done, `max_turns`, or the workflow asks
         to pause (it continues-as-new); record the turns in it; score unless paused.
+        The loop is `episodes.session.drive.TurnLoop`; this adapts it to Temporal.
 
         A retried drive starts again at `first_turn`: the session answers the turns it
         already ran from its record, unsent, and the workflow ignores what it holds.
@@ -203,99 +209,40 @@ class SessionActivities:
         if ended is not None:
             return ended  # a retried drive whose first attempt released the session
         session = self._session(inp.session_id)
-        self._stop_ahead(inp.session_id)  # its turns are in the session's record
+        self._ahead.stop(inp.session_id)  # its turns are in the session's record
         # The reaper checks the run that drives the session (a long episode's latest).
         self.registry.follow(inp.session_id, inp.run_id)
         handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
         recorder = TurnRecorder(
             handle, inp.session_id, max_update_bytes=inp.max_update_bytes, linger_s=inp.linger_s
         )
-        next_turn = inp.first_turn
+        loop = _ObservedLoop(
+            session,
+            recorder,
+            first_turn=inp.first_turn,
+            max_turns=inp.max_turns,
+            pipeline=inp.pipeline,
+            max_lag_s=inp.max_lag_s,
+            result_turns=inp.result_turns,
+        )
+
+        async def release(ended: DriveResult) -> None:
+            await self._release_ended(inp.session_id, ended)
+
         # Heartbeats go on through long turns and the score: their silence is the loss
         # signal. Their details (the turn in progress) show in the UI's pending activity.
-        beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": next_turn}))
+        beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": loop.next_turn}))
         try:
-            termination: Termination | None = None
-            error: str | None = None
-            while next_turn < inp.max_turns:
-                bind(turn=next_turn)
-                try:
-                    result = await session.turn(next_turn)
-                except TurnOutOfOrder as e:
-                    raise _out_of_order(e) from None
-                _observe_turn(result)
-                next_turn += 1
-                last = result.observation.done or next_turn >= inp.max_turns
-                recorder.add(result, send=not (last and inp.result_turns))
-                if not (last and inp.result_turns):
-                    await recorder.wait_until_within(inp.pipeline, inp.max_lag_s)
-                if result.observation.done:
-                    termination, error = result.termination or "env_done", result.record.error
-                    break
-                if recorder.stop and next_turn < inp.max_turns:
-                    break  # paused: the next run drives on from `next_turn`
-            else:
-                termination = "max_turns"
-            tail: list[TurnResult] = []
-            if inp.result_turns:
-                tail = await recorder.finish()
-            else:
-                await recorder.flush()
-            if termination is None:
-                self._run_ahead(session, next_turn, inp)
-                return DriveResult(next_turn=next_turn, turns=tail)
-            try:
-                score = await session.score(termination)
-            except EnvironmentFailed as e:
-                # The env's score raised (its box gone, its rubric broken): an outcome.
-                termination, error = "env_error", session.scrub_error(e)
-                score = ScoreResult(details={"error": error.splitlines()[0]})
-            telemetry.TERMINATIONS.labels(kind=termination).inc()
-            log.info("episode ended %s after %d turns", termination, next_turn)
-            ended = DriveResult(
-                termination=termination, error=error, next_turn=next_turn, score=score, turns=tail
-            )
-            if inp.release:
-                ended.released = True
-                await self._release_ended(inp.session_id, ended)
-            return ended
+            result = await loop.run(release=release if inp.release else None, ahead=self._ahead)
+        except TurnOutOfOrder as e:
+            raise _out_of_order(e) from None
         finally:
             beat.cancel()
             recorder.close()
-
-    def _run_ahead(self, session: LiveSession, first: int, inp: DriveInput) -> None:
-        """A paused drive (the workflow continues-as-new): keep turning while the next
-        run starts its drive, within the drive's own bounds (`pipeline` turns,
-        `max_lag_s`), so the harness does not wait on the boundary. The next drive
-        gets these turns from the session's record (exactly once, as a retried
-        drive does) and records them; a release or a lost worker drops them unrecorded,
-        like any turn not yet recorded."""
-
-        async def turn_on() -> None:
-            deadline = time.monotonic() + inp.max_lag_s
-            n = first
-            while n < min(inp.max_turns, first + inp.pipeline) and time.monotonic() < deadline:
-                result = await session.turn(n)
-                n += 1
-                if result.observation.done:
-                    return
-
-        task = asyncio.create_task(turn_on())
-        self._ahead[session.session_id] = task
-
-        def done(t: asyncio.Task[None]) -> None:
-            if self._ahead.get(session.session_id) is t:
-                del self._ahead[session.session_id]
-            if not t.cancelled() and t.exception() is not None:
-                # The next drive meets the same failure from the session's record.
-                log.info("run-ahead of %s stopped: %s", session.session_id, t.exception())
-
-        task.add_done_callback(done)
-
-    def _stop_ahead(self, session_id: str) -> None:
-        task = self._ahead.pop(session_id, None)
-        if task is not None:
-            task.cancel()  # a turn in flight goes on: the session owns it
+        if result.termination is not None:
+            telemetry.TERMINATIONS.labels(kind=result.termination).inc()
+            log.info("episode ended %s after %d turns", result.termination, result.next_turn)
+        return result
 
     async def _release_ended(self, session_id: str, ended: DriveResult) -> None:
         """The drive's normal end releases the session; a retry of the same drive (its
@@ -311,7 +258,11 @@ class SessionActivities:
     @activity.defn(name=contract.SCORE)
     async def score(self, inp: ScoreInput) -> ScoreResult:
         bind(session_id=inp.session_id)
-        result = await self._session(inp.session_id).score(inp.termination)
+        session = self._session(inp.session_id)
+        try:
+            result = await session.score(inp.termination)
+        except EnvironmentFailed as e:
+            raise _as_outcome(e, session) from None  # env_error: the workflow's outcome
         if inp.termination is not None:
             telemetry.TERMINATIONS.labels(kind=inp.termination).inc()
         return result
@@ -319,7 +270,7 @@ class SessionActivities:
     @activity.defn(name=contract.RELEASE)
     async def release(self, inp: ReleaseInput) -> None:
         bind(session_id=inp.session_id)
-        self._stop_ahead(inp.session_id)
+        self._ahead.stop(inp.session_id)
         session = self.registry.pop(inp.session_id)
         if session is not None:
             await session.close()
@@ -342,9 +293,12 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
     try:
         return await score_transcript(env, transcript)
     except EnvironmentFailed as e:
-        # Away from its session (the worker was lost): the episode's outcome is already
-        # named; an env that needs its box cannot score here, and says so.
-        return ScoreResult(details={"error": str(e).splitlines()[0]})
+        if isinstance(e.__cause__, BoxGone):
+            # Away from its session (the worker was lost) an env that grades its box
+            # cannot score: the episode keeps its named outcome (worker_lost), unscored.
+            return ScoreResult(details={"error": str(e).splitlines()[0]})
+        # The episode's outcome (env_error), not a retry: the same env would raise again.
+        raise ApplicationError(str(e), type=contract.ENV_ERROR, non_retryable=True) from None
 
 
 async def _opened(session: LiveSession) -> Any:
@@ -382,6 +336,16 @@ def _worker_fault(e: BaseException) -> bool:
     those would let one bad spec pause every worker of the fleet."""
     kind = e.type if isinstance(e, ApplicationError) else type(e).__name__
     return kind == RuntimeUnavailable.__name__
+
+
+class _ObservedLoop(TurnLoop):
+    """The drive's loop with the worker's log context and turn metrics."""
+
+    def starting(self, n: int) -> None:
+        bind(turn=n)
+
+    def finished(self, result: TurnResult) -> None:
+        _observe_turn(result)
 
 
 def _observe_turn(result: TurnResult) -> None:

@@ -134,7 +134,7 @@ def cpu_seconds(pid: int | None = None) -> float:
 
 async def direct_gaps(spec: EpisodeSpec) -> list[float]:
     """The episode's turns driven in-process (LiveSession, no Temporal): per-turn ms."""
-    from episodes.session import LiveSession
+    from episodes.session.live import LiveSession
 
     session = LiveSession(spec, spec.tasks[0], 0, f"direct-{uuid.uuid4().hex[:8]}")
     replies = []

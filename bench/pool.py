@@ -16,7 +16,7 @@ import uuid
 
 from bench.common import ECHO, fmt_spread, load, ratio, script_spec, spread, table
 from episodes.runtimes.pool import RuntimePool
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.runtime import DockerConfig, SubprocessConfig
 
 BOX_ECHO = ["python3", "-m", "episodes.harness.reference.echo"]

@@ -15,7 +15,7 @@ import time
 import uuid
 
 from bench.common import ECHO, REALISTIC, fmt_spread, load, ratio, script_spec, spread, table
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 
 
 async def _persistent(command: list[str], turns: int) -> list[float]:

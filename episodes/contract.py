@@ -58,7 +58,7 @@ METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
 
 # Raised by activities: the worker does not hold the session (restarted, or reaped).
 SESSION_NOT_FOUND = "SessionNotFound"
-# `episodes.session.TurnOutOfOrder`, passed on by the `turn` and `drive` activities.
+# `episodes.errors.TurnOutOfOrder`, passed on by the `turn` and `drive` activities.
 TURN_OUT_OF_ORDER = "TurnOutOfOrder"
 # `episodes.errors.SpecError` and its subclass, passed on by `provision` and
 # `score_transcript`: a bad spec is not retried.
@@ -73,7 +73,7 @@ PROVISION_FAILURES: tuple[ErrorType, ...] = (
     "turn_timeout",
 )
 NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, SPEC_ERROR, ENVIRONMENT_LOAD_ERROR)
-# `episodes.session.EnvironmentFailed` (the env's reset raised), raised non-retryable by
+# `episodes.errors.EnvironmentFailed` (the env's reset raised), raised non-retryable by
 # `provision` and `restore`: the episode ends `env_error`, scored and released.
 ENV_ERROR: Literal["env_error"] = "env_error"
 PROVISION_OUTCOMES: tuple[Termination, ...] = (*PROVISION_FAILURES, ENV_ERROR)

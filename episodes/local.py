@@ -1,7 +1,9 @@
 """Run one episode in this process, without Temporal.
 
-The same LiveSession the worker uses, driven by a plain loop: handy for tests,
-benchmarks and debugging an environment or a harness before going durable.
+The same LiveSession and the same turn loop (`episodes.session.drive.TurnLoop`) the
+worker's `drive` uses, with an in-memory sink: handy for tests, benchmarks (like for
+like with the durable run) and debugging an environment or a harness before going
+durable.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ import uuid
 from typing import TYPE_CHECKING
 
 from episodes.errors import EnvironmentFailed, HarnessFailure
-from episodes.session import LiveSession
+from episodes.session.drive import MemorySink, TurnLoop
+from episodes.session.live import LiveSession
+from episodes.types.io import DriveResult
 from episodes.types.results import EpisodeResult, ScoreResult, Task, Termination
 from episodes.types.spec import EpisodeSpec
 
@@ -24,50 +28,31 @@ async def run_episode_local(
 ) -> EpisodeResult:
     started = time.monotonic()
     session = LiveSession(spec, task, sample, f"local-{uuid.uuid4().hex[:12]}", pool=pool)
-    termination: Termination = "max_turns"
-    error: str | None = None
-    turns = 0
     try:
         try:
             await session.open()
-        except HarnessFailure as e:
-            termination, error = e.error_type, str(e)
+        except (HarnessFailure, EnvironmentFailed) as e:
+            # The harness never started, or the env's reset raised: no reset, no score
+            # (a fresh env's score() would grade an episode that never happened).
+            termination: Termination = (
+                e.error_type if isinstance(e, HarnessFailure) else "env_error"
+            )
+            ended = DriveResult(termination=termination, error=str(e), next_turn=0)
         else:
-            for n in range(spec.max_turns):
-                result = await session.turn(n)
-                turns = n + 1
-                if result.observation.done:
-                    termination = result.termination or "env_done"
-                    error = result.record.error
-                    break
-        try:
-            score = await _score(session, termination, error)
-        except EnvironmentFailed as e:
-            termination, error = "env_error", session.scrub_error(e)
-            score = ScoreResult(details={"error": error.splitlines()[0]})
+            ended = await TurnLoop(session, MemorySink(), max_turns=spec.max_turns).run()
     finally:
         await session.close()
+    score = ended.score or ScoreResult()
     return EpisodeResult(
         workflow_id=session.session_id,
         task_id=task.id,
         sample=sample,
         env=spec.env,
         spec_name=spec.name,
-        termination=termination,
-        error=error,
-        turns=turns,
+        termination=ended.termination or "max_turns",
+        error=ended.error,
+        turns=ended.next_turn,
         reward=score.reward,
         score_details=score.details,
         duration_s=time.monotonic() - started,
     )
-
-
-async def _score(session: LiveSession, termination: Termination, error: str | None) -> ScoreResult:
-    from episodes.envs import load_env
-    from episodes.session import score_transcript
-
-    if session.env is not None:
-        return await session.score(termination)
-    # The harness never started: score the (empty) transcript with a fresh env.
-    env = load_env(session.spec.env, session.spec.env_args)
-    return await score_transcript(env, session.transcript(termination, error))

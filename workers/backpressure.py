@@ -21,7 +21,7 @@ from temporalio.worker import (
 )
 
 from episodes.breaker import ProvisionBreaker
-from episodes.registry import SessionRegistry
+from episodes.session.registry import SessionRegistry
 
 _POLL_S = 0.05
 

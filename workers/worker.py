@@ -41,9 +41,10 @@ from activities.batch import await_episode
 from activities.session import SessionActivities, score_transcript_activity
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
+from episodes.envs.base import DEFAULT_ENV_THREADS, set_env_threads
 from episodes.payloads.settings import stores_externally
-from episodes.registry import SessionRegistry
 from episodes.runtimes.pools import WorkerPools
+from episodes.session.registry import SessionRegistry
 from episodes.truncate import HISTORY_TURN_LIMIT
 from episodes.types.tuning import DEFAULT_TASK_QUEUE
 from workers.backpressure import SessionSlots
@@ -58,6 +59,9 @@ log = logging.getLogger("episodes.worker")
 class WorkerOptions:
     task_queue: str = DEFAULT_TASK_QUEUE
     max_sessions: int = 256
+    # Sync env code (reset/step/score, plain tools) running at once, each on a thread
+    # off the event loop (episodes/envs/base.py); more waits for a thread.
+    env_threads: int = DEFAULT_ENV_THREADS
     # A session nobody has touched for this long is stopped (its workflow is stuck or gone).
     session_idle_ttl_s: float = 3600.0
     reap_interval_s: float = 30.0
@@ -99,6 +103,7 @@ class EpisodeWorker:
         )
         self.session_queue = f"{opts.task_queue}-session-{self.worker_id}"
         self.registry = SessionRegistry(opts.max_sessions)
+        set_env_threads(opts.env_threads)
         self.pools = WorkerPools(max_ttl_s=opts.pool_ttl_s, max_idle=opts.pool_max_idle)
         self.breaker = (
             ProvisionBreaker(opts.provision_breaker_after, name=f"worker {self.worker_id}")

@@ -15,11 +15,12 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 from workflows.details import episode_details
 from workflows.failures import (
     failure_message,
+    failure_type,
     is_backstop_timeout,
     is_worker_lost,
     lost_message,
@@ -54,6 +55,15 @@ with workflow.unsafe.imports_passed_through():
 
 # Histories recorded before a continued run's transcript score included earlier runs.
 CHAIN_SCORE_PATCH = "score-whole-chain"
+# Histories recorded before an episode whose env was never reset (provision failed:
+# the harness did not start, or reset raised) went unscored (they ran score_transcript).
+NO_RESET_NO_SCORE_PATCH = "no-reset-no-score"
+# Histories recorded before a restore that failed other than as an outcome (timed out,
+# its retries spent) ended the episode worker_lost (the workflow failed).
+RESTORE_LOST_PATCH = "restore-failure-worker-lost"
+# Histories recorded before a score that raised (the `score` or `score_transcript`
+# activity's env_error) was the episode's env_error (the workflow failed).
+SCORE_ENV_ERROR_PATCH = "score-env-error-outcome"
 
 
 class EpisodeBase:
@@ -74,6 +84,8 @@ class EpisodeBase:
         self._turns_rerun = 0
         # The session's activity ran past its backstop: score the recorded turns instead.
         self._score_recorded = False
+        # A session was opened (its env reset) at some point of the chain.
+        self._opened = False
 
     @property
     def _turns_done(self) -> int:
@@ -82,6 +94,7 @@ class EpisodeBase:
     def _adopt(self, carry: EpisodeCarry) -> None:
         """A continued run: the live session and the counters of the runs before."""
         self._ref, self._first_turn, self._runs = carry.session, carry.turns_done, carry.runs
+        self._opened = True
         self._restarts, self._turns_replayed = carry.restarts, carry.turns_replayed
         self._divergences, self._turns_rerun = carry.replay_divergences, carry.turns_rerun
 
@@ -137,6 +150,7 @@ class EpisodeBase:
         outcome (`_termination`, and the error returned), not a workflow failure."""
         try:
             self._ref = await self._provision(inp)
+            self._opened = True
         except ActivityError as e:
             kind = provision_failure(e)
             if kind is None:
@@ -213,7 +227,11 @@ class EpisodeBase:
         except ActivityError as e:
             kind = provision_failure(e)
             if kind is None:
-                raise
+                if not workflow.patched(RESTORE_LOST_PATCH):
+                    raise
+                # Any other failure (its retries spent, timed out, no worker took it):
+                # no session could be brought back, as when no restart is allowed.
+                kind = "worker_lost"
             self._termination = kind
             return f"restart {self._restarts} failed: {failure_message(e)}"
         self._ref = restored.session
@@ -224,8 +242,14 @@ class EpisodeBase:
         return None
 
     async def _score(self, inp: EpisodeInput, error: str | None) -> ScoreResult:
-        """Score on the session's worker; without one, score the recorded transcript here."""
+        """Score on the session's worker; without one, score the recorded transcript here.
+        An env never reset is not scored (no reward); an env whose score raises ends the
+        episode `env_error` (the reason in the score's details)."""
         spec = inp.spec
+        if not self._opened and self._ref is None and workflow.patched(NO_RESET_NO_SCORE_PATCH):
+            # Provision failed: the env never saw the episode, and a fresh env's score()
+            # would grade nothing (a tool-counting env rewarded it 1.0).
+            return ScoreResult()
         if (
             self._ref is not None
             and self._termination != "worker_lost"
@@ -244,6 +268,8 @@ class EpisodeBase:
                     summary="score",
                 )
             except ActivityError as e:
+                if self._score_raised(e):
+                    return self._score_failed(e)
                 if not is_worker_lost(e):
                     if not is_backstop_timeout(e):
                         raise
@@ -269,16 +295,32 @@ class EpisodeBase:
             # runs' from their histories, so the rubric sees the whole episode.
             score_input.workflow_id = workflow.info().workflow_id
             score_input.earlier_turns = self._first_turn
-        return await workflow.execute_local_activity(
-            contract.score_transcript,
-            score_input,
-            start_to_close_timeout=timedelta(seconds=spec.score_timeout_s),
-            retry_policy=RetryPolicy(
-                maximum_attempts=3,
-                non_retryable_error_types=list(contract.NON_RETRYABLE_PROVISION),
-            ),
-            summary="score transcript",
-        )
+        try:
+            return await workflow.execute_local_activity(
+                contract.score_transcript,
+                score_input,
+                start_to_close_timeout=timedelta(seconds=spec.score_timeout_s),
+                retry_policy=RetryPolicy(
+                    maximum_attempts=3,
+                    non_retryable_error_types=list(contract.NON_RETRYABLE_PROVISION),
+                ),
+                summary="score transcript",
+            )
+        # A local activity's failure may surface as its ApplicationError itself.
+        except (ActivityError, ApplicationError) as e:
+            if not self._score_raised(e):
+                raise
+            return self._score_failed(e)
+
+    def _score_raised(self, e: ActivityError | ApplicationError) -> bool:
+        """The env's score raised (the activity's env_error): the episode's outcome."""
+        kind = e.type if isinstance(e, ApplicationError) else failure_type(e)
+        return kind == contract.ENV_ERROR and workflow.patched(SCORE_ENV_ERROR_PATCH)
+
+    def _score_failed(self, e: ActivityError | ApplicationError) -> ScoreResult:
+        self._termination = "env_error"
+        message = e.message if isinstance(e, ApplicationError) else failure_message(e)
+        return ScoreResult(details={"error": message})
 
     async def _release(self, ref: SessionRef) -> None:
         """Always runs (also after cancellation); a failed release is logged, not fatal."""

@@ -39,7 +39,7 @@ from bench.designs.updates import (
     UpdateLagEpisode,
     UpdateLingerEpisode,
 )
-from episodes.registry import SessionRegistry
+from episodes.session.registry import SessionRegistry
 from workers.backpressure import SessionSlots
 from workflows.episode import EpisodeWorkflow
 

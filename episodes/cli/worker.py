@@ -36,6 +36,7 @@ async def run_worker(cfg: Config) -> None:
             WorkerOptions(
                 task_queue=s.task_queue,
                 max_sessions=s.max_sessions,
+                env_threads=s.env_threads,
                 session_idle_ttl_s=s.session_idle_ttl_s,
                 drain_timeout_s=s.drain_timeout_s,
                 provision_breaker_after=s.provision_breaker_after,

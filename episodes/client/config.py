@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, ClientConnectConfig
 
+from episodes.envs.base import DEFAULT_ENV_THREADS
 from episodes.errors import ConfigError
 from episodes.types.tuning import DEFAULT_TASK_QUEUE
 
@@ -42,6 +43,9 @@ class Settings(BaseModel):
     task_queue: str = Field(DEFAULT_TASK_QUEUE, min_length=1)
     """The shared queue; each worker's session queue is `<task_queue>-session-<worker>`."""
     max_sessions: int = Field(256, ge=1)
+    env_threads: int = Field(DEFAULT_ENV_THREADS, ge=1)
+    """Sync env calls (reset, step, score, plain tools) a worker runs at once, each on a
+    thread so a blocking rubric does not freeze the other sessions; more wait."""
     session_idle_ttl_s: float = Field(3600.0, gt=0)
     drain_timeout_s: float = Field(30.0, ge=0)
     """On SIGTERM/SIGINT: how long live sessions may finish before they are abandoned."""

@@ -10,12 +10,35 @@ An environment instance lives for one episode. Methods may be sync or async.
 
 and, during `reset`, `step` and `score`, `self.box`: the episode's box (run a command,
 read and write files, copy a directory in; `episodes.runtimes.box.Box`).
+
+Where env code runs: async methods (and async tools) on the worker's event loop, as
+any coroutine; sync ones on a thread of the worker's env pool (`EnvCalls`), so a
+blocking rubric (`subprocess.run`, `time.sleep`) holds up its own episode, not the
+other sessions on the worker. Sync calls into one env instance run one at a time, in
+the order they were made: the env never sees two of its sync methods at once.
+Hazards of the thread: a sync method must not use the event loop
+(`asyncio.get_running_loop()` fails there; make it async instead: the box's methods
+are coroutines, so an env that uses its box is async), and an object bound to the
+thread that made it (a `sqlite3` connection without `check_same_thread=False`) may
+meet a different thread at the next call.
+
+Which calls may come on a fresh instance, never reset: `tools()` (always before
+`reset`), and `score()` when the worker that held the episode is gone and the
+recorded transcript is scored without it (`score_transcript`): the rubric then sees
+only the transcript, not the state the episode left in the lost instance, and no box
+(its calls raise `BoxGone`: the episode keeps its outcome, unscored). Anything else
+env code raises ends the episode `env_error` (the score's error in its details).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+import threading
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from episodes.runtimes.box import Box
@@ -70,6 +93,16 @@ class Environment:
         raise NotImplementedError
 
     def score(self, transcript: Transcript) -> ScoreResult | Awaitable[ScoreResult]:
+        """Grade the episode: once, after the last turn, bounded by the spec's
+        `score_timeout_s` (past it the episode ends `env_error`; a sync score cannot be
+        stopped, only abandoned: it finishes on its thread, and nothing else of this
+        env runs meanwhile). Box commands end at 80% of that bound.
+
+        May come on a fresh instance, never reset: the worker that held the episode
+        was lost, and the recorded `transcript` is scored without its state. Never
+        comes for an episode whose env was never reset (its harness did not start,
+        or `reset` raised): that episode gets no reward.
+        """
         # Default: no reward. Override to grade the transcript (and the env's own state).
         return ScoreResult()
 
@@ -81,10 +114,10 @@ class Environment:
         to the harness by `episodes.agents.bridge.ToolBridge`, whose address and
         bearer token reach the harness as `EPISODES_MCP_URL` / `EPISODES_MCP_TOKEN`.
 
-        Tools run in this env object on the worker, on the same event loop as
-        `step` and `score` (sync callables are not moved to a thread), so they may
-        change the env's state and `step`/`score` see exactly what they did. A
-        blocking tool blocks the worker's loop: make slow tools async.
+        Tools run in this env object on the worker, like `step` and `score`: async
+        ones on the event loop, sync ones on the env's threads one at a time with the
+        env's other sync calls (module docstring), so they may change the env's state
+        and `step`/`score` see exactly what they did.
 
         Called once per episode, before the harness starts (it gets the address at
         start), so also before `reset`: tools should read the env's state when
@@ -94,8 +127,108 @@ class Environment:
 
 
 async def call(fn: Any, *args: Any) -> Any:
-    """Call an env method that may be sync or async."""
+    """Call a callback that may be sync or async, inline (not env code: `EnvCalls`)."""
     result = fn(*args)
     if inspect.isawaitable(result):
         result = await result
     return result
+
+
+# -- running env code -------------------------------------------------------------------
+
+DEFAULT_ENV_THREADS = 32
+_threads = DEFAULT_ENV_THREADS
+_pool: ThreadPoolExecutor | None = None
+_pool_guard = threading.Lock()
+
+
+def set_env_threads(n: int) -> None:
+    """How many sync env calls may run at once in this process (the worker's
+    `env_threads`); more wait for a thread. Takes effect for a pool not yet made."""
+    global _threads
+    if n < 1:
+        raise ValueError(f"env_threads must be at least 1, not {n}")
+    _threads = n
+
+
+def _env_pool() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_guard:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=_threads, thread_name_prefix="episodes-env")
+        return _pool
+
+
+def _is_async(fn: Any) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call_ = getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    return call_ is not None and inspect.iscoroutinefunction(call_)
+
+
+class EnvCalls:
+    """Calls into one env instance (its methods, its plain-callable tools).
+
+    Async code runs on the loop. Sync code runs on the env pool's threads, never two
+    calls of this env at once (the lock), so the worker's event loop (every other
+    session's turns, heartbeats and Updates) goes on while a rubric blocks.
+
+    Hazard: a thread cannot be killed. A sync call whose caller gave up (the score's
+    timeout, a cancelled activity) is abandoned: it runs on to its end on its thread,
+    and the lock stays held until then, so nothing else runs on this env meanwhile
+    (a later call waits; the session is being released anyway). The thread is lost to
+    the pool for as long: a rubric that never returns takes one for good.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    async def __call__(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if _is_async(fn):
+            return await fn(*args, **kwargs)
+        await self._lock.acquire()
+        ctx = contextvars.copy_context()
+        done = asyncio.get_running_loop().run_in_executor(
+            _env_pool(), functools.partial(ctx.run, fn, *args, **kwargs)
+        )
+        try:
+            # Shielded: a cancelled caller must not release the lock under a running call.
+            result = await asyncio.shield(done)
+        except asyncio.CancelledError:
+            if done.done():
+                self._lock.release()
+            else:
+                done.add_done_callback(self._release_abandoned)
+            raise
+        except BaseException:
+            self._lock.release()
+            raise
+        self._lock.release()
+        if inspect.isawaitable(result):  # a sync callable that returned a coroutine
+            result = await result
+        return result
+
+    def _release_abandoned(self, done: asyncio.Future[Any] | Future[Any]) -> None:
+        if not done.cancelled():
+            done.exception()  # retrieved: an abandoned call's error is not news
+        self._lock.release()
+
+    def tools(self, tools: Any) -> Any:
+        """The env's tools with each sync callable run as its sync methods are (a
+        `fastmcp.FastMCP` of the env's own is left as it is)."""
+        if tools is None or not isinstance(tools, (Mapping, Sequence)):
+            return tools
+        if isinstance(tools, Mapping):
+            return {name: self._offloaded(fn) for name, fn in tools.items()}
+        return [self._offloaded(fn) for fn in tools]
+
+    def _offloaded(self, fn: Any) -> Any:
+        if not callable(fn) or _is_async(fn):
+            return fn
+
+        # The MCP schema comes from the signature, hints and docstring (`wraps`).
+        @functools.wraps(fn)
+        async def tool(*args: Any, **kwargs: Any) -> Any:
+            return await self(fn, *args, **kwargs)
+
+        return tool

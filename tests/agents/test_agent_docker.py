@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.spec import parse_spec
 from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.runtimes.backends import docker as backend

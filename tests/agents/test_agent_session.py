@@ -13,7 +13,7 @@ import pytest
 
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.local import run_episode_local
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
 

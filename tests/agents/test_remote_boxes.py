@@ -19,7 +19,7 @@ import pytest
 from episodes.agents import tunnel
 from episodes.agents.scripted import ScriptedUpstream, echo_policy, kv_policy
 from episodes.agents.services import AgentServices
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.model import ModelSpec
 from episodes.types.spec import parse_spec
 from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
@@ -154,10 +154,12 @@ async def test_an_in_box_end_that_cannot_start_is_one_clear_error(backend, monke
 async def test_a_kv_agent_episode_on_a_remote_box(backend, monkeypatch):
     """The whole session (LLM harness, env tools, model) in a fake remote box: the
     reward comes from the env's own store, which only the tunnelled tool calls fill."""
-    import episodes.session
+    import episodes.session.live
 
     kind = backend.NAME.split("-")[0]
-    monkeypatch.setattr(episodes.session, "make_runtime", lambda *a, **k: backend.make_runtime())
+    monkeypatch.setattr(
+        episodes.session.live, "make_runtime", lambda *a, **k: backend.make_runtime()
+    )
     monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:
         data = agent_spec(upstream.base_url)

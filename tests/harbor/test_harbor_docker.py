@@ -15,7 +15,7 @@ import yaml
 
 from episodes.client.core import EpisodesClient
 from episodes.client.history import recorded_turns
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.spec import load_harbor_dir, parse_spec
 from tests.harbor.images import busybox_reason
 from tests.integration.test_cli import episodes

@@ -117,7 +117,7 @@ async def _eventually(predicate, timeout_s: float = 30.0) -> bool:
 
 
 async def test_tool_calls_between_turns_past_their_budget_end_the_next_turn():
-    from episodes.session import LiveSession
+    from episodes.session.live import LiveSession
     from episodes.types.spec import parse_spec
     from tests.agents.mcp_client import mcp_client
 

@@ -8,7 +8,7 @@ import pytest
 
 from episodes.errors import EnvironmentFailed
 from episodes.local import run_episode_local
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
 from tests.integration.envs import FAULTY

@@ -3,7 +3,7 @@ tool calls: trainers learn from those records, and the harness is untrusted code
 
 from __future__ import annotations
 
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
 from tests.conftest import SCRIPTED

@@ -16,7 +16,7 @@ import pytest
 
 from episodes.envs.script import ScriptEnv
 from episodes.local import run_episode_local
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.specfile import load_spec
 from episodes.types.results import StepOutcome
 from episodes.types.runtime import SubprocessConfig

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.results import TurnRecord
 from episodes.types.spec import parse_spec
 from tests.conftest import ROOT

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 from episodes.envs.base import Environment
@@ -36,8 +37,8 @@ ENDLESS = f"{__name__}:Endless"
 
 
 class Faulty(Environment):
-    """Raises from its own code: `on: reset`, or `on: step` at step `at` (0-based); with
-    `on: score` its score() hangs for `hang_s` (default 20) instead."""
+    """Raises from its own code: `on: reset`, or `on: step` at step `at` (0-based), or
+    `on: score_raise`; with `on: score` its score() hangs for `hang_s` (default 20)."""
 
     def reset(self, task: Task) -> Any:
         if self.env_args.get("on") == "reset":
@@ -54,6 +55,8 @@ class Faulty(Environment):
     async def score(self, transcript: Transcript) -> ScoreResult:
         if self.env_args.get("on") == "score":
             await asyncio.sleep(self.env_args.get("hang_s", 20))
+        if self.env_args.get("on") == "score_raise":
+            raise ValueError("score-canary")
         return ScoreResult(reward=0.5, details={"turns": len(transcript.turns)})
 
 
@@ -138,3 +141,36 @@ class BoxWork(Environment):
 
 
 BOX_WORK = f"{__name__}:BoxWork"
+
+
+# -- sync env code off the loop (issue 19) ---------------------------------------------
+
+# name -> (score started, open): the in-process worker and the test share this module.
+GATES: dict[str, tuple[threading.Event, threading.Event]] = {}
+
+
+def gate(name: str) -> tuple[threading.Event, threading.Event]:
+    return GATES.setdefault(name, (threading.Event(), threading.Event()))
+
+
+class GatedScore(Environment):
+    """Done after one turn. Its sync score() blocks the way a rubric running a
+    subprocess does, until the test opens the gate named `gate` (or `max_s` passes),
+    and reports whether the gate opened it (`opened`). Counts its scores (`SCORES`)."""
+
+    def reset(self, task: Task) -> Any:
+        return "m0"
+
+    def step(self, reply: Any) -> StepOutcome:
+        return StepOutcome(done=True)
+
+    def score(self, transcript: Transcript) -> ScoreResult:
+        SCORES[self.env_args["gate"]] = SCORES.get(self.env_args["gate"], 0) + 1
+        started, opened = gate(self.env_args["gate"])
+        started.set()
+        was_opened = opened.wait(self.env_args.get("max_s", 120))
+        return ScoreResult(reward=1.0, details={"opened": was_opened})
+
+
+GATED_SCORE = f"{__name__}:GatedScore"
+SCORES: dict[str, int] = {}

@@ -36,7 +36,8 @@ async def test_env_reset_and_step_raising_end_env_error_scored(client, worker) -
     episodes = EpisodesClient(client, task_queue=QUEUE)
     s = spec(name=_name("reset"), env=FAULTY, env_args={"on": "reset"})
     result = await asyncio.wait_for(episodes.run_episode(s, s.tasks[0]), 60)
-    assert (result.termination, result.turns, result.reward) == ("env_error", 0, 0.5)
+    # Never reset, never scored (issue 19): no reward.
+    assert (result.termination, result.turns, result.reward) == ("env_error", 0, None)
     assert "reset() raised KeyError" in (result.error or "")
 
     s = spec(name=_name("step"), env=FAULTY, env_args={"on": "step", "at": 1})
@@ -47,7 +48,7 @@ async def test_env_reset_and_step_raising_end_env_error_scored(client, worker) -
     s = spec(name=_name("ireset"), env=FAULTY, env_args={"on": "reset"})
     session = await open_session(client, QUEUE, s, s.tasks[0])
     assert session.done and session.termination == "env_error"
-    assert (await session.close()).reward == 0.5
+    assert (await session.close()).reward is None
     assert not [e for e in worker.registry.entries() if e.workflow_id.startswith(s.name)]
 
 

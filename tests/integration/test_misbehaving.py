@@ -67,7 +67,10 @@ async def test_mode_ends_in_named_outcome(client, worker, argv, termination, nee
         assert result.error is None and result.reward == 1.0
     else:
         assert result.error
-        assert result.reward is not None  # still scored: the replies before the failure count
+        if termination == "harness_start_failed":
+            assert result.reward is None  # never reset, never scored (issue 19)
+        else:
+            assert result.reward is not None  # scored: the replies before the failure count
         if needle:
             assert needle in result.error
     if argv[0] in {"exit-now", "crash-mid"}:

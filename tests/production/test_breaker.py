@@ -15,8 +15,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.session import SessionActivities
 from episodes.breaker import ProvisionBreaker
-from episodes.registry import SessionRegistry
 from episodes.runtimes import docker_engine
+from episodes.session.registry import SessionRegistry
 from episodes.types.io import ProvisionInput
 from tests.integration.helpers import spec
 from workers.backpressure import SessionSlots

@@ -26,7 +26,7 @@ from episodes.errors import (
     StepRejected,
     TurnOutOfOrder,
 )
-from episodes.registry import SessionRegistry
+from episodes.session.registry import SessionRegistry
 from episodes.types.io import (
     InteractiveInput,
     ScoreInput,

@@ -9,7 +9,7 @@ import pytest
 
 from episodes.errors import SecretMissing, SpecError
 from episodes.secret_values import Scrubber, resolve_secrets
-from episodes.session import harness_env
+from episodes.session.live import harness_env
 from episodes.truncate import MARKER, NO_STORAGE_REASON, fit_result
 from episodes.types.results import StepOutcome, TurnRecord, TurnResult
 from episodes.types.spec import EnvSecret, FileSecret, SpecWarning, parse_spec

@@ -135,7 +135,7 @@ class StandIns:
     @activity.defn(name=contract.SCORE_TRANSCRIPT)
     async def score_transcript(self, inp: ScoreTranscriptInput) -> ScoreResult:
         self._call("score_transcript", inp)
-        return ScoreResult(reward=0.25, details={"recorded": len(inp.transcript.turns)})
+        return await self.on_score_transcript(inp)
 
     @activity.defn(name=contract.AWAIT_EPISODE)
     async def await_episode(self, workflow_id: str) -> EpisodeResult:
@@ -180,6 +180,9 @@ class StandIns:
 
     async def on_score(self, inp: ScoreInput) -> ScoreResult:
         return ScoreResult(reward=0.5)
+
+    async def on_score_transcript(self, inp: ScoreTranscriptInput) -> ScoreResult:
+        return ScoreResult(reward=0.25, details={"recorded": len(inp.transcript.turns)})
 
     # -- the workers ----------------------------------------------------------------------
 

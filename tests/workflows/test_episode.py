@@ -233,14 +233,53 @@ class WontStart(StandIns):
         )
 
 
-async def test_a_harness_start_failure_is_the_outcome_scored_and_not_released(env) -> None:
+async def test_a_harness_start_failure_is_the_outcome_not_scored_nor_released(env) -> None:
     s = WontStart(env.client)
     async with s.running():
         result = await (await start(env, s)).result()
     assert result.termination == "harness_start_failed"
     assert result.error == "harness exited before ready"
-    assert (result.turns, result.reward) == (0, 0.25)
-    assert s.calls == {"provision": 1, "score_transcript": 1}
+    # No reset, no score (issue 19): before, a fresh env's score() graded nothing.
+    assert (result.turns, result.reward) == (0, None)
+    assert s.calls == {"provision": 1}
+
+
+# -- an env whose score fails -----------------------------------------------------------
+
+
+def _score_raised() -> ApplicationError:
+    return ApplicationError(
+        "score() raised ValueError: score-canary", type=contract.ENV_ERROR, non_retryable=True
+    )
+
+
+class LostThenScoreRaises(GoesSilent):
+    async def on_score_transcript(self, inp: Any) -> ScoreResult:
+        raise _score_raised()
+
+
+async def test_score_raising_on_the_fallback_path_is_env_error_not_a_failure(env) -> None:
+    s = LostThenScoreRaises(env.client)
+    async with s.running():
+        result = await (await start(env, s, spec=spec(worker_lost_timeout_s=0.3))).result()
+    # Before: the workflow failed.
+    assert (result.termination, result.reward) == ("env_error", None)
+    assert "score-canary" in result.score_details["error"]
+    assert s.calls["score_transcript"] == 1  # not retried
+
+
+class ScoreRaises(StandIns):
+    async def on_score(self, inp: Any) -> ScoreResult:
+        raise _score_raised()
+
+
+async def test_score_activity_raising_is_env_error_not_a_failure(env) -> None:
+    s = ScoreRaises(env.client)
+    async with s.running():
+        result = await (await start(env, s, spec=spec(turn_mode="activity"))).result()
+    assert (result.termination, result.turns, result.reward) == ("env_error", 3, None)
+    assert "score-canary" in result.score_details["error"]
+    assert (s.calls["score"], s.calls["score_transcript"], s.calls["release"]) == (1, 0, 1)
 
 
 # -- record_turns' validator --------------------------------------------------------------
@@ -303,3 +342,24 @@ async def test_record_turns_rejects_batches_out_of_order_repeated_or_without_a_d
         if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
     ]
     assert len(accepted) == 2
+
+
+# -- a restore that cannot succeed ------------------------------------------------------
+
+
+class RestoreFails(GoesSilent):
+    async def on_provision(self, inp: ProvisionInput) -> SessionRef:
+        if self.calls["restore"]:
+            raise ApplicationError("no box for the restore")  # retryable, every attempt
+        return await super().on_provision(inp)
+
+
+async def test_a_restore_that_cannot_succeed_ends_worker_lost_not_a_failure(env) -> None:
+    s = RestoreFails(env.client)
+    lost = spec(worker_lost_timeout_s=0.3, on_worker_lost="restart")
+    async with s.running():
+        result = await (await start(env, s, spec=lost)).result()
+    # Before: the workflow failed once the restore's retries ran out.
+    assert result.termination == "worker_lost"
+    assert result.error and "restart 1 failed" in result.error
+    assert (s.calls["restore"], s.calls["score_transcript"], s.calls["release"]) == (3, 1, 0)

@@ -132,8 +132,9 @@ async def test_a_harness_start_failure_is_what_open_answers(env) -> None:
         "harness_start_failed",
         "harness exited",
     )
-    assert (result.termination, result.reward) == ("harness_start_failed", 0.25)
-    assert s.calls == {"provision": 1, "score_transcript": 1}
+    # No reset, no score (issue 19).
+    assert (result.termination, result.reward) == ("harness_start_failed", None)
+    assert s.calls == {"provision": 1}
 
 
 # -- cancellation -------------------------------------------------------------------------

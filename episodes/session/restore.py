@@ -2,22 +2,21 @@
 
 The `restore` activity runs this (through `LiveSession.restore`) on a new worker after
 the one holding the session was lost (`on_worker_lost: restart`). It lives apart from
-`episodes.session` because it is a path of its own, taken once per restart, not part
-of the turn-by-turn life of a session.
+`episodes.session.live` because it is a path of its own, taken once per restart, not
+part of the turn-by-turn life of a session; it works through the session's public
+surface (`next_turn`, `adopt`), never its private state.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from episodes.envs.base import call
 from episodes.errors import EnvironmentFailed, HarnessFailure, TurnOutOfOrder
 from episodes.truncate import fit_result
 from episodes.types.results import StepOutcome, TurnRecord, TurnResult
 
 if TYPE_CHECKING:
-    from episodes.session import LiveSession
+    from episodes.session.live import LiveSession
 
 
 def _replay_failure(n: int, record: TurnRecord) -> HarnessFailure:
@@ -48,8 +47,8 @@ async def restore_session(
         await session.harness.resume(transcript, timeout_s=timeout)  # type: ignore[attr-defined]
     divergent: list[int] = []
     for rec in records:
-        if rec.turn != session._next_turn:
-            raise TurnOutOfOrder(f"recorded turn {rec.turn} restored, next is {session._next_turn}")
+        if rec.turn != session.next_turn:
+            raise TurnOutOfOrder(f"recorded turn {rec.turn} restored, next is {session.next_turn}")
         if not resumed:
             session.services.begin_turn([])
             try:
@@ -72,13 +71,10 @@ async def restore_session(
         observation = StepOutcome(done=True)
         if rec.error_type is None:
             try:
-                observation = await call(session.env.step, rec.reply)
+                observation = await session.env_calls(session.env.step, rec.reply)
                 if not isinstance(observation, StepOutcome):
                     observation = StepOutcome.model_validate(observation)
             except Exception as e:
                 raise EnvironmentFailed("step", e) from e
-            session._pending = observation.message
-        session._results[rec.turn] = TurnResult(record=rec, observation=observation)
-        session._next_turn += 1
-    session.last_used = time.monotonic()
+        session.adopt(TurnResult(record=rec, observation=observation))
     return divergent, resumed

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """One episode's live state on a worker: box + harness process + environment + transcript.
 
-Temporal-free. The activities (`provision`, `turn`, `score`, `release`) and the
-in-process runner (`episodes.local`) are thin wrappers over this class.
+Temporal-free. The activities (`provision`, `turn`, `score`, `release`), the turn loop
+(`episodes.session.drive`) and the in-process runner (`episodes.local`) are thin
+wrappers over this class.
 
 Exactly-once turns: each turn runs as a task owned by the session, not by the
 caller. A caller that is cancelled or retried (a Temporal activity attempt after a
@@ -22,13 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from episodes.agents.proxy import read_upstream_key
 from episodes.agents.services import AgentServices
-from episodes.envs.base import Environment, call
+from episodes.envs.base import EnvCalls, Environment, call
 from episodes.errors import EnvironmentFailed, SpecError, TurnOutOfOrder
 from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
 from episodes.runtimes import Runtime, make_runtime
 from episodes.runtimes.box import Box
 from episodes.secret_values import Scrubber, resolve_secrets
+from episodes.session.restore import restore_session
 from episodes.truncate import fit_result
 from episodes.types.results import (
     ScoreResult,
@@ -118,6 +120,9 @@ class LiveSession:
         self.harness: HarnessDriver | None = None
         self.services: AgentServices | None = None  # the env's tools, the model proxy
         self.env: Environment | None = None
+        # Every call into the env (and its sync tools) goes through here: sync code on
+        # the env threads, one call at a time (episodes/envs/base.py).
+        self.env_calls = EnvCalls()
         self.first_message: Any = None
         self._pending: Any = None
         self._results: dict[int, TurnResult] = {}
@@ -146,7 +151,7 @@ class LiveSession:
             self.scrubber = Scrubber([*secrets.values(), self._upstream_key()])
             try:
                 # The env may say what box its task needs (a Harbor task's image).
-                config = await call(env.box_config, self.task, self._box_config())
+                config = await self.env_calls(env.box_config, self.task, self._box_config())
             except SpecError:
                 raise
             except Exception as e:
@@ -154,7 +159,7 @@ class LiveSession:
             self.runtime = await self._acquire_runtime(config)
             env.box = Box(self.runtime)
             try:
-                tools = env.tools()
+                tools = self.env_calls.tools(env.tools())
             except Exception as e:
                 raise EnvironmentFailed("tools", e) from e
             # Before the harness: it gets their addresses and may use them at start.
@@ -179,7 +184,7 @@ class LiveSession:
             await self.harness.start()
             self.env = env
             try:
-                self.first_message = await call(env.reset, self.task)
+                self.first_message = await self.env_calls(env.reset, self.task)
             except Exception as e:
                 raise EnvironmentFailed("reset", e) from e
         except BaseException as e:
@@ -377,7 +382,7 @@ class LiveSession:
         """The env's verdict on a reply; an env that raises ends the episode `env_error`."""
         assert self.env is not None
         try:
-            outcome = await call(self.env.step, reply)
+            outcome = await self.env_calls(self.env.step, reply)
             if not isinstance(outcome, StepOutcome):
                 outcome = StepOutcome.model_validate(outcome)
         except Exception as e:
@@ -396,11 +401,27 @@ class LiveSession:
 
     async def restore(self, records: list[TurnRecord]) -> tuple[list[int], bool]:
         """After open(): bring this fresh harness and env to where a lost session was
-        (`episodes.restore.restore_session`): the divergent turns, and whether it resumed."""
-        # Imported here: episodes.restore builds on this module (its errors, this class).
-        from episodes.restore import restore_session
-
+        (`episodes.session.restore.restore_session`): the divergent turns, and whether
+        it resumed."""
         return await restore_session(self, records)
+
+    @property
+    def next_turn(self) -> int:
+        """The index the next new turn must carry."""
+        return self._next_turn
+
+    def adopt(self, result: TurnResult) -> None:
+        """Take a turn that ran before this session existed (a restore's replay of the
+        record) as this session's next turn: kept for repeat calls, and its observation's
+        message is what the next turn sends. The caller stepped the env on it."""
+        n = result.record.turn
+        if n != self._next_turn or self._inflight:
+            raise TurnOutOfOrder(f"recorded turn {n} restored, next is {self._next_turn}")
+        if result.record.error_type is None:
+            self._pending = result.observation.message
+        self._results[n] = result
+        self._next_turn += 1
+        self.last_used = time.monotonic()
 
     def transcript(
         self, termination: Termination | None = None, error: str | None = None
@@ -425,28 +446,26 @@ class LiveSession:
         raises (its box gone, its rubric broken) raises EnvironmentFailed: `env_error`."""
         assert self.env is not None
         self.last_used = time.monotonic()
-        budget = self.spec.score_timeout_s
-        # Box commands stop at 80% of the budget: the env still has time to grade what
-        # a killed command left (a timed-out test run) before the score itself is late.
-        with self.env.box.deadline_in(budget * 0.8):
-            try:
-                async with asyncio.timeout(budget):
-                    return await score_transcript(self.env, self.transcript(termination))
-            except TimeoutError as e:
-                raise EnvironmentFailed(
-                    "score", TimeoutError(f"score() did not finish in {budget:g} s")
-                ) from e
+        # Box commands stop at 80% of score_timeout_s: the env still has time to grade
+        # what a killed command left (a timed-out test run) before the score itself is
+        # late (the drive bounds the whole score by score_timeout_s: score_ended).
+        with self.env.box.deadline_in(self.spec.score_timeout_s * 0.8):
+            return await score_transcript(self.env, self.transcript(termination), self.env_calls)
 
 
-async def score_transcript(env: Environment, transcript: Transcript) -> ScoreResult:
-    """Score with the env's rubric (outside the harness's control). Raises
-    EnvironmentFailed("score", ...) if the env's score() raises."""
+async def score_transcript(
+    env: Environment, transcript: Transcript, calls: EnvCalls | None = None
+) -> ScoreResult:
+    """Score with the env's rubric (outside the harness's control); `calls`: the env's
+    (a fresh env: its own). Whatever the env raises (its box gone, its rubric broken,
+    or a result that is no ScoreResult) is `EnvironmentFailed`: the episode ends
+    `env_error`."""
     try:
-        result = await call(env.score, transcript)
+        result = await (calls or EnvCalls())(env.score, transcript)
+        if result is None:
+            result = ScoreResult()
+        elif not isinstance(result, ScoreResult):
+            result = ScoreResult.model_validate(result)
     except Exception as e:
         raise EnvironmentFailed("score", e) from e
-    if result is None:
-        result = ScoreResult()
-    elif not isinstance(result, ScoreResult):
-        result = ScoreResult.model_validate(result)
     return result
