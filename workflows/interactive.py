@@ -265,7 +265,7 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                 raise
         self._turns.append(result.record)
         done, termination = result.observation.done, result.termination
-        if not done and len(self._turns) >= self._max_turns:
+        if not done and self._at_max_turns():
             done, termination = True, "max_turns"
         if done:
             self._termination = termination or "env_done"
@@ -281,6 +281,14 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
             error=result.record.error,
         )
 
+    def _at_max_turns(self) -> bool:
+        """max_turns bounds the whole chain. Runs before the patch counted this run's turns
+        only, so a continued session ran on past it; ending it there now schedules score
+        and release where those histories have the next step's turn: guarded."""
+        if len(self._turns) >= self._max_turns:
+            return True
+        return self._turns_done >= self._max_turns and workflow.patched(CHAIN_MAX_TURNS_PATCH)
+
     async def _turn_with(self, n: int, inp: StepInput) -> TurnResult:
         """One `turn` activity on the session's worker, carrying the trainer's message."""
         assert self._ref is not None and self._inp is not None
@@ -292,6 +300,8 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
 
 # Histories recorded before interactive sessions could continue-as-new.
 INTERACTIVE_CAN_PATCH = "interactive-continue-as-new"
+# Histories recorded while a continued session's max_turns counted only its own run.
+CHAIN_MAX_TURNS_PATCH = "interactive-max-turns-whole-chain"
 
 
 def _rejected(message: str) -> ApplicationError:

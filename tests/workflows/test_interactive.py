@@ -188,3 +188,22 @@ async def test_cancel_while_scoring_answers_close_with_the_result(env) -> None:
     s, result, answer = await cancel_in(env, "scoring", "score")
     assert s.calls["release"] == 1
     assert answer == result
+
+
+# -- continue-as-new ----------------------------------------------------------------------
+
+
+async def test_max_turns_counts_the_whole_chain_after_continue_as_new(env) -> None:
+    """max_turns bounds the session, not one run: with 2 turns per run, step 2 runs in the
+    second run and must still end the session at 3 turns."""
+    s = StandIns(env.client)
+    async with s.running():
+        handle = await start(env, s, spec=spec(max_turns=3), turns_per_run=2)
+        await open_(handle)
+        replies = [await step(handle, n, f"say {n}") for n in range(3)]
+        result = await handle.result()
+    assert [r.done for r in replies] == [False, False, True]
+    assert replies[-1].termination == "max_turns"
+    assert (result.termination, result.turns) == ("max_turns", 3)
+    assert s.calls["turn"] == 3
+    assert (s.calls["score"], s.calls["release"]) == (1, 1)
