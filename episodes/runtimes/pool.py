@@ -7,9 +7,11 @@ exit parks the box once `sweep()` ended every process the episode left in it; an
 exception (cancellation included), a box the caller stopped, a box that could not
 be swept clean or a closed pool stops it instead.
 
-- Keys are exclusive: a second lease of a leased key waits (FIFO) until the first
-  is released, so one box never hosts two episodes at once. Re-entering a key
-  inside its own lease therefore deadlocks.
+- One box never hosts two episodes at once: a lease of a key that is leased (or
+  being parked) is a miss, a fresh box of its own, never a wait. Leases are taken
+  inside the provision activity, holding its slot: waiting there serialized the
+  samples of one task until they timed out (issue 19). When such a box ends, it is
+  parked if its key is free by then and has no parked box, else stopped.
 - Reuse is a cache, never a correctness dependency: any miss provisions fresh. The
   key asserts "same world"; config equality only guards against drift.
 - Each worker owns its own pool and Temporal does not route by key, so reuse
@@ -131,7 +133,8 @@ class RuntimePool:
         self._factory = factory
         self._clock = clock
         self._idle: OrderedDict[str, _Idle] = OrderedDict()  # oldest parked first
-        self._leased: dict[str, Runtime] = {}
+        self._leased: dict[str, Runtime] = {}  # the key's holder
+        self._extra: set[Runtime] = set()  # leased while their key was busy
         self._locks: dict[str, _KeyLock] = {}
         self._stopping: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -184,7 +187,7 @@ class RuntimePool:
             hits=self._hits,
             misses=self._misses,
             idle=len(self._idle),
-            leased=len(self._leased),
+            leased=len(self._leased) + len(self._extra),
             stopped=self._stopped,
         )
 
@@ -209,10 +212,13 @@ class RuntimePool:
     ) -> tuple[Runtime, bool]:
         if self._closed:
             raise PoolClosed(f"the runtime pool is closed; cannot lease {key!r}")
-        await self._lock(key)
+        if not await self._try_lock(key):
+            # Busy: a miss, not a wait (see the module docstring).
+            self._misses += 1
+            runtime = await self._start_fresh(config, labels)
+            self._extra.add(runtime)
+            return runtime, False
         try:
-            if self._closed:
-                raise PoolClosed(f"the runtime pool closed while waiting to lease {key!r}")
             entry = self._idle.pop(key, None)
             if entry is not None and await self._reusable(entry, config):
                 self._leased[key] = entry.runtime
@@ -221,17 +227,21 @@ class RuntimePool:
             if entry is not None:
                 await self._stop(entry.runtime)
             self._misses += 1
-            runtime = self._factory(config, labels=labels)
-            try:
-                await runtime.start()
-            except BaseException:
-                await self._stop(runtime)
-                raise
+            runtime = await self._start_fresh(config, labels)
             self._leased[key] = runtime
             return runtime, False
         except BaseException:
             self._unlock(key)
             raise
+
+    async def _start_fresh(self, config: RuntimeConfig, labels: dict[str, str] | None) -> Runtime:
+        runtime = self._factory(config, labels=labels)
+        try:
+            await runtime.start()
+        except BaseException:
+            await self._stop(runtime)
+            raise
+        return runtime
 
     async def _reusable(self, entry: _Idle, config: RuntimeConfig) -> bool:
         if entry.config != config or entry.runtime.stopped:
@@ -248,6 +258,13 @@ class RuntimePool:
             return False
 
     async def _release(self, key: str, config: RuntimeConfig, runtime: Runtime, *, failed: bool):
+        if runtime in self._extra:
+            # Leased while its key was busy: it may take the key's place only if the key
+            # is free now and nothing is parked under it (one box per key).
+            self._extra.discard(runtime)
+            if failed or key in self._idle or not await self._try_lock(key):
+                await self._stop(runtime)
+                return
         self._leased.pop(key, None)
         victims: list[Runtime] = []
         try:
@@ -306,6 +323,18 @@ class RuntimePool:
                 await self.sweep()
             except Exception:
                 log.exception("runtime pool sweep failed")
+
+    async def _try_lock(self, key: str) -> bool:
+        """Take the key if nobody holds or waits for it; False at once otherwise.
+
+        A key has an entry exactly while it has users, so a missing entry means a fresh,
+        free lock: `_lock` registers it before its first await, and anyone arriving
+        meanwhile sees the key busy.
+        """
+        if key in self._locks:
+            return False
+        await self._lock(key)
+        return True
 
     async def _lock(self, key: str) -> None:
         entry = self._locks.setdefault(key, _KeyLock())

@@ -30,6 +30,8 @@ def _containers(label: str) -> list[dict]:
 async def test_docker_batch_through_episodes_run(tmp_path, dev_server, worker) -> None:
     data = yaml.safe_load((ROOT / "examples" / "docker-repl.yaml").read_text())
     data["name"] = f"docker-{uuid.uuid4().hex[:6]}"
+    # One at a time: a sample whose task's box is still in use gets a fresh one (a miss).
+    data["concurrency"] = 1
     spec = tmp_path / "docker.yaml"
     spec.write_text(yaml.safe_dump(data))
     out = tmp_path / "results.jsonl"

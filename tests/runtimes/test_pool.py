@@ -308,16 +308,14 @@ async def test_close_stops_idle_boxes_then_releases_stop_and_leases_raise(factor
         pass
     held = pool.lease("b", CFG)
     held_box = await held.__aenter__()
-    queued = asyncio.create_task(pool.lease("b", CFG).__aenter__())
-    await spin()
-    assert not queued.done()
+    extra = pool.lease("b", CFG)  # the key is busy: a box of its own
+    extra_box = await asyncio.wait_for(extra.__aenter__(), BOUND_S)
 
     await pool.close()
-    assert idle_box.stopped and not held_box.stopped
+    assert idle_box.stopped and not held_box.stopped and not extra_box.stopped
+    await extra.__aexit__(None, None, None)
     await held.__aexit__(None, None, None)
-    assert held_box.stopped
-    with pytest.raises(PoolClosed):
-        await asyncio.wait_for(queued, BOUND_S)
+    assert held_box.stopped and extra_box.stopped
     with pytest.raises(PoolClosed, match="closed"):
         async with pool.lease("c", CFG):
             pass
@@ -341,47 +339,50 @@ async def test_max_idle_stops_the_oldest_idle_box(factory, clock):
     assert b.stopped
 
 
-async def test_leases_of_one_key_serialize_and_waiters_are_served_fifo(factory, clock):
+async def test_a_busy_key_is_a_miss_not_a_wait(factory, clock):
+    """Samples of one task share a key: the second lease must not wait (inside the
+    provision activity, holding its slot) for the first episode to end."""
     pool = make_pool(factory, clock)
-    entered: list[str] = []
-    inside = 0
-    most_inside = 0
-    gates = {name: asyncio.Event() for name in "ABCD"}
-
-    async def episode(name: str) -> None:
-        nonlocal inside, most_inside
-        async with pool.lease("k", CFG):
-            inside += 1
-            most_inside = max(most_inside, inside)
-            entered.append(name)
-            await gates[name].wait()
-            inside -= 1
-
-    tasks = {}
-    for name in "ABCD":
-        tasks[name] = asyncio.create_task(episode(name))
-        await spin()
-    assert entered == ["A"]  # B, C, D wait while A holds the key
-
-    # Let them go in reverse order: a waiter released early must still wait its turn.
-    for name in "DCBA":
-        gates[name].set()
-    await asyncio.wait_for(asyncio.gather(*tasks.values()), BOUND_S)
-    assert entered == ["A", "B", "C", "D"]
-    assert most_inside == 1
-    assert len(factory.made) == 1  # B, C, D reused A's box
+    first = pool.lease("k", CFG)
+    box = await first.__aenter__()
+    second = pool.lease("k", CFG)
+    other = await asyncio.wait_for(second.__aenter__(), BOUND_S)
+    assert other is not box and not second.hit  # a fresh box: one box never hosts two
+    assert pool.stats.model_dump() == dict(hits=0, misses=2, idle=0, leased=2, stopped=0)
+    await second.__aexit__(None, None, None)  # the key is still leased: parked? no, stopped
+    assert other.stopped and not box.stopped
+    await first.__aexit__(None, None, None)
+    lease = pool.lease("k", CFG)
+    async with lease as again:
+        assert lease.hit and again is box
+    assert len(factory.made) == 2
     await pool.close()
 
 
-async def test_a_waiter_cancelled_in_the_queue_does_not_block_the_key(factory, clock):
+async def test_a_busy_key_miss_is_parked_if_the_key_is_free_when_it_ends(factory, clock):
+    pool = make_pool(factory, clock)
+    first = pool.lease("k", CFG)
+    await first.__aenter__()
+    second = pool.lease("k", CFG)
+    other = await asyncio.wait_for(second.__aenter__(), BOUND_S)
+    await first.__aexit__(RuntimeError, RuntimeError("failed"), None)  # stopped, not parked
+    await second.__aexit__(None, None, None)  # the key is free: this box is kept
+    assert not other.stopped and pool.stats.idle == 1
+    lease = pool.lease("k", CFG)
+    async with lease as again:
+        assert lease.hit and again is other
+    await pool.close()
+    assert other.stopped
+
+
+async def test_a_lease_cancelled_while_starting_does_not_block_the_key(factory, clock):
     pool = make_pool(factory, clock)
     held = pool.lease("k", CFG)
     box = await held.__aenter__()
-    waiter = asyncio.create_task(pool.lease("k", CFG).__aenter__())
-    await spin()
-    waiter.cancel()
+    extra = asyncio.create_task(pool.lease("k", CFG).__aenter__())
+    extra.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await waiter
+        await extra
     await held.__aexit__(None, None, None)
     lease = pool.lease("k", CFG)
     async with asyncio.timeout(BOUND_S), lease as again:
