@@ -101,7 +101,7 @@ class SessionActivities:
             beat.cancel()
         if self.breaker is not None:
             self.breaker.success()
-        self.registry.add(session, inp.workflow_id, inp.run_id)
+        self.registry.add(session, inp.workflow_id, inp.run_id, waits_s=_waits(inp))
         telemetry.PROVISIONS.labels(outcome="ok").inc()
         if session.pool_hit is not None:
             telemetry.POOL_LEASES.labels(result="hit" if session.pool_hit else "miss").inc()
@@ -130,7 +130,7 @@ class SessionActivities:
                 raise _as_outcome(e, session) from None
         finally:
             beat.cancel()
-        self.registry.add(session, inp.workflow_id, inp.run_id)
+        self.registry.add(session, inp.workflow_id, inp.run_id, waits_s=_waits(inp))
         if divergent:
             activity.logger.warning(
                 "restore of %s: replies differ from the record at turns %s",
@@ -187,7 +187,8 @@ class SessionActivities:
         beat = asyncio.create_task(_heartbeat_until_cancelled())
         try:
             override = {"message": inp.message} if inp.has_message else {}
-            result = await session.turn(inp.turn, **override)
+            with self.registry.in_use(inp.session_id):
+                result = await session.turn(inp.turn, **override)
             _observe_turn(result)
             return result
         except TurnOutOfOrder as e:
@@ -233,7 +234,9 @@ class SessionActivities:
         # signal. Their details (the turn in progress) show in the UI's pending activity.
         beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": loop.next_turn}))
         try:
-            result = await loop.run(release=release if inp.release else None, ahead=self._ahead)
+            # Busy for the reaper while the drive runs, between turns too (the recorder).
+            with self.registry.in_use(inp.session_id):
+                result = await loop.run(release=release if inp.release else None, ahead=self._ahead)
         except TurnOutOfOrder as e:
             raise _out_of_order(e) from None
         finally:
@@ -260,7 +263,8 @@ class SessionActivities:
         bind(session_id=inp.session_id)
         session = self._session(inp.session_id)
         try:
-            result = await session.score(inp.termination)
+            with self.registry.in_use(inp.session_id):
+                result = await session.score(inp.termination)
         except EnvironmentFailed as e:
             raise _as_outcome(e, session) from None  # env_error: the workflow's outcome
         if inp.termination is not None:
@@ -275,6 +279,12 @@ class SessionActivities:
         if session is not None:
             await session.close()
             log.info("released session %s", inp.session_id)
+
+
+def _waits(inp: ProvisionInput | RestoreInput) -> float:
+    """How long the session may sit untouched by its workflow: a turn, or a pause
+    between an interactive session's steps."""
+    return max(inp.spec.turn_timeout_s, inp.idle_timeout_s or 0.0)
 
 
 @activity.defn(name=contract.SCORE_TRANSCRIPT)

@@ -290,11 +290,17 @@ class EpisodeWorker:
                 log.exception("reaper pass failed")
 
     async def reap_once(self) -> int:
-        """Stop sessions that are idle past the TTL or whose workflow is no longer running."""
+        """Stop sessions that are idle past the TTL or whose workflow is no longer running.
+
+        A busy session (a turn or a drive in flight) is not idle, and one whose own wait is
+        longer (its turn_timeout_s, an interactive idle_timeout_s) gets that long: the TTL
+        must not close a session mid-turn or in a trainer's legitimate pause.
+        """
         now = time.monotonic()
         doomed = []
         for entry in self.registry.entries():
-            if now - entry.session.last_used > self.options.session_idle_ttl_s:
+            bound = max(self.options.session_idle_ttl_s, entry.patience_s)
+            if not entry.busy and now - entry.session.last_used > bound:
                 doomed.append((entry, "idle past the TTL"))
             elif not await self._workflow_running(entry.workflow_id, entry.run_id):
                 doomed.append((entry, "its workflow is no longer running"))

@@ -170,6 +170,7 @@ class EpisodeBase:
                 sample=inp.sample,
                 workflow_id=info.workflow_id,
                 run_id=info.run_id,
+                idle_timeout_s=self._idle_timeout_s(inp),
             ),
             # Box start (a container, a VM) plus the harness's own ready timeout.
             start_to_close_timeout=timedelta(seconds=h.ready_timeout_s + 300),
@@ -184,6 +185,12 @@ class EpisodeBase:
             ),
             summary=f"provision {inp.task.id}",
         )
+
+    def _idle_timeout_s(self, inp: EpisodeInput) -> float | None:
+        """How long the session may wait untouched between turns for its workflow (an
+        interactive session's idle timeout); None: never longer than a turn. Activity
+        input only: replay does not compare it."""
+        return None
 
     def _may_restart(self, inp: EpisodeInput) -> bool:
         return inp.spec.on_worker_lost == "restart" and self._restarts < inp.spec.max_restarts
@@ -210,6 +217,7 @@ class EpisodeBase:
                     run_id=info.run_id,
                     turns=self._turns_done,
                     restart=self._restarts,
+                    idle_timeout_s=self._idle_timeout_s(inp),
                 ),
                 start_to_close_timeout=timedelta(
                     seconds=h.ready_timeout_s + 300 + self._turns_done * per_turn

@@ -27,6 +27,7 @@ from workflows.turn import TurnBackstop, WorkerLost, execute_turn
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes.types.io import (
+        EpisodeInput,
         InteractiveCarry,
         InteractiveInput,
         SessionOpened,
@@ -149,6 +150,10 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                     self._termination = "idle_timeout"
                     self._error = f"no step arrived for {inp.idle_timeout_s:g} s"
                     return False
+
+    def _idle_timeout_s(self, inp: EpisodeInput) -> float | None:
+        assert isinstance(inp, InteractiveInput)
+        return inp.idle_timeout_s
 
     def _woken_since(self, seen: int) -> Callable[[], bool]:
         """True once a step starts or ends or a close arrives after `seen` was read."""

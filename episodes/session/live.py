@@ -273,6 +273,12 @@ class LiveSession:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def busy(self) -> bool:
+        """A turn is running (for a drive, a step or a run-ahead): the session is in use
+        however long ago it was last touched."""
+        return bool(self._inflight)
+
     # -- turns ---------------------------------------------------------------------
 
     async def turn(

@@ -83,6 +83,9 @@ class ProvisionInput(Model):
     sample: int
     workflow_id: str
     run_id: str
+    # An interactive session's `idle_timeout_s`: it may sit untouched that long between
+    # steps, so the worker's reaper must not take it for abandoned (issue 19).
+    idle_timeout_s: float | None = None
 
 
 class TurnInput(Model):
@@ -160,6 +163,7 @@ class RestoreInput(Model):
     run_id: str
     turns: int = Field(ge=0)
     restart: int = Field(ge=1)  # 1 for the first restart of the episode
+    idle_timeout_s: float | None = None  # as ProvisionInput's
 
 
 class RestoreResult(Model):
