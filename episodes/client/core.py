@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.converter import DataConverter
-from temporalio.exceptions import ActivityError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ActivityError, FailureError, WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes.client.interactive import InteractiveSession, open_session
@@ -26,7 +27,7 @@ from episodes.errors import EpisodeFailed
 from episodes.search_attributes import episode_search_attributes
 from episodes.specfile import load_spec
 from episodes.types.io import EpisodeInput
-from episodes.types.results import EpisodeResult, Task, Transcript
+from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, DEFAULT_TURNS_PER_RUN
 
@@ -78,10 +79,18 @@ class EpisodesClient:
     ) -> WorkflowHandle[object, EpisodeResult]:
         """Start one episode, or attach to the one already running/finished under its id.
         `attempt` > 0: the fresh episode a batch runs after an infrastructure failure."""
+        handle, _ = await self._start_episode(spec, task, sample, batch=batch, attempt=attempt)
+        return handle
+
+    async def _start_episode(
+        self, spec: EpisodeSpec, task: Task, sample: int, *, batch: str | None, attempt: int
+    ) -> tuple[WorkflowHandle[object, EpisodeResult], bool]:
+        """`start_episode`, and whether the episode had already closed (it attached to a
+        finished one: a closed id is never reused, see the policy below)."""
         batch = batch or spec.name
         wid = contract.retry_id(contract.episode_id(batch, task.id, sample), attempt)
         try:
-            return await self.client.start_workflow(
+            handle = await self.client.start_workflow(
                 contract.EPISODE_WORKFLOW,
                 EpisodeInput(
                     spec=contract.single_task_spec(spec, task),
@@ -107,7 +116,8 @@ class EpisodesClient:
                 ),
             )
         except WorkflowAlreadyStartedError:
-            return self.client.get_workflow_handle(wid, result_type=EpisodeResult)
+            return self.client.get_workflow_handle(wid, result_type=EpisodeResult), True
+        return handle, False
 
     async def run_episode(
         self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
@@ -155,7 +165,9 @@ class EpisodesClient:
     ) -> AsyncGenerator[EpisodeResult, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
 
-        Closing or cancelling the iterator cancels the episodes it still waits for.
+        An episode whose workflow failed is yielded as a `workflow_failed` result (its
+        `error` says why); the stream goes on. Closing or cancelling the iterator cancels
+        the episodes it still waits for.
         """
         if not isinstance(spec, EpisodeSpec):
             spec = load_spec(spec)
@@ -164,6 +176,7 @@ class EpisodesClient:
         pending: set[asyncio.Task[EpisodeResult]] = set()
 
         async def one(task: Task, sample: int, box: dict) -> EpisodeResult:
+            began = time.monotonic()
             # An infrastructure failure (not the agent's) runs again as a fresh episode.
             for attempt in range(spec.batch_retries + 1):
                 box["handle"] = await self.start_episode(
@@ -172,9 +185,10 @@ class EpisodesClient:
                 try:
                     result = await _result(box["handle"])
                 except EpisodeFailed as e:
-                    if not e.provision_failed or attempt >= spec.batch_retries:
-                        raise
-                    continue
+                    if e.provision_failed and attempt < spec.batch_retries:
+                        continue
+                    # This episode's result, not the batch's end.
+                    return _failed_result(spec, task, sample, e, time.monotonic() - began)
                 if result.termination not in contract.INFRA_TERMINATIONS:
                     break
             return result
@@ -219,7 +233,28 @@ def _failed(workflow_id: str, cause: BaseException) -> EpisodeFailed:
     provision_failed = (
         isinstance(detail, ActivityError) and detail.activity_type == contract.PROVISION
     )
-    return EpisodeFailed(workflow_id, str(detail), provision_failed=provision_failed)
+    root = detail
+    while isinstance(root, FailureError) and root.cause is not None:
+        root = root.cause  # "Activity task failed" says nothing: the innermost does
+    message = str(detail) if root is detail else f"{detail}: {root}"
+    return EpisodeFailed(workflow_id, message, provision_failed=provision_failed)
+
+
+def _failed_result(
+    spec: EpisodeSpec, task: Task, sample: int, e: EpisodeFailed, duration_s: float
+) -> EpisodeResult:
+    """A batch's record of an episode whose workflow failed (as EvalBatchWorkflow's)."""
+    return EpisodeResult(
+        workflow_id=e.workflow_id,
+        task_id=task.id,
+        sample=sample,
+        env=spec.env,
+        spec_name=spec.name,
+        termination=WORKFLOW_FAILED,
+        error=str(e),
+        turns=0,
+        duration_s=duration_s,
+    )
 
 
 async def connect(

@@ -6,7 +6,7 @@ import this module, and the workflow sandbox must load it deterministically.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, TypeAdapter
 
@@ -34,10 +34,13 @@ Termination = Literal[
     # or sent no step for the session's idle timeout.
     "closed",
     "idle_timeout",
+    # No EpisodeResult: the episode's workflow failed (a bug, a bad spec). Batches record
+    # it under this name (WORKFLOW_FAILED) and go on; no workflow ends with it.
+    "workflow_failed",
 ]
 
 # The termination a batch records for an episode whose workflow failed (no EpisodeResult).
-WORKFLOW_FAILED = "workflow_failed"
+WORKFLOW_FAILED: Final = "workflow_failed"
 
 # The subset of terminations that a failing harness or runtime produces.
 ErrorType = Literal[

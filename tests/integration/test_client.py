@@ -280,3 +280,20 @@ async def test_agent_trainer_example_collects_model_calls(dev_server, worker) ->
     # Every rollout carries its sampled tokens (the scripted model sends vLLM's fields).
     assert all(int(ln.rsplit("sampled tokens=", 1)[1]) > 0 for ln in lines), out
     assert out.splitlines()[-1] == f"done: 6 rollouts, batch {batch}"
+
+
+async def test_a_failed_episode_is_a_result_and_the_stream_goes_on(client, worker) -> None:
+    """One episode whose workflow fails (its box cannot be provisioned) is yielded as a
+    `workflow_failed` result; the others are neither cancelled nor lost."""
+    q0, q1 = _quick("q0"), _quick("q1")
+    q0["data"]["box"], q1["data"]["box"] = "a", "b"
+    bad = {"id": "bad", "data": {"snippets": ["1"]}}  # no `box`: its key cannot render
+    s = _repl_spec("wffail", [q0, bad, q1], reuse_key="{task.data[box]}")
+    results = []
+    async for r in EpisodesClient(client, task_queue=QUEUE).run_batch(s, concurrency=3):
+        results.append(r)
+    by_task = {r.task_id: r for r in results}
+    assert sorted(by_task) == ["bad", "q0", "q1"]
+    assert by_task["bad"].termination == "workflow_failed"
+    assert "box" in (by_task["bad"].error or "")
+    assert by_task["q0"].termination == by_task["q1"].termination == "env_done"
