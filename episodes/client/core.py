@@ -167,7 +167,8 @@ class EpisodesClient:
 
         An episode whose workflow failed is yielded as a `workflow_failed` result (its
         `error` says why); the stream goes on. Closing or cancelling the iterator cancels
-        the episodes it still waits for.
+        the episodes it still waits for; running the batch again runs those as fresh
+        attempts (`<id>.r<n>`) and re-attaches to the ones that finished.
         """
         if not isinstance(spec, EpisodeSpec):
             spec = load_spec(spec)
@@ -177,21 +178,32 @@ class EpisodesClient:
 
         async def one(task: Task, sample: int, box: dict) -> EpisodeResult:
             began = time.monotonic()
-            # An infrastructure failure (not the agent's) runs again as a fresh episode.
-            for attempt in range(spec.batch_retries + 1):
-                box["handle"] = await self.start_episode(
+            attempt = retries = 0
+            while True:
+                box["handle"], closed = await self._start_episode(
                     spec, task, sample, batch=batch, attempt=attempt
                 )
+                attempt += 1
                 try:
                     result = await _result(box["handle"])
                 except EpisodeFailed as e:
-                    if e.provision_failed and attempt < spec.batch_retries:
+                    # An infrastructure failure (not the agent's) runs again as a fresh
+                    # episode; any other is this episode's result, not the batch's end.
+                    if e.provision_failed and retries < spec.batch_retries:
+                        retries += 1
                         continue
-                    # This episode's result, not the batch's end.
                     return _failed_result(spec, task, sample, e, time.monotonic() - began)
-                if result.termination not in contract.INFRA_TERMINATIONS:
-                    break
-            return result
+                if closed and result.termination == "cancelled":
+                    # Cancelled when an earlier run_batch was left (Ctrl-C, an exception
+                    # in the trainer's loop): its id is closed for good, so run it as the
+                    # next attempt. Cancelled while this run waits: that is its result.
+                    continue
+                if result.termination in contract.INFRA_TERMINATIONS and (
+                    retries < spec.batch_retries
+                ):
+                    retries += 1
+                    continue
+                return result
 
         boxes: dict[asyncio.Task[EpisodeResult], dict] = {}
         queue = iter(work)

@@ -282,6 +282,34 @@ async def test_agent_trainer_example_collects_model_calls(dev_server, worker) ->
     assert out.splitlines()[-1] == f"done: 6 rollouts, batch {batch}"
 
 
+async def test_a_rerun_after_leaving_the_stream_runs_what_it_cancelled(client, worker, tmp_path):
+    """A trainer that left `run_batch` (Ctrl-C, an exception in its loop) cancelled the
+    episodes in flight; running the batch again must run those, not yield `cancelled`
+    for them forever, and re-attach to the one that finished."""
+    gate = tmp_path / "gate"
+    s = _repl_spec("rerun", [_quick("q"), _gated("g0", gate), _gated("g1", gate)])
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    agen = ec.run_batch(s, concurrency=3)
+    first = await _next(agen)
+    assert first.task_id == "q"
+    await agen.aclose()  # the trainer leaves: g0 and g1 are cancelled
+    for t in ("g0", "g1"):
+        handle = client.get_workflow_handle(f"{s.name}.{t}.s0", result_type=EpisodeResult)
+        assert (await asyncio.wait_for(handle.result(), STEP)).termination == "cancelled"
+
+    gate.touch()
+    agen = ec.run_batch(s, concurrency=3)
+    try:
+        again = [await _next(agen) for _ in range(3)]
+        with pytest.raises(StopAsyncIteration):
+            await agen.__anext__()
+    finally:
+        await agen.aclose()
+    by_task = {r.task_id: r for r in again}
+    assert by_task["q"] == first  # re-attached: the recorded result, not a second run
+    assert [by_task[t].termination for t in ("g0", "g1")] == ["env_done", "env_done"]
+
+
 async def test_a_failed_episode_is_a_result_and_the_stream_goes_on(client, worker) -> None:
     """One episode whose workflow fails (its box cannot be provisioned) is yielded as a
     `workflow_failed` result; the others are neither cancelled nor lost."""
