@@ -78,7 +78,7 @@ class ModalRuntime(RemoteBox):
             image=image,
             tags=self.labels or None,
             env=dict(self.config.env) or None,
-            timeout=self.config.timeout_s,
+            timeout=int(self.config.timeout_s),
             workdir=self.config.workdir,
             cpu=self.config.cpu,
             memory=self.config.memory_mb,

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from episodes.types.base import Model
+from episodes.types.base import Model, Seconds, SecondsOrZero
 from episodes.types.metrics import BatchMetrics, MetricsAccumulator
 from episodes.types.results import (
     ScoreResult,
@@ -85,7 +85,7 @@ class ProvisionInput(Model):
     run_id: str
     # An interactive session's `idle_timeout_s`: it may sit untouched that long between
     # steps, so the worker's reaper must not take it for abandoned (issue 19).
-    idle_timeout_s: float | None = None
+    idle_timeout_s: Seconds | None = None
 
 
 class TurnInput(Model):
@@ -110,10 +110,10 @@ class DriveInput(Model):
     # at most that much, and fast turns never stall on a count while an Update is in
     # flight (bench/README.md compares this bound with the alternatives).
     pipeline: int = Field(default=DEFAULT_PIPELINE, ge=0)
-    max_lag_s: float = Field(default=DEFAULT_MAX_LAG_S, ge=0)
+    max_lag_s: SecondsOrZero = DEFAULT_MAX_LAG_S
     max_update_bytes: int = Field(default=DEFAULT_UPDATE_BYTES, ge=1024)
     # An Update waits until its oldest turn is this old (fast turns share one).
-    linger_s: float = Field(default=DEFAULT_LINGER_S, ge=0)
+    linger_s: SecondsOrZero = DEFAULT_LINGER_S
     # The folded episode end (workflows without it: the old path): the drive's result
     # carries its last unrecorded turns (no final Update), and the drive releases the
     # session itself once scored (no `release` activity on the normal path).
@@ -163,7 +163,7 @@ class RestoreInput(Model):
     run_id: str
     turns: int = Field(ge=0)
     restart: int = Field(ge=1)  # 1 for the first restart of the episode
-    idle_timeout_s: float | None = None  # as ProvisionInput's
+    idle_timeout_s: Seconds | None = None  # as ProvisionInput's
 
 
 class RestoreResult(Model):
@@ -242,7 +242,7 @@ class InteractiveCarry(EpisodeCarry):
 class InteractiveInput(EpisodeInput):
     """An interactive session: an episode whose turns arrive as `step` updates."""
 
-    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
+    idle_timeout_s: Seconds = DEFAULT_IDLE_TIMEOUT_S
     carry: InteractiveCarry | None = None
 
 

@@ -36,6 +36,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from episodes.types.base import Seconds
+
 # The request fields `token_data: true` adds (documented above).
 TOKEN_DATA_PARAMS: dict[str, Any] = {
     "logprobs": True,
@@ -61,7 +63,7 @@ class ModelSpec(BaseModel):
     # Extra attempts after a 429, a 5xx, a timeout or a connection error.
     retries: int = Field(default=3, ge=0, le=20)
     # Per upstream attempt (connect, and each read while streaming).
-    timeout_s: float = Field(default=120.0, gt=0)
+    timeout_s: Seconds = 120.0
     # Ask the upstream for token ids and logprobs (vLLM fields, see the module doc).
     token_data: bool = False
     policy_version: int | None = Field(default=None, ge=0)

@@ -9,6 +9,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from episodes.types.base import Seconds
+
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -92,7 +94,7 @@ class ModalConfig(_Config):
     app_name: str = "episodes"
     cpu: float = 1.0
     memory_mb: int = 1024
-    timeout_s: int = 3600
+    timeout_s: Seconds = 3600
     workdir: str = "/work"
     env: dict[str, str] = Field(default_factory=dict)
 

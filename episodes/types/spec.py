@@ -26,10 +26,14 @@ from pydantic import (
 )
 
 from episodes.errors import SpecError
+from episodes.types.base import Seconds
 from episodes.types.model import ModelSpec
 from episodes.types.results import Task
 from episodes.types.runtime import RuntimeConfig, SubprocessConfig
 from episodes.types.tuning import DEFAULT_MAX_PACKET_BYTES
+
+# Under a protobuf Duration's ~3.2e11 s, with room for the score and the rest.
+MAX_DRIVE_S = 1e11
 
 
 class _Spec(BaseModel):
@@ -131,8 +135,8 @@ class HarnessSpec(_Spec):
     secrets: dict[str, SecretRef] = Field(default_factory=dict)
     cwd: str | None = None
     runtime: RuntimeConfig = Field(default_factory=SubprocessConfig)
-    ready_timeout_s: float = Field(default=30.0, gt=0)
-    stop_timeout_s: float = Field(default=5.0, gt=0)
+    ready_timeout_s: Seconds = 30.0
+    stop_timeout_s: Seconds = 5.0
     max_packet_bytes: int = Field(default=DEFAULT_MAX_PACKET_BYTES, gt=0)
     # `native`: the framed protocol of docs/protocol.md. `acp`: any Agent Client Protocol
     # agent over stdio (docs/acp.md): session/new once, session/prompt per turn.
@@ -192,7 +196,7 @@ class PoolSpec(_Spec):
 
     model_config = ConfigDict(extra="forbid", frozen=True)  # hashable: one pool per setting
 
-    ttl_s: float = Field(default=600.0, gt=0)
+    ttl_s: Seconds = 600.0
     max_idle: int = Field(default=16, ge=0)
 
 
@@ -217,7 +221,7 @@ class EpisodeSpec(_Spec):
     # turns in batches (the fast default). `activity`: one `turn` activity per turn,
     # scheduled by the workflow (each turn durable before the next starts; docs/concepts.md).
     turn_mode: Literal["drive", "activity"] = "drive"
-    turn_timeout_s: float = Field(default=60.0, gt=0)
+    turn_timeout_s: Seconds = 60.0
     # `fail`: a lost worker ends the episode `worker_lost`. `restart`: a new session on a
     # live worker replays the recorded turns and the episode goes on (docs/failures.md: Failure
     # semantics), at most `max_restarts` times per episode.
@@ -228,8 +232,8 @@ class EpisodeSpec(_Spec):
     batch_retries: int = Field(default=1, ge=0)
     # How long a session's worker may be silent (no heartbeat, no poll) before the
     # episode ends with `worker_lost`. Detection takes at most about twice this.
-    worker_lost_timeout_s: float = Field(default=10.0, gt=0)
-    score_timeout_s: float = Field(default=300.0, gt=0)
+    worker_lost_timeout_s: Seconds = 10.0
+    score_timeout_s: Seconds = 300.0
     # `full`: every turn recorded whole (large payloads go to external storage; with no
     # storage configured, a turn too big for the history is truncated anyway, with a
     # marker and a warning). `truncate`: always cap with the two limits below.
@@ -300,6 +304,14 @@ class EpisodeSpec(_Spec):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             if dupes:
                 raise ValueError(f"task ids must be unique; repeated: {', '.join(dupes)}")
+        # The drive's deadline is max_turns turns of turn_timeout_s (EpisodeWorkflow):
+        # it must fit a protobuf Duration, or the workflow task fails for good.
+        drive_s = self.max_turns * (self.turn_timeout_s + 2 * self.harness.stop_timeout_s + 30)
+        if drive_s > MAX_DRIVE_S:
+            raise ValueError(
+                f"max_turns x turn_timeout_s is {drive_s:.3g} s, more than a workflow "
+                f"deadline may be ({MAX_DRIVE_S:.3g} s): lower max_turns or turn_timeout_s"
+            )
         return self
 
     def load_tasks(self) -> list[Task]:
