@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 import uuid
 from collections import defaultdict
 
@@ -11,7 +13,6 @@ from temporalio.api.enums.v1 import EventType
 
 from episodes import contract
 from episodes.client import EpisodesClient
-from tests.conftest import scripted_command
 from tests.integration.helpers import spec as make_spec
 from tests.production.procs import WorkerProc, value
 
@@ -43,33 +44,56 @@ async def test_batch_spreads_sticks_and_holds_backpressure(dev_server, client, t
         )
         for i in range(3)
     ]
+    # Every episode's one turn waits for this file: sessions stay open until the test
+    # has seen every worker full, so the overlap is certain, not a sampler's luck.
+    gate = tmp_path / "gate"
+    held = f"import os, time\nwhile not os.path.exists({str(gate)!r}):\n    time.sleep(0.05)\n'ok'"
     peak: dict[str, float] = defaultdict(float)
     stop = threading.Event()
 
-    def sample() -> None:  # each worker's live sessions, from its metrics endpoint
+    def live() -> dict[str, float]:  # each worker's live sessions, from its metrics endpoint
+        return {
+            w.worker_id: value(w.metrics(), "episodes_live_sessions", worker=w.worker_id)
+            for w in workers
+        }
+
+    def sample() -> None:  # only an upper bound rests on sampling: it can miss, not lie
         while not stop.is_set():
-            for w in workers:
-                live = value(w.metrics(), "episodes_live_sessions", worker=w.worker_id)
-                peak[w.worker_id] = max(peak[w.worker_id], live)
+            for wid, n in live().items():
+                peak[wid] = max(peak[wid], n)
             stop.wait(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
+    batch = None
     try:
         spec = make_spec(
             name=f"many-{uuid.uuid4().hex[:6]}",
-            command=scripted_command("slow-start", "delay=0.4"),
-            tasks=[{"id": f"t{i}", "data": {"messages": ["a", "b", "c"]}} for i in range(5)],
+            env="python-repl",
+            command=["{python}", "-m", "episodes.harness.reference.repl"],
+            tasks=[{"id": f"t{i}", "data": {"snippets": [held]}} for i in range(5)],
             samples=4,
+            turn_timeout_s=180.0,
         )
         sampler.start()
-        results = [
-            r
-            async for r in EpisodesClient(client, task_queue=queue).run_batch(spec, concurrency=20)
-        ]
+
+        async def run() -> list:
+            ec = EpisodesClient(client, task_queue=queue)
+            return [r async for r in ec.run_batch(spec, concurrency=20)]
+
+        batch = asyncio.create_task(run())
+        # 20 episodes, 3 workers x 3 sessions: every worker fills up and no more.
+        full = {w.worker_id: float(MAX_SESSIONS) for w in workers}
+        deadline = time.monotonic() + 120
+        while (now := await asyncio.to_thread(live)) != full:
+            assert time.monotonic() < deadline, f"workers never all full: {now}"
+            assert not batch.done(), batch
+            await asyncio.sleep(0.1)
+        gate.touch()
+        results = await asyncio.wait_for(batch, 180)
         stop.set()
         sampler.join(5)
         assert len(results) == 20
-        assert all(r.termination == "env_done" and r.turns == 3 for r in results), results
+        assert all(r.termination == "env_done" and r.turns == 1 for r in results), results
 
         ids = {w.worker_id for w in workers}
         provisioned_by: dict[str, int] = defaultdict(int)
@@ -89,16 +113,18 @@ async def test_batch_spreads_sticks_and_holds_backpressure(dev_server, client, t
                 assert ran[step] == {f"{owner}@session"}, (wid, step, ran)
                 assert ran[f"{step}:queue"] == {f"{queue}-session-{owner}"}
         print("provisions per worker", dict(provisioned_by), "peak live", dict(peak))
-        assert len(provisioned_by) >= 2, provisioned_by  # the batch spread
+        assert set(provisioned_by) == ids, provisioned_by  # every worker was full once
         assert sum(provisioned_by.values()) == 20
-        assert peak and all(p <= MAX_SESSIONS for p in peak.values()), dict(peak)
-        assert max(peak.values()) >= 2, dict(peak)  # sessions did overlap on a worker
+        assert all(p <= MAX_SESSIONS for p in peak.values()), dict(peak)
         for w in workers:
             m = w.metrics()
             assert (
                 value(m, "episodes_provisions_total", outcome="ok") == provisioned_by[w.worker_id]
             )
     finally:
+        gate.touch()
         stop.set()
+        if batch is not None and not batch.done():
+            batch.cancel()
         for w in workers:
             w.stop()
