@@ -255,7 +255,7 @@ async def test_hang_is_turn_timeout_after_session_cancel(runtime):
     async with started(runtime) as s:
         started_at = time.monotonic()
         record = await s.turn(1, "hang", timeout_s=1.0)
-        assert time.monotonic() - started_at < 10
+        assert time.monotonic() - started_at < 30  # the 1 s timeout acted: no hang
         assert record.error_type == "turn_timeout", record.error
         assert "within 1 s" in record.error
         assert f"saw session/cancel for {s.session_id}" in record.error  # the agent's stderr

@@ -63,7 +63,7 @@ async def test_no_step_for_the_idle_timeout_ends_the_session(env) -> None:
         assert (await step(handle, 0, "hi")).reply == "r0"
         began = time.monotonic()
         result = await handle.result()
-    assert time.monotonic() - began < 10  # an hour of idleness, skipped
+    assert time.monotonic() - began < 300  # an hour of idleness, skipped (a hang guard)
     assert result.duration_s >= 3600
     assert (result.termination, result.turns) == ("idle_timeout", 1)
     assert result.error == "no step arrived for 3600 s"
