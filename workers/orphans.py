@@ -2,7 +2,9 @@
 
 Subprocess harnesses die with their worker (PR_SET_PDEATHSIG); containers and cloud
 boxes do not. Worker ids are `<host>-<pid>-<rand>`, so at start a worker removes the
-labelled containers of workers on its own host whose process no longer exists, and
+labelled containers of workers on its own host whose process no longer exists (or is
+another process now: its start time differs from the one the container is labelled
+with, as a restarted compose container's new worker under the old pid), and
 deletes the Modal sandboxes and Prime VMs that dead workers' ledgers still name
 (`episodes.runtimes.ledger`). Other hosts' are left to their own workers (or
 `episodes cleanup` there).
@@ -20,15 +22,30 @@ import psutil
 log = logging.getLogger("episodes.worker")
 
 
-def dead_local_workers(worker_ids: list[str], host: str | None = None) -> list[str]:
+def dead_local_workers(workers: dict[str, set[float | None]], host: str | None = None) -> list[str]:
+    """The workers (id -> the start times their boxes name) that ran on this host and
+    are gone: their pid is free, or another process holds it now. Boxes from before
+    the start-time label (None) have only the pid to go by."""
     host = host or socket.gethostname()
     dead = []
-    for wid in worker_ids:
+    for wid, started in workers.items():
         rest = wid[len(host) + 1 :] if wid.startswith(f"{host}-") else None
         pid = rest.split("-", 1)[0] if rest else ""
-        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+        if pid.isdigit() and not _same_process(int(pid), started):
             dead.append(wid)
     return dead
+
+
+def _same_process(pid: int, started: set[float | None]) -> bool:
+    """As the box ledger decides: the pid lives and, when known, started then (1 s slack:
+    the start time is rounded)."""
+    try:
+        now = psutil.Process(pid).create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:
+        return True  # it exists but cannot be read (another user's): assume it is ours
+    return all(s is None or abs(now - s) < 1.0 for s in started)
 
 
 def reap_orphan_containers() -> int:
@@ -40,7 +57,7 @@ def reap_orphan_containers() -> int:
     except Exception:  # no SDK or no engine: nothing of ours can be there
         return 0
     removed = 0
-    for wid in dead_local_workers(list(owners)):
+    for wid in dead_local_workers(owners):
         n = cleanup_orphans(worker=wid)
         log.warning("removed %d container(s) left by dead worker %s", n, wid)
         removed += n

@@ -18,11 +18,14 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from episodes.errors import ImageMissing, RuntimeUnavailable
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.docker_engine import (
     ENGINE_HINT,
     MANAGED_LABEL,
+    WORKER_STARTED_LABEL,
     call,
     cleanup_orphans,
     docker,
@@ -73,6 +76,10 @@ exit 1
 """
 
 
+def _process_started() -> str:
+    return f"{psutil.Process().create_time():.3f}"
+
+
 class DockerRuntime(Runtime):
     """A container that lives as long as the box; locked down unless the config opens it."""
 
@@ -84,6 +91,9 @@ class DockerRuntime(Runtime):
         self.labels = {
             MANAGED_LABEL: "true",
             "episodes.worker": given.pop("worker", ""),
+            # With the pid in the worker id, who made the box: a restarted container's
+            # new worker often has the old one's pid (workers.orphans compares both).
+            WORKER_STARTED_LABEL: given.pop("worker_started", "") or _process_started(),
             "episodes.session": given.pop("session", ""),
         }
         for key, value in given.items():

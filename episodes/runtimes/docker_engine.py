@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 MANAGED_LABEL = "episodes.managed"
+# The start time of the process that made the container (its worker), epoch seconds.
+WORKER_STARTED_LABEL = "episodes.worker_started"
 ENGINE_HINT = "start one with scripts/start-docker.sh (as root) or your Docker service"
 _REMOVE_WAIT_S = 30.0
 
@@ -129,10 +131,16 @@ def image_available(image: str) -> bool:
     return True
 
 
-def worker_containers(client: Any = None) -> dict[str, list[str]]:
-    """Container ids of this package, grouped by the worker label that owns them."""
+def worker_containers(client: Any = None) -> dict[str, set[float | None]]:
+    """The workers owning containers of this package: worker label -> the worker start
+    times those containers carry (None: a container from before that label)."""
     api = getattr(client or shared_client(), "api", client)
-    out: dict[str, list[str]] = {}
+    out: dict[str, set[float | None]] = {}
     for c in api.containers(all=True, filters={"label": [f"{MANAGED_LABEL}=true"]}):
-        out.setdefault(c["Labels"].get("episodes.worker", ""), []).append(c["Id"])
+        labels = c["Labels"] or {}
+        try:
+            started: float | None = float(labels[WORKER_STARTED_LABEL])
+        except (KeyError, ValueError):
+            started = None
+        out.setdefault(labels.get("episodes.worker", ""), set()).add(started)
     return out

@@ -77,3 +77,56 @@ async def test_dead_local_workers_containers_are_reaped() -> None:
         assert _containers(f"episodes.worker={dead}") == []
     finally:
         await box.stop()
+
+
+async def test_a_reused_pid_does_not_hide_a_dead_workers_containers() -> None:
+    """A restarted compose container runs its new worker under the old one's pid (often
+    1): pid alone says the old worker lives and its containers stay forever. The
+    worker's start time, labelled on each container, tells the two apart."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    from episodes.runtimes.docker import DockerRuntime
+    from episodes.types.runtime import DockerConfig
+    from workers.orphans import reap_orphan_containers
+
+    host, tag = socket.gethostname(), uuid.uuid4().hex[:6]
+    # A live process standing in for "whatever now runs under the dead worker's pid".
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        now_started = psutil.Process(other.pid).create_time()
+        reused = f"{host}-{other.pid}-{tag}a"  # its writer started an hour before that pid
+        alive = f"{host}-{other.pid}-{tag}b"  # the process under the pid is its writer
+        boxes = [
+            DockerRuntime(
+                DockerConfig(),
+                labels={"worker": reused, "worker_started": f"{now_started - 3600:.3f}"},
+            ),
+            DockerRuntime(
+                DockerConfig(), labels={"worker": alive, "worker_started": f"{now_started:.3f}"}
+            ),
+        ]
+        for box in boxes:
+            await box.start()
+        try:
+            reap_orphan_containers()
+            assert _containers(f"episodes.worker={reused}") == []
+            assert len(_containers(f"episodes.worker={alive}")) == 1
+        finally:
+            for box in boxes:
+                await box.stop()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_container_is_labelled_with_its_workers_start_time() -> None:
+    import psutil
+
+    from episodes.runtimes.docker import DockerRuntime
+
+    box = DockerRuntime(labels={"worker": "w"})
+    started = float(box.labels["episodes.worker_started"])
+    assert abs(started - psutil.Process().create_time()) < 1.0
