@@ -31,6 +31,9 @@ STEP = 60  # generous bound for one result to arrive
 
 def _repl_spec(prefix: str, tasks: list[dict], **over):
     over.setdefault("turn_timeout_s", 90.0)
+    # The gates are files in the test's folder and the pids host pids: a process group
+    # sees both, a sandbox (the default box) neither.
+    over.setdefault("harness", {"runtime": {"type": "subprocess", "isolation": "none"}})
     return spec(
         name=f"{prefix}-{uuid.uuid4().hex[:6]}",
         env="python-repl",

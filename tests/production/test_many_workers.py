@@ -73,6 +73,8 @@ async def test_batch_spreads_sticks_and_holds_backpressure(dev_server, client, t
             tasks=[{"id": f"t{i}", "data": {"snippets": [held]}} for i in range(5)],
             samples=4,
             turn_timeout_s=180.0,
+            # The gate is a file in the test's folder: a sandbox would not see it.
+            harness={"runtime": {"type": "subprocess", "isolation": "none"}},
         )
         sampler.start()
 
