@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from episodes.errors import SecretMissing
-from episodes.types.spec import EnvSecret, EpisodeSpec
+from episodes.types.harness import EnvSecret
+from episodes.types.spec import EpisodeSpec
 
 MASK = "***"
 # Values shorter than this are not scrubbed: replacing every "a" would wreck the

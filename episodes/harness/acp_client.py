@@ -27,7 +27,7 @@ from acp.schema import (
     TextContentBlock,
 )
 
-from episodes.types.spec import AcpAllowList, AcpPermissions
+from episodes.types.harness import AcpAllowList, AcpPermissions
 
 McpServer = HttpMcpServer | SseMcpServer | McpServerStdio
 MCP_SERVER = pydantic.TypeAdapter(McpServer)

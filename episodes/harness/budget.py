@@ -9,7 +9,7 @@ ends; everything charged outside a turn counts against the between-turns budget.
 from __future__ import annotations
 
 from episodes.errors import ProtocolError
-from episodes.types.spec import HarnessLimits
+from episodes.types.harness import HarnessLimits
 
 
 class BudgetExceeded(ProtocolError):

@@ -55,31 +55,32 @@ class ModelCall(_Event):
     """
 
     kind: Literal["model_call"] = "model_call"
-    # The body sent upstream (model and params forced by the proxy).
     request: dict[str, Any] = Field(default_factory=dict)
-    # The upstream's answer: a chat.completion dict (a streamed call folded into one),
-    # its error text for a 4xx, None when the proxy gave up.
+    """The body sent upstream (model and params forced by the proxy)."""
     response: Any = None
+    """The upstream's answer: a chat.completion dict (a streamed call folded into
+    one), its error text for a 4xx, None when the proxy gave up."""
     usage: Usage | None = None
     ms: float = 0.0
     stream: bool = False
     attempts: int = 1
     status: int = 200
     error: str | None = None
-    # The trainer's policy version the spec named when the call was made (None: unset,
-    # or recorded before policy versions existed).
     policy_version: int | None = None
+    """The trainer's policy version the spec named when the call was made (None:
+    unset, or recorded before policy versions existed)."""
 
-    # -- derived from `response` (see the module doc) -------------------------------
-    # The prompt's token ids as the upstream's chat template made them.
     prompt_ids: list[int] | None = Field(default=None, exclude=True)
-    # The sampled token ids of the first choice.
+    """-- derived from `response` (see the module doc)
+    ------------------------------- The prompt's token ids as the upstream's chat
+    template made them."""
     completion_ids: list[int] | None = Field(default=None, exclude=True)
-    # One logprob per sampled token, aligned with `completion_ids`.
+    """The sampled token ids of the first choice."""
     completion_logprobs: list[float] | None = Field(default=None, exclude=True)
+    """One logprob per sampled token, aligned with `completion_ids`."""
     finish_reason: str | None = Field(default=None, exclude=True)
-    # Why the token data cannot be used as it is (None: fine, or simply absent).
     token_data_problem: str | None = Field(default=None, exclude=True)
+    """Why the token data cannot be used as it is (None: fine, or simply absent)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -122,8 +123,9 @@ class ToolCall(_Event):
     kind: Literal["tool_call"] = "tool_call"
     name: str = ""
     arguments: Any = Field(default_factory=dict)
-    # The tool's answer (structured content, text, or content blocks); absent on error.
     result: Any = None
+    """The tool's answer (structured content, text, or content blocks); absent on
+    error."""
     error: str | None = None
     ms: float = 0.0
 
@@ -132,8 +134,8 @@ class HarnessEvent(_Event):
     """Anything else the harness streamed during a turn, fields kept as they came."""
 
     kind: str | None = None
-    # An event that was not a JSON object (a string, a list, ...), as it came.
     data: Any = None
+    """An event that was not a JSON object (a string, a list, ...), as it came."""
 
     @model_validator(mode="before")
     @classmethod

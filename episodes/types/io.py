@@ -57,9 +57,9 @@ class EpisodeCarry(Model):
     turns_done: int
     started_at: datetime
     runs: int = 1
-    # `on_worker_lost: restart`: restarts so far (bounded per episode, not per run) and
-    # what they did; all 0 in chains recorded before restarts existed.
     restarts: int = 0
+    """`on_worker_lost: restart`: restarts so far (bounded per episode, not per run)
+    and what they did; all 0 in chains recorded before restarts existed."""
     turns_replayed: int = 0
     replay_divergences: int = 0
     turns_rerun: int = 0
@@ -73,8 +73,9 @@ class EpisodeInput(Model):
     sample: int = 0
     batch: str | None = None
     turns_per_run: int = Field(default=DEFAULT_TURNS_PER_RUN, ge=1)
-    # Set by continue-as-new only: the run picks up the session where the last one paused.
     carry: EpisodeCarry | None = None
+    """Set by continue-as-new only: the run picks up the session where the last one
+    paused."""
 
 
 class ProvisionInput(Model):
@@ -83,17 +84,18 @@ class ProvisionInput(Model):
     sample: int
     workflow_id: str
     run_id: str
-    # An interactive session's `idle_timeout_s`: it may sit untouched that long between
-    # steps, so the worker's reaper must not take it for abandoned (issue 19).
     idle_timeout_s: Seconds | None = None
+    """An interactive session's `idle_timeout_s`: it may sit untouched that long
+    between steps, so the worker's reaper must not take it for abandoned (issue
+    19)."""
 
 
 class TurnInput(Model):
     session_id: str
     turn: int
-    # Interactive sessions: the trainer's message for this turn, sent instead of the
-    # env's pending one when `has_message` (a flag, since None is a valid message).
     message: Any = None
+    """Interactive sessions: the trainer's message for this turn, sent instead of the
+    env's pending one when `has_message` (a flag, since None is a valid message)."""
     has_message: bool = False
 
 
@@ -105,19 +107,21 @@ class DriveInput(Model):
     run_id: str
     first_turn: int = 0
     max_turns: int
-    # A turn starts only while at most `pipeline` finished turns are unrecorded and the
-    # oldest of them finished less than `max_lag_s` ago: history trails the harness by
-    # at most that much, and fast turns never stall on a count while an Update is in
-    # flight (bench/README.md compares this bound with the alternatives).
     pipeline: int = Field(default=DEFAULT_PIPELINE, ge=0)
+    """A turn starts only while at most `pipeline` finished turns are unrecorded and
+    the oldest of them finished less than `max_lag_s` ago: history trails the
+    harness by at most that much, and fast turns never stall on a count while an
+    Update is in flight (bench/README.md compares this bound with the
+    alternatives)."""
     max_lag_s: SecondsOrZero = DEFAULT_MAX_LAG_S
     max_update_bytes: int = Field(default=DEFAULT_UPDATE_BYTES, ge=1024)
-    # An Update waits until its oldest turn is this old (fast turns share one).
     linger_s: SecondsOrZero = DEFAULT_LINGER_S
-    # The folded episode end (workflows without it: the old path): the drive's result
-    # carries its last unrecorded turns (no final Update), and the drive releases the
-    # session itself once scored (no `release` activity on the normal path).
+    """An Update waits until its oldest turn is this old (fast turns share one)."""
     result_turns: bool = False
+    """The folded episode end (workflows without it: the old path): the drive's
+    result carries its last unrecorded turns (no final Update), and the drive
+    releases the session itself once scored (no `release` activity on the normal
+    path)."""
     release: bool = False
 
 
@@ -129,8 +133,10 @@ class DriveResult(Model):
     error: str | None = None
     next_turn: int
     score: ScoreResult | None = None
-    turns: list[TurnResult] = Field(default_factory=list)  # unrecorded, in order
-    released: bool = False  # the drive released the session
+    turns: list[TurnResult] = Field(default_factory=list)
+    """Unrecorded, in order."""
+    released: bool = False
+    """The drive released the session."""
 
 
 class ScoreInput(Model):
@@ -162,17 +168,21 @@ class RestoreInput(Model):
     workflow_id: str
     run_id: str
     turns: int = Field(ge=0)
-    restart: int = Field(ge=1)  # 1 for the first restart of the episode
-    idle_timeout_s: Seconds | None = None  # as ProvisionInput's
+    restart: int = Field(ge=1)
+    """1 for the first restart of the episode."""
+    idle_timeout_s: Seconds | None = None
+    """As ProvisionInput's."""
 
 
 class RestoreResult(Model):
     session: SessionRef
     turns_replayed: int = 0
-    # Turns whose reply on the new harness differs from the recorded one (the first few).
     divergent_turns: list[int] = Field(default_factory=list)
+    """Turns whose reply on the new harness differs from the recorded one (the first
+    few)."""
     divergences: int = 0
-    resumed: bool = False  # the harness took the transcript in one `resume` packet
+    resumed: bool = False
+    """The harness took the transcript in one `resume` packet."""
 
 
 class ReleaseInput(Model):
@@ -192,10 +202,10 @@ class EpisodeProgress(Model):
     termination: Termination | None = None
     session: SessionRef | None = None
     first_message: Any = None
-    # The latest turns of this run (bounded: the query's `since`/`last` and a byte
-    # budget keep the answer far below gRPC's 4 MB); `first_turn` is the index of
-    # turns[0] and `turns_done` counts every turn of the chain.
     turns: list[TurnRecord] = Field(default_factory=list)
+    """The latest turns of this run (bounded: the query's `since`/`last` and a byte
+    budget keep the answer far below gRPC's 4 MB); `first_turn` is the index of
+    turns[0] and `turns_done` counts every turn of the chain."""
     first_turn: int = 0
     runs: int = 1
     restarts: int = 0
@@ -224,10 +234,12 @@ class StepReply(Model):
 
     turn: int
     reply: Any = None
-    observation: Any = None  # the env's next message (usually None once done)
+    observation: Any = None
+    """The env's next message (usually None once done)"""
     done: bool = False
     reward: float | None = None
-    termination: Termination | None = None  # set when done
+    termination: Termination | None = None
+    """Set when done."""
     error: str | None = None
 
 
@@ -252,19 +264,25 @@ class InteractiveInput(EpisodeInput):
 class BatchState(Model):
     """What one run of the batch hands to the next on continue-as-new."""
 
-    next_index: int = 0  # work item i is task i // samples, sample i % samples
+    next_index: int = 0
+    """Work item i is task i // samples, sample i % samples."""
     metrics: MetricsAccumulator | None = None
-    runs: int = 1  # runs in the continue-as-new chain so far, this one included
+    runs: int = 1
+    """Runs in the continue-as-new chain so far, this one included."""
     started_at: datetime | None = None
-    errors: list[str] = Field(default_factory=list)  # the last few child failures
+    errors: list[str] = Field(default_factory=list)
+    """The last few child failures."""
 
 
 class BatchInput(Model):
-    spec: EpisodeSpec  # with `tasks` inline
-    # None: the batch id is the workflow id (scheduled runs get a fresh one each time).
+    spec: EpisodeSpec
+    """With `tasks` inline."""
     batch: str | None = None
+    """None: the batch id is the workflow id (scheduled runs get a fresh one each
+    time)."""
     schedule: str | None = None
-    concurrency: int | None = Field(default=None, ge=1)  # None: spec.concurrency
+    concurrency: int | None = Field(default=None, ge=1)
+    """None: spec.concurrency."""
     pass_threshold: float = 1.0
     children_per_run: int = Field(default=DEFAULT_CHILDREN_PER_RUN, ge=1)
     state: BatchState = Field(default_factory=BatchState)
@@ -281,9 +299,11 @@ class BatchProgress(Model):
     total: int
     done: int
     running: int
-    failed: int  # episodes whose workflow failed (counted in `done`)
+    failed: int
+    """Episodes whose workflow failed (counted in `done`)"""
     runs: int
-    last: str = ""  # the most recent finished episode, one line
+    last: str = ""
+    """The most recent finished episode, one line."""
 
 
 class BatchResult(Model):
@@ -291,7 +311,9 @@ class BatchResult(Model):
     spec_name: str
     schedule: str | None = None
     total: int
-    runs: int  # runs in the continue-as-new chain
-    elapsed_s: float  # from the first run's start to the end
+    runs: int
+    """Runs in the continue-as-new chain."""
+    elapsed_s: float
+    """From the first run's start to the end."""
     metrics: BatchMetrics
     errors: list[str] = Field(default_factory=list)

@@ -109,23 +109,25 @@ class BatchMetrics(Model):
     """What a batch reports: while running (the `metrics` query) and as its result."""
 
     count: int = 0
-    rewarded: int = 0  # episodes with a reward (mean_reward is over these)
+    rewarded: int = 0
+    """Episodes with a reward (mean_reward is over these)"""
     mean_reward: float | None = None
     passed: int = 0
     pass_threshold: float = 1.0
     samples: int = 1
-    # k -> mean pass@k over the tasks with at least k finished samples (k = 1..samples).
     pass_at_k: dict[int, float] = Field(default_factory=dict)
-    # k -> how many tasks pass_at_k[k] averages over.
+    """K -> mean pass@k over the tasks with at least k finished samples (k =
+    1..samples)."""
     pass_at_k_tasks: dict[int, int] = Field(default_factory=dict)
+    """K -> how many tasks pass_at_k[k] averages over."""
     terminations: dict[str, int] = Field(default_factory=dict)
     duration_s: DurationSummary = Field(default_factory=DurationSummary)
-    # Episodes that ended for an infrastructure reason (a lost worker after its
-    # restarts, a failed provision) even after `batch_retries`: not the agent's doing.
-    # Agent outcomes are every other termination.
     infra_failures: int = 0
-    # Fresh episodes run again after an infrastructure failure (`<id>.r1`, ...).
+    """Episodes that ended for an infrastructure reason (a lost worker after its
+    restarts, a failed provision) even after `batch_retries`: not the agent's
+    doing. Agent outcomes are every other termination."""
     retried: int = 0
+    """Fresh episodes run again after an infrastructure failure (`<id>.r1`, ...)."""
 
 
 class PassTally(Model):
@@ -145,8 +147,8 @@ class MetricsAccumulator(Model):
     terminations: dict[str, int] = Field(default_factory=dict)
     open_tasks: dict[str, PassTally] = Field(default_factory=dict)
     closed_tasks: int = 0
-    # Index k-1: the sum of pass@k over the closed tasks.
     closed_pass_sums: list[float] = Field(default_factory=list)
+    """Index k-1: the sum of pass@k over the closed tasks."""
     durations: DurationSketch = Field(default_factory=DurationSketch)
     infra_failures: int = 0
     retried: int = 0

@@ -51,21 +51,24 @@ class ModelSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # OpenAI-style base URL, ending where `/chat/completions` is appended ("http://h:8000/v1").
     base_url: str
-    # Forced on every call, whatever the harness asked for.
+    """OpenAI-style base URL, ending where `/chat/completions` is appended
+    ("http://h:8000/v1")."""
     model: str
-    # The worker's environment variable holding the upstream key (None: send no key).
+    """Forced on every call, whatever the harness asked for."""
     api_key_env: str | None = None
-    # Sampling settings forced on every call (temperature, max_tokens, top_p, seed, ...):
-    # they override the harness's values so every episode of a batch samples alike.
+    """The worker's environment variable holding the upstream key (None: send no
+    key)."""
     params: dict[str, Any] = Field(default_factory=dict)
-    # Extra attempts after a 429, a 5xx, a timeout or a connection error.
+    """Sampling settings forced on every call (temperature, max_tokens, top_p, seed,
+    ...): they override the harness's values so every episode of a batch samples
+    alike."""
     retries: int = Field(default=3, ge=0, le=20)
-    # Per upstream attempt (connect, and each read while streaming).
+    """Extra attempts after a 429, a 5xx, a timeout or a connection error."""
     timeout_s: Seconds = 120.0
-    # Ask the upstream for token ids and logprobs (vLLM fields, see the module doc).
+    """Per upstream attempt (connect, and each read while streaming)."""
     token_data: bool = False
+    """Ask the upstream for token ids and logprobs (vLLM fields, see the module doc)."""
     policy_version: int | None = Field(default=None, ge=0)
     """The version of the policy the upstream serves, recorded on every model call (a
     trainer bumps it with each weight update it pushes)."""

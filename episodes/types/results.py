@@ -75,7 +75,8 @@ class TurnRecord(Model):
 class StepOutcome(Model):
     """What the environment made of a reply."""
 
-    message: Any = None  # the next message, when not done
+    message: Any = None
+    """The next message, when not done."""
     done: bool = False
     reward: float | None = None
 
@@ -85,8 +86,9 @@ class TurnResult(Model):
 
     record: TurnRecord
     observation: StepOutcome
-    # Set when this turn ended the episode for a reason other than the env saying so.
     termination: Termination | None = None
+    """Set when this turn ended the episode for a reason other than the env saying
+    so."""
 
 
 class ScoreResult(Model):
@@ -139,13 +141,14 @@ class EpisodeResult(Model):
     reward: float | None = None
     score_details: dict[str, Any] = Field(default_factory=dict)
     duration_s: float
-    # Whether provision reused a parked box (spec.reuse_key), None when no pool was asked for.
     pool_hit: bool | None = None
-    # `on_worker_lost: restart`: sessions restored on another worker, the recorded turns
-    # replayed into them, the replayed turns whose reply differed from the recorded one,
-    # and finished turns the lost worker had not recorded yet (run again). 0 in results
-    # from before restarts existed.
+    """Whether provision reused a parked box (spec.reuse_key), None when no pool was
+    asked for."""
     restarts: int = 0
+    """`on_worker_lost: restart`: sessions restored on another worker, the recorded
+    turns replayed into them, the replayed turns whose reply differed from the
+    recorded one, and finished turns the lost worker had not recorded yet (run
+    again). 0 in results from before restarts existed."""
     turns_replayed: int = 0
     replay_divergences: int = 0
     turns_rerun: int = 0

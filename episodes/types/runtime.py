@@ -52,8 +52,11 @@ class SubprocessConfig(_Config):
 
 class DockerMount(_Config):
     source: str
+    """A host path (or volume name)."""
     target: str
+    """Where it appears in the container."""
     read_only: bool = True
+    """Mounted read-only unless False."""
 
 
 class DockerConfig(_Config):
@@ -61,20 +64,30 @@ class DockerConfig(_Config):
 
     type: Literal["docker"] = "docker"
     image: str = "episodes-harness:latest"
+    """A local image (built by scripts/build-image.sh by default; no registry is
+    pulled from)."""
     cpus: float = 1.0
+    """CPU limit of the container."""
     memory: str = "1g"
+    """Memory limit of the container (Docker's notation: "512m", "2g")."""
     pids_limit: int = 256
+    """The most processes the container may hold (a fork bomb stops there)."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Variables set in the container (inline: never secrets)."""
     mounts: list[DockerMount] = Field(default_factory=list)
-    # Containers get no network unless a spec opts in (e.g. "bridge").
+    """Host paths mounted into the container."""
     network: str = "none"
+    """Containers get no network unless a spec opts in (e.g. "bridge")."""
     workdir: str = "/work"
-    # Harness processes run as this user ("uid:gid" or a name the image knows); the
-    # default is the `episodes` user of scripts/build-image.sh's images. "root" opts out.
+    """The working directory of every process in the container."""
     user: str = "10001:10001"
-    # The image's filesystem is read-only; `workdir` (a volume seeded from the image's
-    # copy) and /tmp (a tmpfs) stay writable. False: the whole container is writable.
+    """Harness processes run as this user ("uid:gid" or a name the image knows); the
+    default is the `episodes` user of scripts/build-image.sh's images. "root" opts
+    out."""
     read_only: bool = True
+    """The image's filesystem is read-only; `workdir` (a volume seeded from the
+    image's copy) and /tmp (a tmpfs) stay writable. False: the whole container is
+    writable."""
     runtime_bundle: bool = False
     """Mount the runtime bundle (a Python with its own loader and libraries, and this
     package's in-box programs) read-only at /opt/episodes-runtime: the relay, the
@@ -91,12 +104,19 @@ class ModalConfig(_Config):
 
     type: Literal["modal"] = "modal"
     image: str = "python:3.11-slim"
+    """The sandbox's image (a registry name Modal pulls)."""
     app_name: str = "episodes"
+    """The Modal app the sandboxes are created in."""
     cpu: float = 1.0
+    """CPU cores of the sandbox."""
     memory_mb: int = 1024
+    """Memory of the sandbox."""
     timeout_s: Seconds = 3600
+    """Modal's own lifetime bound: a sandbox nobody stops is deleted after it."""
     workdir: str = "/work"
+    """The working directory of every process in the sandbox."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Variables set in the sandbox (inline: never secrets)."""
 
 
 class PrimeConfig(_Config):
@@ -104,13 +124,21 @@ class PrimeConfig(_Config):
 
     type: Literal["prime"] = "prime"
     docker_image: str = "python:3.11-slim"
+    """The VM's image (a registry name Prime pulls)."""
     vm: bool = True
+    """A full VM (True) or a container sandbox."""
     cpu_cores: int = 1
+    """CPU cores of the box."""
     memory_gb: int = 2
+    """Memory of the box."""
     disk_size_gb: int = 10
+    """Disk of the box."""
     timeout_minutes: int = 60
+    """Prime's own lifetime bound: a box nobody stops is deleted after it."""
     workdir: str = "/work"
+    """The working directory of every process in the box."""
     env: dict[str, str] = Field(default_factory=dict)
+    """Variables set in the box (inline: never secrets)."""
 
 
 RuntimeConfig = Annotated[

@@ -9,82 +9,29 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import warnings
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
-    Discriminator,
     Field,
-    Tag,
     ValidationError,
     field_validator,
     model_validator,
 )
 
 from episodes.errors import SpecError
-from episodes.types.base import Seconds
+from episodes.types.base import Model, Seconds
+from episodes.types.harness import BUILTIN_HARNESSES, HarnessSpec
 from episodes.types.model import ModelSpec
 from episodes.types.results import Task
-from episodes.types.runtime import RuntimeConfig, SubprocessConfig
-from episodes.types.tuning import DEFAULT_MAX_PACKET_BYTES
+from episodes.types.runtime import SubprocessConfig
 
 # Under a protobuf Duration's ~3.2e11 s, with room for the score and the rest.
 MAX_DRIVE_S = 1e11
 
 
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class AcpAllowList(_Spec):
-    """Allow only these tools: an entry matches a tool call's `title` or its `kind`
-    (ACP tool calls carry no separate name; agents usually put it in the title)."""
-
-    allow: list[str]
-
-
-# How an ACP agent's `session/request_permission` is answered: "allow" picks the agent's
-# allow option (allow_once before allow_always), "deny" its reject option (reject_once
-# first); with no such option the request is answered `cancelled`. The default, "deny",
-# keeps an agent from doing what nobody asked for.
-AcpPermissions = Literal["allow", "deny"] | AcpAllowList
-
-
-class EnvSecret(_Spec):
-    """A secret read from the worker's environment variable `env` when the session starts."""
-
-    env: Annotated[str, Field(min_length=1)]
-
-
-class FileSecret(_Spec):
-    """A secret read from the worker's file `file` (one trailing newline dropped)."""
-
-    file: Annotated[str, Field(min_length=1)]
-
-
-def _secret_kind(value: Any) -> str | None:
-    if isinstance(value, dict):
-        return "env" if "env" in value else "file" if "file" in value else None
-    if isinstance(value, BaseModel):
-        return "env" if isinstance(value, EnvSecret) else "file"
-    return None
-
-
-# `{env: HOST_VAR}` or `{file: PATH}`, told apart by the key (a discriminated union).
-SecretRef = Annotated[
-    Annotated[EnvSecret, Tag("env")] | Annotated[FileSecret, Tag("file")],
-    Discriminator(
-        _secret_kind,
-        custom_error_type="secret_ref",
-        custom_error_message="a secret is {env: HOST_VARIABLE} or {file: PATH}",
-    ),
-]
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Names under which a value written inline in `harness.env` is probably a secret.
 _SECRET_LOOKING = re.compile(r"(_KEY|_TOKEN|_SECRET)$|PASSWORD", re.IGNORECASE)
 
@@ -93,91 +40,6 @@ class SpecWarning(UserWarning):
     """Something in a spec works but is unwise (an inline secret)."""
 
 
-_MIB = 1024 * 1024
-
-
-class HarnessLimits(_Spec):
-    """What a harness may stream, per turn and between turns. Past a budget the turn
-    ends `protocol_error` (the error names the field to raise) and the harness is
-    stopped: what it streams is held in the worker's memory until the turn is recorded,
-    so without a bound one harness could exhaust the worker that runs many."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    turn_events: int = Field(default=100_000, ge=1)
-    """Events one turn may stream: the harness's own (ACP: every message the agent
-    sends), and the tool and model calls it makes."""
-    turn_bytes: int = Field(default=64 * _MIB, ge=1024)
-    """Bytes those events may add up to in one turn (as sent on the wire; a call as
-    recorded, its request and response included)."""
-    between_turns_events: int = Field(default=10_000, ge=1)
-    """Events between two turns (or before the first): an ACP agent's updates, tool
-    and model calls made while no turn runs. They wait in memory for the next turn."""
-    between_turns_bytes: int = Field(default=16 * _MIB, ge=1024)
-    """Bytes those events may add up to between two turns."""
-    connections: int = Field(default=64, ge=1)
-    """Connections a box on another machine (Modal, Prime) may hold open at once to the
-    session's tools and model through the stdio tunnel; more are refused (closed)."""
-
-
-class HarnessSpec(_Spec):
-    """The agent program and where it runs."""
-
-    # argv; a string is split like a shell would. `{python}` is the runtime's Python
-    # (the worker's interpreter for subprocess, `python3` inside a box).
-    command: list[str]
-    env: dict[str, str] = Field(default_factory=dict)
-    # Host variables passed through by name. Nothing else from the host leaks in.
-    inherit_env: list[str] = Field(default_factory=list)
-    # Variables the harness gets whose values are secrets: only the reference travels
-    # (workflow inputs, history); the worker reads the value when the session starts,
-    # and scrubs it (as ***) from everything the episode records.
-    secrets: dict[str, SecretRef] = Field(default_factory=dict)
-    cwd: str | None = None
-    runtime: RuntimeConfig = Field(default_factory=SubprocessConfig)
-    ready_timeout_s: Seconds = 30.0
-    stop_timeout_s: Seconds = 5.0
-    max_packet_bytes: int = Field(default=DEFAULT_MAX_PACKET_BYTES, gt=0)
-    # `native`: the framed protocol of docs/protocol.md. `acp`: any Agent Client Protocol
-    # agent over stdio (docs/acp.md): session/new once, session/prompt per turn.
-    protocol: Literal["native", "acp"] = "native"
-    # ACP only: the answer to the agent's permission requests.
-    permissions: AcpPermissions = "deny"
-    # Budgets on what the harness streams (see HarnessLimits).
-    limits: HarnessLimits = Field(default_factory=HarnessLimits)
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _split(cls, v: Any) -> Any:
-        if isinstance(v, str):
-            v = shlex.split(v)
-        if isinstance(v, list) and not v:
-            raise ValueError("command must not be empty")
-        return v
-
-    @field_validator("secrets")
-    @classmethod
-    def _secret_names(cls, v: dict[str, Any]) -> dict[str, Any]:
-        for name in v:
-            if not _ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
-        return v
-
-    @model_validator(mode="after")
-    def _secrets_apart(self) -> HarnessSpec:
-        both = sorted(set(self.secrets) & set(self.env))
-        if both:
-            raise ValueError(f"{', '.join(both)}: set in both env and secrets; keep only secrets")
-        return self
-
-
-# Harnesses named by a bare word (`harness: oracle`), stdlib-only programs run with the
-# box's Python: `{python}`/`{episodes}` are resolved for the runtime (a Docker box with
-# the runtime bundle has both whatever its image; episodes/runtimes/bundle.py).
-BUILTIN_HARNESSES: dict[str, list[str]] = {
-    "oracle": ["{python}", "-I", "{episodes}/episodes/harness/reference/oracle.py"],
-    "nop": ["{python}", "-I", "{episodes}/episodes/harness/reference/nop.py"],
-}
 # What a Harbor task's box starts from when the spec names no Docker runtime of its
 # own; the env sets the image, limits, workdir and user per task (docs/harbor.md).
 HARBOR_RUNTIME = {
@@ -191,64 +53,91 @@ HARBOR_RUNTIME = {
 HARBOR_TIMEOUT_S = 3600.0
 
 
-class PoolSpec(_Spec):
+class PoolSpec(Model):
     """Box reuse across episodes on one worker (docs/runtimes.md, the pool)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)  # hashable: one pool per setting
 
     ttl_s: Seconds = 600.0
+    """How long a parked box waits for its next lease before it is stopped."""
     max_idle: int = Field(default=16, ge=0)
+    """The most boxes parked at once per pool on a worker (0: none are kept)."""
 
 
-class EpisodeSpec(_Spec):
+class EpisodeSpec(Model):
     """A batch of episodes: every task x `samples`."""
 
     name: str
+    """The spec's name: the default batch id, and `EpisodeSpec` in search attributes."""
     env: str
+    """The environment: a built-in name (`guess-number`, `kv-store`, `harbor`, ...)
+    or `module:Class`."""
     env_args: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments of the environment's constructor."""
     tasks: list[Task] | None = None
+    """The tasks inline (or `dataset`, or `harbor`)."""
     dataset: Path | None = None
-    # A Harbor task directory, or a directory of them (docs/harbor.md): each is a task
-    # (id: its folder name) of the `harbor` env, which `env` then defaults to.
+    """A JSONL file of tasks (`{"id": ..., "data": {...}}` per line), relative to the
+    spec file."""
     harbor: Path | None = None
-    # Harbor single-step tasks: after failed tests, the agent gets their output and
-    # another turn, this many times.
+    """A Harbor task directory, or a directory of them (docs/harbor.md): each is a
+    task (id: its folder name) of the `harbor` env, which `env` then defaults to."""
     harbor_retries: int = Field(default=0, ge=0)
+    """Harbor single-step tasks: after failed tests, the agent gets their output and
+    another turn, this many times."""
     samples: int = Field(default=1, ge=1)
+    """Episodes per task (pass@k over them)."""
     harness: HarnessSpec
+    """The agent program and where it runs."""
     max_turns: int = Field(default=20, ge=1)
-    # `drive`: one activity on the session's worker runs the turn loop and records the
-    # turns in batches (the fast default). `activity`: one `turn` activity per turn,
-    # scheduled by the workflow (each turn durable before the next starts; docs/concepts.md).
+    """The most turns an episode takes; reaching it ends the episode `max_turns`."""
     turn_mode: Literal["drive", "activity"] = "drive"
+    """`drive`: one activity on the session's worker runs the turn loop and records
+    the turns in batches (the fast default). `activity`: one `turn` activity per
+    turn, scheduled by the workflow (each turn durable before the next starts;
+    docs/concepts.md)."""
     turn_timeout_s: Seconds = 60.0
-    # `fail`: a lost worker ends the episode `worker_lost`. `restart`: a new session on a
-    # live worker replays the recorded turns and the episode goes on (docs/failures.md: Failure
-    # semantics), at most `max_restarts` times per episode.
+    """How long one turn may take, from the message sent to the reply; past it the
+    episode ends `turn_timeout`."""
     on_worker_lost: Literal["fail", "restart"] = "fail"
+    """`fail`: a lost worker ends the episode `worker_lost`. `restart`: a new session
+    on a live worker replays the recorded turns and the episode goes on
+    (docs/failures.md: Failure semantics), at most `max_restarts` times per
+    episode."""
     max_restarts: int = Field(default=2, ge=0)
-    # Batches (`episodes run`, EvalBatchWorkflow) run an episode that ended for an
-    # infrastructure reason again, as a fresh episode (`<id>.r1`, ...), this many times.
+    """With `on_worker_lost: restart`: the most restarts per episode; past them it
+    ends `worker_lost`."""
     batch_retries: int = Field(default=1, ge=0)
-    # How long a session's worker may be silent (no heartbeat, no poll) before the
-    # episode ends with `worker_lost`. Detection takes at most about twice this.
+    """Batches (`episodes run`, EvalBatchWorkflow) run an episode that ended for an
+    infrastructure reason again, as a fresh episode (`<id>.r1`, ...), this many
+    times."""
     worker_lost_timeout_s: Seconds = 10.0
+    """How long a session's worker may be silent (no heartbeat, no poll) before the
+    episode ends with `worker_lost`. Detection takes at most about twice this."""
     score_timeout_s: Seconds = 300.0
-    # `full`: every turn recorded whole (large payloads go to external storage; with no
-    # storage configured, a turn too big for the history is truncated anyway, with a
-    # marker and a warning). `truncate`: always cap with the two limits below.
+    """How long the env's `score` may take; past it the episode ends `env_error`
+    ("score timed out after N s"), unscored."""
     record: Literal["full", "truncate"] = "full"
-    # With `record: truncate` (or no storage): larger messages, replies and events are
-    # recorded as a marker with their size.
+    """`full`: every turn recorded whole (large payloads go to external storage; with
+    no storage configured, a turn too big for the history is truncated anyway,
+    with a marker and a warning). `truncate`: always cap with the two limits
+    below."""
     record_max_value_bytes: int = Field(default=256 * 1024, ge=1024)
+    """With `record: truncate` (or no storage): larger messages, replies and events
+    are recorded as a marker with their size."""
     record_max_turn_bytes: int = Field(default=1024 * 1024, ge=4096, le=1536 * 1024)
+    """What one recorded turn may take inline in history with `record: truncate` (or
+    no external storage)."""
     concurrency: int = Field(default=16, ge=1)
-    # A template over task fields, e.g. "{task.id}" or "{task.data[repo]}"; episodes with
-    # the same rendered key may reuse a parked box on the same worker.
+    """Episodes of a batch in flight at once."""
     reuse_key: str | None = None
+    """A template over task fields, e.g. "{task.id}" or "{task.data[repo]}"; episodes
+    with the same rendered key may reuse a parked box on the same worker."""
     pool: PoolSpec = Field(default_factory=PoolSpec)
-    # The upstream model behind the session's OpenAI-compatible proxy (docs/tools-and-models.md).
+    """The pool's bounds for boxes kept under `reuse_key`."""
     model: ModelSpec | None = None
+    """The upstream model behind the session's OpenAI-compatible proxy (docs/tools-
+    and-models.md)."""
 
     @field_validator("name")
     @classmethod

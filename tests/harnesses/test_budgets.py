@@ -10,7 +10,7 @@ from pathlib import Path
 
 from episodes.harness import NativeDriver
 from episodes.harness.budget import StreamBudget
-from episodes.types.spec import HarnessLimits
+from episodes.types.harness import HarnessLimits
 from tests.harnesses.procs import PeakRss, assert_group_gone, scripted
 
 FAST = {"ready_timeout_s": 5.0, "stop_timeout_s": 1.0}

@@ -11,8 +11,9 @@ from episodes.errors import SecretMissing, SpecError
 from episodes.secret_values import Scrubber, resolve_secrets
 from episodes.session.live import harness_env
 from episodes.truncate import MARKER, NO_STORAGE_REASON, fit_result
+from episodes.types.harness import EnvSecret, FileSecret
 from episodes.types.results import StepOutcome, TurnRecord, TurnResult
-from episodes.types.spec import EnvSecret, FileSecret, SpecWarning, parse_spec
+from episodes.types.spec import SpecWarning, parse_spec
 
 
 def _spec(harness: dict, **over: object):  # type: ignore[no-untyped-def]
