@@ -32,7 +32,7 @@ from episodes.errors import (
     SpecError,
     TurnOutOfOrder,
 )
-from episodes.runtimes.pools import WorkerPools
+from episodes.runtimes.worker_pools import WorkerPools
 from episodes.session.drive import RunAhead, TurnLoop
 from episodes.session.live import LiveSession, score_transcript
 from episodes.session.registry import SessionRegistry

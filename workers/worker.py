@@ -43,7 +43,7 @@ from episodes import contract
 from episodes.breaker import ProvisionBreaker
 from episodes.envs.base import DEFAULT_ENV_THREADS, set_env_threads
 from episodes.payloads.settings import stores_externally
-from episodes.runtimes.pools import WorkerPools
+from episodes.runtimes.worker_pools import WorkerPools
 from episodes.session.registry import SessionRegistry
 from episodes.truncate import HISTORY_TURN_LIMIT
 from episodes.types.tuning import DEFAULT_TASK_QUEUE
