@@ -167,7 +167,7 @@ class SyncEpisodesClient:
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         workflow_id: str | None = None,
         turns_per_run: int = DEFAULT_TURNS_PER_RUN,
-    ) -> SyncSession:
+    ) -> SyncInteractiveSession:
         session = self._loop.run(
             self.async_client.open_session(
                 spec,
@@ -179,7 +179,7 @@ class SyncEpisodesClient:
                 turns_per_run=turns_per_run,
             )
         )
-        return SyncSession(self._loop, session)
+        return SyncInteractiveSession(self._loop, session)
 
     def close(self) -> None:
         self._loop.stop()
@@ -191,7 +191,7 @@ class SyncEpisodesClient:
         self.close()
 
 
-class SyncSession:
+class SyncInteractiveSession:
     """`InteractiveSession` with blocking `step` and `close`."""
 
     def __init__(self, loop: _LoopThread, session: InteractiveSession) -> None:
@@ -231,7 +231,7 @@ class SyncSession:
     def progress(self, *, since: int | None = None, last: int | None = None) -> EpisodeProgress:
         return self._loop.run(self.async_session.progress(since=since, last=last))
 
-    def __enter__(self) -> SyncSession:
+    def __enter__(self) -> SyncInteractiveSession:
         return self
 
     def __exit__(self, *exc: object) -> None:

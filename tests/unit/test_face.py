@@ -12,7 +12,7 @@ import pytest
 import episodes
 from episodes.client.core import EpisodesClient
 from episodes.client.interactive import InteractiveSession
-from episodes.client.sync import SyncEpisodesClient, SyncSession
+from episodes.client.sync import SyncEpisodesClient, SyncInteractiveSession
 
 
 def _public(cls: type) -> dict[str, object]:
@@ -26,7 +26,7 @@ def _params(fn: object) -> list[str]:
 
 @pytest.mark.parametrize(
     ("async_cls", "sync_cls"),
-    [(EpisodesClient, SyncEpisodesClient), (InteractiveSession, SyncSession)],
+    [(EpisodesClient, SyncEpisodesClient), (InteractiveSession, SyncInteractiveSession)],
     ids=["client", "session"],
 )
 def test_the_sync_client_mirrors_every_public_method(async_cls: type, sync_cls: type) -> None:
