@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
+import signal
 import statistics
 from collections import Counter
 from collections.abc import Callable, Coroutine
@@ -266,3 +268,13 @@ def with_config(func: Callable[..., Any]) -> Callable[..., Any]:
     )
     del command.__wrapped__  # typer must read the signature above, not the function's
     return command
+
+
+async def until_signalled() -> None:
+    """Wait for SIGTERM or SIGINT (a long-running command's end)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    await stop.wait()

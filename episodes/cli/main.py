@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -58,7 +56,7 @@ def dev(
                     f"[green]✓[/] worker [bold]{stack.worker.worker_id}[/] on queue "
                     f"{task_queue!r} — Ctrl-C stops it"
                 )
-                await _until_signalled()
+                await common.until_signalled()
 
     common.run(main())
 
@@ -246,15 +244,6 @@ def cleanup(
         common.err_console.print(f"containers: {e}", highlight=False)
     deleted = asyncio.run(reap_orphan_boxes(worker_id))
     common.console.print(f"deleted {deleted} cloud box(es) of dead workers", highlight=False)
-
-
-async def _until_signalled() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
 
 
 def _one_line_spec_warnings() -> None:

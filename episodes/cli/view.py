@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from episodes.cli.common import console, err_console
+from episodes.cli.common import console, err_console, until_signalled
 from episodes.cli.show import show_converter
 from episodes.client.config import Config
 from episodes.client.connect import connect_config
 
 
 async def serve_viewer(cfg: Config, *, host: str, port: int, ui_address: str) -> None:
-    from episodes.cli.main import _until_signalled
     from episodes.viewer import serve
 
     # The reader's converter (`episodes show`'s): keys and storage from the environment,
@@ -29,4 +28,4 @@ async def serve_viewer(cfg: Config, *, host: str, port: int, ui_address: str) ->
             f"namespace {client.namespace!r}) — Ctrl-C stops it",
             highlight=False,
         )
-        await _until_signalled()
+        await until_signalled()

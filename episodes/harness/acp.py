@@ -53,8 +53,13 @@ from episodes.harness.acp_client import (
     unsupported_mcp,
 )
 from episodes.harness.acp_transport import RuntimeTransport
-from episodes.harness.driver import EventCallback
-from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver, ProcessOptions
+from episodes.harness.process import (
+    EXIT_DRAIN_S,
+    EventCallback,
+    Exited,
+    ProcessDriver,
+    ProcessOptions,
+)
 from episodes.runtimes.base import Runtime, RuntimeProcess
 
 __all__ = [

@@ -8,9 +8,9 @@ stopped the process itself.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from episodes.harness.process import EventCallback
 from episodes.types.results import TurnRecord
 
 if TYPE_CHECKING:
@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from episodes.runtimes.base import Runtime
     from episodes.types.spec import EpisodeSpec
 
-EventCallback = Callable[[Any], Awaitable[None] | None]
 
 
 class HarnessDriver(Protocol):

@@ -15,8 +15,13 @@ import time
 from typing import Any, Unpack
 
 from episodes.errors import HarnessReportedError, ProtocolError
-from episodes.harness.driver import EventCallback
-from episodes.harness.process import EXIT_DRAIN_S, Exited, ProcessDriver, ProcessOptions
+from episodes.harness.process import (
+    EXIT_DRAIN_S,
+    EventCallback,
+    Exited,
+    ProcessDriver,
+    ProcessOptions,
+)
 from episodes.harness.protocol import PacketDecoder, encode, read_packet
 from episodes.runtimes.base import Runtime
 

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, TypedDict, Unpack
 
 from episodes.aio import finish
@@ -24,10 +25,12 @@ from episodes.errors import (
     TurnTimeout,
 )
 from episodes.harness.budget import StreamBudget
-from episodes.harness.driver import EventCallback
 from episodes.harness.protocol import READ_CHUNK_BYTES
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
 from episodes.types.results import TurnRecord
+
+# What a driver calls with each harness event of a turn (sync or async).
+EventCallback = Callable[[Any], Awaitable[None] | None]
 
 # After the process exits, what it wrote is already in the pipe: this only bounds the
 # wait for an EOF that a leftover grandchild (holding the pipe open) would withhold.
