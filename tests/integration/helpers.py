@@ -102,3 +102,13 @@ async def drive_result_turns(client, handle) -> list:  # type: ignore[no-untyped
                 [drive] = await client.data_converter.decode(payloads, [DriveResult])
                 out += drive.turns
     return out
+
+
+def host_pid(session: Any) -> int:
+    """A host pid that lives exactly as long as the session's harness can: the harness's
+    own in a process-group box; in a sandbox (whose pids are its own namespace's) the
+    box's bwrap, whose death ends every process in the box."""
+    bwrap = getattr(session.runtime, "bwrap_pid", None)
+    pid = bwrap if bwrap is not None else session.harness.pid
+    assert pid, "the session has no live process"
+    return int(pid)

@@ -227,7 +227,8 @@ async def test_cli_run_batch_with_a_failing_episode(tmp_path, dev_server, worker
     tasks = [
         {"id": "good", "data": KINDS[0]},
         {"id": "half", "data": KINDS[1]},
-        # The script env rejects a task without messages: the episode workflow fails.
+        # The script env rejects a task without messages in reset(): the episode ends
+        # env_error, unscored (env code that raises is an outcome, not a failed workflow).
         {"id": "broken", "data": {"nothing": True}},
     ]
     data = {
@@ -246,22 +247,27 @@ async def test_cli_run_batch_with_a_failing_episode(tmp_path, dev_server, worker
     assert code == 0, stderr + stdout
     assert f"batch.{name}" in stdout
     assert "pass@1" in stdout and "pass@2" in stdout
-    assert "workflow_failed" in stdout
-    # The failure is named, with its root cause.
-    assert f"{name}.broken.s0: script env: task 'broken': data.messages must be" in stdout
+    assert "env_error" in stdout
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted((r["task_id"], r["sample"]) for r in lines) == [
+        ("broken", 0),
+        ("broken", 1),
         ("good", 0),
         ("good", 1),
         ("half", 0),
         ("half", 1),
     ]
+    # The failure is named, with its root cause, and never scored.
+    broken = [r for r in lines if r["task_id"] == "broken"]
+    assert {r["termination"] for r in broken} == {"env_error"}
+    assert all(r["reward"] is None for r in broken)
+    assert "script env: task 'broken': data.messages must be" in broken[0]["error"]
 
     c = await connect(dev_server.address)
     latest = c.get_workflow_handle(batch_workflow_id(name))
     m = await latest.query("metrics", result_type=BatchMetrics)
     assert m.count == 6
-    assert m.terminations == {"env_done": 4, "workflow_failed": 2}
+    assert m.terminations == {"env_done": 4, "env_error": 2}
     assert m.rewarded == 4 and m.mean_reward == pytest.approx(0.75)
     # Threshold 0.5: good and half pass every sample, broken none.
     assert m.passed == 4
@@ -270,6 +276,6 @@ async def test_cli_run_batch_with_a_failing_episode(tmp_path, dev_server, worker
     # Running the same command again re-attaches to the finished batch.
     code, stdout2, stderr = await episodes(*args[:-4])
     assert code == 0, stderr + stdout2
-    assert "workflow_failed" in stdout2
+    assert "env_error" in stdout2
     query = f"EpisodeBatch = '{name}' AND WorkflowType = 'EpisodeWorkflow'"
-    assert await settled_count(c, query + " AND ExecutionStatus = 'Completed'", 4) == 4
+    assert await settled_count(c, query + " AND ExecutionStatus = 'Completed'", 6) == 6

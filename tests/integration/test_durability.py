@@ -16,7 +16,7 @@ from episodes.client.interactive import open_session
 from episodes.types.io import EpisodeProgress
 from tests.conftest import ROOT
 from tests.integration.envs import ENDLESS, FAULTY
-from tests.integration.helpers import pid_alive, spec, wait_until
+from tests.integration.helpers import host_pid, pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 
 QUEUE = "episodes-test"
@@ -62,7 +62,7 @@ async def test_score_past_its_timeout_is_env_error_not_worker_lost(client, worke
     session = await open_session(client, QUEUE, s, s.tasks[0])
     await session.step("m0")
     [entry] = [e for e in worker.registry.entries() if e.workflow_id == session.workflow_id]
-    pid = entry.session.harness.pid
+    pid = host_pid(entry.session)
     result = await asyncio.wait_for(session.close(), 60)
     # Before: every timeout was a lost worker (`worker_lost`, then the workflow failed
     # scoring the transcript with the same hanging env).

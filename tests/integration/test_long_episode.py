@@ -30,7 +30,7 @@ from episodes.types.io import EpisodeInput, EpisodeProgress
 from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT
 from tests.integration.envs import ENDLESS
-from tests.integration.helpers import pid_alive, spec, wait_until
+from tests.integration.helpers import host_pid, pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 from workflows.episode import EpisodeWorkflow
 
@@ -209,7 +209,7 @@ async def test_cancelling_a_continued_run_releases_the_carried_session(
 
     assert await wait_until(continued, timeout=60)
     [entry] = [e for e in can_worker.registry.entries() if e.workflow_id == handle.id]
-    pid = entry.session.harness.pid
+    pid = host_pid(entry.session)
     await handle.cancel()
     result = await asyncio.wait_for(handle.result(), 60)
     assert result.termination == "cancelled" and 3 <= result.turns < 1000

@@ -17,7 +17,7 @@ from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.types.io import EpisodeProgress
 from tests.conftest import ROOT
-from tests.integration.helpers import pid_alive, spec, wait_until
+from tests.integration.helpers import host_pid, pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 
 REPL = ["{python}", "-m", "episodes.harness.reference.repl"]
@@ -104,7 +104,7 @@ async def test_cancelled_episode_releases_its_harness(client, worker) -> None:
     handle = await EpisodesClient(client, task_queue="episodes-test").start_episode(s, s.tasks[0])
     assert await wait_until(lambda: _turns_done(handle, 1), timeout=60)
     [entry] = [e for e in worker.registry.entries() if e.workflow_id == handle.id]
-    pid = entry.session.harness.pid
+    pid = host_pid(entry.session)
     assert pid and pid_alive(pid)
 
     await handle.cancel()
