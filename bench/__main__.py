@@ -33,6 +33,7 @@ BENCHMARKS = {
     "agents": "bench.agent_overhead",
     "training": "bench.training_export",
     "viewer": "bench.viewer",
+    "blocking_score": "bench.blocking_score",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }
