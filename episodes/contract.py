@@ -77,9 +77,7 @@ NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, SPEC_ERROR, ENVIRONMENT_LOAD_ERR
 # `provision` and `restore`: the episode ends `env_error`, scored and released.
 ENV_ERROR: Literal["env_error"] = "env_error"
 PROVISION_OUTCOMES: tuple[Termination, ...] = (*PROVISION_FAILURES, ENV_ERROR)
-# What a batch runs again as a fresh episode (`spec.batch_retries`): the infrastructure
-# failed, not the agent. Every other termination is the agent's outcome.
-INFRA_TERMINATIONS = ("worker_lost",)
+# What a batch runs again as a fresh episode: `episodes.types.results.is_infra_failure`.
 # Raised by `await_episode`: the episode's workflow failed, there is no result.
 EPISODE_FAILED = "EpisodeFailed"
 # Raised by EpisodeWorkflow's `record_turns` validator (rejected Updates leave no trace):
@@ -177,6 +175,11 @@ def session_workflow_id(batch: str, task_id: str, sample: int) -> str:
 def retry_id(workflow_id: str, attempt: int) -> str:
     """A batch's fresh episode after an infrastructure failure: `<id>.r<attempt>`."""
     return workflow_id if attempt == 0 else f"{workflow_id}.r{attempt}"
+
+
+def group_id(batch: str, task_id: str) -> str:
+    """A group: the samples of one task in a batch (GRPO's group), in exports and streams."""
+    return f"{batch}/{task_id}"
 
 
 def batch_workflow_id(batch: str) -> str:

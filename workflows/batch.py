@@ -41,13 +41,19 @@ with workflow.unsafe.imports_passed_through():
         EpisodeInput,
     )
     from episodes.types.metrics import BatchMetrics, MetricsAccumulator, report_ks
-    from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task
+    from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
 
 KEEP_ERRORS = 5
 # Histories recorded before `await_episode` ran on the side queue.
 SIDE_QUEUE_PATCH = "await-episode-side-queue"
 # ... and before a batch ran an episode again after an infrastructure failure.
 BATCH_RETRY_PATCH = "batch-infra-retries"
+# ... and before `model_error` counted as one (the infrastructure set became shared,
+# `episodes.types.results.is_infra_failure`): replaying an older history must not start
+# the `.r<n>` episode it never started.
+SHARED_INFRA_PATCH = "batch-shared-infra-set"
+# What older histories re-ran: worker_lost only (and failed provisions).
+LEGACY_RERUN = ("worker_lost",)
 
 
 @dataclass
@@ -247,8 +253,15 @@ class EvalBatchWorkflow:
             result.termination,
             result.reward,
             result.duration_s,
-            infra=result.termination in contract.INFRA_TERMINATIONS,
+            infra=self._infra(result.termination),
         )
+
+    def _infra(self, termination: str) -> bool:
+        if termination in LEGACY_RERUN:
+            return True
+        # Asked only where the answer can differ, so older histories without the marker
+        # replay as they ran.
+        return is_infra_failure(termination) and workflow.patched(SHARED_INFRA_PATCH)
 
     def _record(self, o: _Outcome) -> None:
         self._acc.add(
@@ -294,6 +307,8 @@ class EvalBatchWorkflow:
                 f"- infrastructure: {m.infra_failures} failed after retries, "
                 f"{m.retried} fresh episodes run again"
             )
+        if m.groups_complete or m.groups_failed:
+            lines.append(f"- groups: {m.groups_complete} complete, {m.groups_failed} failed")
         if self._errors:
             lines.append(f"- last failure: `{self._errors[-1][:300]}`")
         workflow.set_current_details("\n".join(lines))

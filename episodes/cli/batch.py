@@ -99,6 +99,9 @@ def metrics_table(
         table.add_row(f"  {kind}", str(n))
     table.add_row("infrastructure failures", f"{m.infra_failures} (after retries)")
     table.add_row("retried as fresh episodes", str(m.retried))
+    table.add_row(
+        "groups complete / failed", f"{m.groups_complete} / {m.groups_failed} (a task's samples)"
+    )
     d = m.duration_s
     if d.p50 is not None:
         table.add_row("duration p50 / p90 / p99", f"{d.p50:.2f} s / {d.p90:.2f} s / {d.p99:.2f} s")

@@ -18,9 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from episodes import contract
 from episodes.errors import EpisodesError
-from episodes.types.results import EpisodeResult
+from episodes.types.results import INFRA_TERMINATIONS, EpisodeResult
 
 if TYPE_CHECKING:
     from episodes.client.config import Config
@@ -70,7 +69,7 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
         table.add_row(f"  {kind}", str(n))
     # Infrastructure vs agent: a lost worker (after its restarts and the batch's retries)
     # is not the agent's outcome; `.r<n>` episodes are the batch's fresh re-runs.
-    infra = sum(r.termination in contract.INFRA_TERMINATIONS for r in results)
+    infra = sum(r.termination in INFRA_TERMINATIONS for r in results)
     table.add_row("infrastructure failures", f"{infra} (after retries)")
     table.add_row("retried as fresh episodes", str(sum(_is_retry(r.workflow_id) for r in results)))
     restarts = sum(r.restarts for r in results)

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from episodes.contract import group_id
 from episodes.errors import EpisodesError
 from episodes.training.samples import EpisodeSamples
 from episodes.types.results import EpisodeResult
@@ -60,10 +61,6 @@ def check_out(path: Path) -> None:
         _pyarrow()
     if not path.parent.is_dir():
         raise EpisodesError(f"--out {path}: no directory {path.parent}")
-
-
-def group_id(batch: str, task_id: str) -> str:
-    return f"{batch}/{task_id}"
 
 
 def advantages(results: Sequence[EpisodeResult], *, normalize_std: bool) -> dict[str, float | None]:

@@ -7,7 +7,9 @@ run as it is. Its size does not grow with the number of episodes:
 - pass@k: per task only while its samples are still arriving (`open_tasks`); once a
   task has all `samples` results its pass@1..samples values are folded into running
   sums and the task is forgotten. Work runs task by task, so few tasks are open;
-- durations: a log-bucketed histogram (relative error under 1%, `DurationSketch`).
+- durations: a log-bucketed histogram (relative error under 1%, `DurationSketch`);
+- groups (a task's samples): complete, or failed when a member ended for an
+  infrastructure reason after its retries, counted as each task closes.
 
 Pass: an episode passes when its reward is not None and `reward >= pass_threshold`
 (default 1.0: only fully correct episodes pass). pass@k is the unbiased estimator of
@@ -124,15 +126,23 @@ class BatchMetrics(Model):
     duration_s: DurationSummary = Field(default_factory=DurationSummary)
     infra_failures: int = 0
     """Episodes that ended for an infrastructure reason (a lost worker after its
-    restarts, a failed provision) even after `batch_retries`: not the agent's
-    doing. Agent outcomes are every other termination."""
+    restarts, a model upstream that gave up, a failed provision) even after
+    `batch_retries`: not the agent's doing. Agent outcomes are every other termination."""
     retried: int = 0
     """Fresh episodes run again after an infrastructure failure (`<id>.r1`, ...)."""
+    groups_complete: int = 0
+    """Groups (a task's samples in the batch, `contract.group_id`) whose every member
+    ended with an outcome of the agent's or the env's: a trainer may learn from them."""
+    groups_failed: int = 0
+    """Groups with a member that ended for an infrastructure reason even after its
+    retries: a trainer masks the whole group (its baseline would be biased)."""
 
 
 class PassTally(Model):
     n: int = 0
     passed: int = 0
+    infra: int = 0
+    """Members that ended for an infrastructure reason (0 in histories from before)."""
 
 
 class MetricsAccumulator(Model):
@@ -152,6 +162,8 @@ class MetricsAccumulator(Model):
     durations: DurationSketch = Field(default_factory=DurationSketch)
     infra_failures: int = 0
     retried: int = 0
+    groups_complete: int = 0
+    groups_failed: int = 0
 
     def passes(self, reward: float | None) -> bool:
         return reward is not None and reward >= self.pass_threshold
@@ -179,6 +191,7 @@ class MetricsAccumulator(Model):
         tally = self.open_tasks.setdefault(task_id, PassTally())
         tally.n += 1
         tally.passed += passed
+        tally.infra += infra
         if tally.n >= self.samples:
             self._close(task_id)
 
@@ -189,6 +202,10 @@ class MetricsAccumulator(Model):
         for k in range(1, self.samples + 1):
             self.closed_pass_sums[k - 1] += pass_at_k(tally.n, tally.passed, k)
         self.closed_tasks += 1
+        if tally.infra:
+            self.groups_failed += 1
+        else:
+            self.groups_complete += 1
 
     def summary(self) -> BatchMetrics:
         pass_at: dict[int, float] = {}
@@ -216,6 +233,8 @@ class MetricsAccumulator(Model):
             terminations=dict(sorted(self.terminations.items())),
             infra_failures=self.infra_failures,
             retried=self.retried,
+            groups_complete=self.groups_complete,
+            groups_failed=self.groups_failed,
             duration_s=DurationSummary(
                 p50=d.quantile(0.5),
                 p90=d.quantile(0.9),

@@ -42,6 +42,45 @@ Termination = Literal[
 # The termination a batch records for an episode whose workflow failed (no EpisodeResult).
 WORKFLOW_FAILED: Final = "workflow_failed"
 
+# -- whose doing an outcome is, defined once ----------------------------------------------
+# Batches, groups (`run_batch(groups=True)`), the viewer's split and its search filter
+# all read these. The infrastructure's: a worker lost after its restarts, a model
+# upstream that gave up (the proxy's retries exhausted; a 4xx is the harness's own
+# doing and ends otherwise), a workflow that failed with no result (a provision that
+# could not get a box, the server's doing; a bug too, which is why only a provision's
+# counts as re-runnable, see `is_infra_failure`). The agent's: its harness crashed,
+# broke the protocol, timed out or reported an error. The env's own code raising is
+# neither; clean endings (the env said done, the turn budget ran out, the trainer
+# closed the session) are outcomes, not failures.
+
+# What a batch runs again as a fresh episode (`<id>.r<n>`): the agent had no say in it.
+RERUN_TERMINATIONS: frozenset[str] = frozenset({"worker_lost", "model_error"})
+INFRA_TERMINATIONS: frozenset[str] = frozenset(
+    {*RERUN_TERMINATIONS, WORKFLOW_FAILED, "terminated", "timed_out"}
+)
+AGENT_TERMINATIONS: frozenset[str] = frozenset(
+    {
+        "harness_start_failed",
+        "harness_crashed",
+        "harness_error",
+        "protocol_error",
+        "turn_timeout",
+        "idle_timeout",
+    }
+)
+ENV_TERMINATIONS: frozenset[str] = frozenset({"env_error"})
+OK_TERMINATIONS: frozenset[str] = frozenset({"env_done", "max_turns", "closed"})
+
+
+def is_infra_failure(termination: str, *, provision_failed: bool = False) -> bool:
+    """Whether an episode that ended so is run again as a fresh episode: a rerun
+    termination, or a failed workflow whose `provision` failed for a non-harness reason
+    (after Temporal's retries: no box could be had)."""
+    return termination in RERUN_TERMINATIONS or (
+        termination == WORKFLOW_FAILED and provision_failed
+    )
+
+
 # The subset of terminations that a failing harness or runtime produces.
 ErrorType = Literal[
     "harness_start_failed",

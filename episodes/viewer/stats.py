@@ -13,34 +13,17 @@ import statistics
 from collections import defaultdict
 from typing import Any, Literal
 
-from episodes import contract
 from episodes.types.metrics import pass_at_k, report_ks
-from episodes.types.results import WORKFLOW_FAILED
+from episodes.types.results import (
+    AGENT_TERMINATIONS,
+    ENV_TERMINATIONS,
+    INFRA_TERMINATIONS,
+    OK_TERMINATIONS,
+)
 
 Side = Literal["ok", "agent", "env", "infra", "other", "running"]
 
-# Whose doing an outcome is, defined once (the batch page's split, its search filter).
-# The infrastructure's: a worker lost after its restarts (what a batch retries), a
-# workflow that failed with no result (a provision that could not get a box, the
-# server's doing), and a model upstream that gave up (the proxy's retries exhausted).
-# The agent's: its harness crashed, broke the protocol, timed out or reported an error.
-# The env's own code raising is neither; clean endings (the env said done, the turn
-# budget ran out, the trainer closed the session) are outcomes, not failures.
-INFRA_TERMINATIONS: frozenset[str] = frozenset(
-    {*contract.INFRA_TERMINATIONS, WORKFLOW_FAILED, "model_error", "terminated", "timed_out"}
-)
-AGENT_TERMINATIONS: frozenset[str] = frozenset(
-    {
-        "harness_start_failed",
-        "harness_crashed",
-        "harness_error",
-        "protocol_error",
-        "turn_timeout",
-        "idle_timeout",
-    }
-)
-ENV_TERMINATIONS: frozenset[str] = frozenset({contract.ENV_ERROR})
-OK_TERMINATIONS: frozenset[str] = frozenset({"env_done", "max_turns", "closed"})
+# Whose doing an outcome is: defined once, in the types floor (`episodes.types.results`).
 
 
 def side(termination: str | None) -> Side:

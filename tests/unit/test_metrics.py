@@ -77,6 +77,25 @@ def test_threshold_and_partial_tasks() -> None:
     assert list(acc.open_tasks) == ["b"]
 
 
+def test_groups_complete_or_failed_as_their_tasks_close() -> None:
+    acc = _acc(samples=2)
+    acc.add("a", "env_done", 1.0, 1.0)
+    acc.add("b", "worker_lost", None, 1.0, infra=True, retries=1)
+    acc.add("a", "harness_crashed", None, 1.0)  # the agent's outcome: a complete group
+    m = acc.summary()
+    assert (m.groups_complete, m.groups_failed) == (1, 0)  # b is still open
+    acc.add("b", "env_done", 0.0, 1.0)
+    m = acc.summary()
+    assert (m.groups_complete, m.groups_failed) == (1, 1)
+
+
+def test_metrics_from_before_groups_still_decode() -> None:
+    old = {"samples": 2, "count": 1, "open_tasks": {"a": {"n": 1, "passed": 1}}}
+    acc = MetricsAccumulator.model_validate(old)
+    acc.add("a", "env_done", 1.0, 1.0)
+    assert (acc.summary().groups_complete, acc.summary().groups_failed) == (1, 0)
+
+
 def test_accumulator_survives_a_json_round_trip() -> None:
     """What continue-as-new does to it: serialize, carry, keep adding."""
     acc = _acc(samples=2)
