@@ -11,31 +11,44 @@ restarts re-attaches to running or finished episodes instead of duplicating them
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import time
+from collections import deque
 from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, overload
 
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.converter import DataConverter
-from temporalio.exceptions import ActivityError, FailureError, WorkflowAlreadyStartedError
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
+from episodes.client.dispatch import (
+    Member,
+    Outcome,
+    await_result,
+    cancel_episode,
+    dispatch_spec,
+    run_member,
+)
 from episodes.client.interactive import InteractiveSession, open_session
-from episodes.errors import EpisodeFailed
+from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes
 from episodes.specfile import load_spec
 from episodes.types.io import EpisodeInput
-from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, Transcript
+from episodes.types.results import EpisodeResult, Task, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, DEFAULT_TURNS_PER_RUN
+
+if TYPE_CHECKING:
+    from episodes.client.groups import Group
 
 
 class EpisodesClient:
     def __init__(self, client: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
         self.client = client
         self.task_queue = task_queue
+        # The policy version episodes are dispatched at (`run_batch`); None: the spec's.
+        self.policy_version: int | None = None
 
     @classmethod
     async def connect(
@@ -123,7 +136,7 @@ class EpisodesClient:
         self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
     ) -> EpisodeResult:
         handle = await self.start_episode(spec, task, sample, batch=batch)
-        return await _result(handle)
+        return await await_result(handle)
 
     async def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript from its history, every run of
@@ -156,117 +169,99 @@ class EpisodesClient:
             turns_per_run=turns_per_run,
         )
 
-    async def run_batch(
+    @overload
+    def run_batch(
         self,
         spec: EpisodeSpec | str | Path,
         *,
         concurrency: int | None = None,
         batch: str | None = None,
-    ) -> AsyncGenerator[EpisodeResult, None]:
+        groups: Literal[False] = False,
+        policy_version: int | None = None,
+        max_staleness: int | None = None,
+    ) -> AsyncGenerator[EpisodeResult, None]: ...
+
+    @overload
+    def run_batch(
+        self,
+        spec: EpisodeSpec | str | Path,
+        *,
+        concurrency: int | None = None,
+        batch: str | None = None,
+        groups: Literal[True],
+        policy_version: int | None = None,
+        max_staleness: int | None = None,
+    ) -> AsyncGenerator[Group, None]: ...
+
+    def run_batch(
+        self,
+        spec: EpisodeSpec | str | Path,
+        *,
+        concurrency: int | None = None,
+        batch: str | None = None,
+        groups: bool = False,
+        policy_version: int | None = None,
+        max_staleness: int | None = None,
+    ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
 
         An episode whose workflow failed is yielded as a `workflow_failed` result (its
-        `error` says why); the stream goes on. Closing or cancelling the iterator cancels
-        the episodes it still waits for; running the batch again runs those as fresh
-        attempts (`<id>.r<n>`) and re-attaches to the ones that finished.
+        `error` says why); the stream goes on. One that ended for an infrastructure
+        reason runs again as a fresh episode, up to `batch_retries`. Closing or
+        cancelling the iterator cancels the episodes it still waits for; running the
+        batch again runs those as fresh attempts (`<id>.r<n>`) and re-attaches to the
+        ones that finished.
+
+        `groups`: yield each task's samples as one `Group` once all ended, members
+        re-run up to `group_retries` (`episodes.client.groups`). `policy_version`: set
+        `self.policy_version` now; every episode is dispatched at `self.policy_version`
+        as it is then (`model.policy_version`, recorded on each model call), so a
+        trainer moves it on by setting the attribute. `max_staleness` (groups only):
+        a group not complete while `self.policy_version` is more than this ahead of its
+        version is cancelled and dispatched again at the current version.
         """
         if not isinstance(spec, EpisodeSpec):
             spec = load_spec(spec)
-        work = [(t, s) for t in spec.load_tasks() for s in range(spec.samples)]
+        if policy_version is not None:
+            self.policy_version = policy_version
         limit = concurrency or spec.concurrency
-        pending: set[asyncio.Task[EpisodeResult]] = set()
+        if groups:
+            from episodes.client.groups import stream_groups
 
-        async def one(task: Task, sample: int, box: dict) -> EpisodeResult:
-            began = time.monotonic()
-            attempt = retries = 0
-            while True:
-                box["handle"], closed = await self._start_episode(
-                    spec, task, sample, batch=batch, attempt=attempt
+            if max_staleness is not None and self.policy_version is None:
+                raise EpisodesError(
+                    "max_staleness needs a policy version: pass policy_version= "
+                    "or set client.policy_version"
                 )
-                attempt += 1
-                try:
-                    result = await _result(box["handle"])
-                except EpisodeFailed as e:
-                    # An infrastructure failure (not the agent's) runs again as a fresh
-                    # episode; any other is this episode's result, not the batch's end.
-                    if e.provision_failed and retries < spec.batch_retries:
-                        retries += 1
-                        continue
-                    return _failed_result(spec, task, sample, e, time.monotonic() - began)
-                if closed and result.termination == "cancelled":
-                    # Cancelled when an earlier run_batch was left (Ctrl-C, an exception
-                    # in the trainer's loop): its id is closed for good, so run it as the
-                    # next attempt. Cancelled while this run waits: that is its result.
-                    continue
-                if result.termination in contract.INFRA_TERMINATIONS and (
-                    retries < spec.batch_retries
-                ):
-                    retries += 1
-                    continue
-                return result
+            return stream_groups(self, spec, batch=batch, limit=limit, max_staleness=max_staleness)
+        if max_staleness is not None:
+            raise EpisodesError("max_staleness applies to groups: pass groups=True")
+        return self._stream_results(spec, batch=batch, limit=limit)
 
-        boxes: dict[asyncio.Task[EpisodeResult], dict] = {}
-        queue = iter(work)
+    async def _stream_results(
+        self, spec: EpisodeSpec, *, batch: str | None, limit: int
+    ) -> AsyncGenerator[EpisodeResult, None]:
+        work = deque(Member(t, s) for t in spec.load_tasks() for s in range(spec.samples))
+        running: dict[asyncio.Task[Outcome], Member] = {}
         try:
             while True:
-                while len(pending) < limit:
-                    nxt = next(queue, None)
-                    if nxt is None:
-                        break
-                    box: dict = {}
-                    t = asyncio.create_task(one(*nxt, box))
-                    boxes[t] = box
-                    pending.add(t)
-                if not pending:
+                while len(running) < limit and work:
+                    m = work.popleft()
+                    at = dispatch_spec(spec, self.policy_version)
+                    t = asyncio.create_task(
+                        run_member(self, at, m, batch=batch, budget=spec.batch_retries)
+                    )
+                    running[t] = m
+                if not running:
                     return
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
-                    boxes.pop(t, None)
-                    yield t.result()
+                    running.pop(t)
+                    yield t.result().result
         finally:
-            for t in pending:
+            for t in running:
                 t.cancel()
-                handle = boxes.get(t, {}).get("handle")
-                if handle is not None:
-                    with contextlib.suppress(Exception):
-                        await handle.cancel()
-
-
-async def _result(handle: WorkflowHandle) -> EpisodeResult:
-    try:
-        return await handle.result()
-    except WorkflowFailureError as e:
-        raise _failed(handle.id, e) from None
-
-
-def _failed(workflow_id: str, cause: BaseException) -> EpisodeFailed:
-    detail = cause.cause if isinstance(cause, WorkflowFailureError) else cause
-    # `provision` failed after Temporal's retries for a non-harness reason.
-    provision_failed = (
-        isinstance(detail, ActivityError) and detail.activity_type == contract.PROVISION
-    )
-    root = detail
-    while isinstance(root, FailureError) and root.cause is not None:
-        root = root.cause  # "Activity task failed" says nothing: the innermost does
-    message = str(detail) if root is detail else f"{detail}: {root}"
-    return EpisodeFailed(workflow_id, message, provision_failed=provision_failed)
-
-
-def _failed_result(
-    spec: EpisodeSpec, task: Task, sample: int, e: EpisodeFailed, duration_s: float
-) -> EpisodeResult:
-    """A batch's record of an episode whose workflow failed (as EvalBatchWorkflow's)."""
-    return EpisodeResult(
-        workflow_id=e.workflow_id,
-        task_id=task.id,
-        sample=sample,
-        env=spec.env,
-        spec_name=spec.name,
-        termination=WORKFLOW_FAILED,
-        error=str(e),
-        turns=0,
-        duration_s=duration_s,
-    )
+            await asyncio.gather(*(cancel_episode(self.client, m.wid) for m in running.values()))
 
 
 async def connect(

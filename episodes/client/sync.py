@@ -15,14 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import AsyncGenerator, Coroutine, Generator, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from temporalio.converter import DataConverter
 
 from episodes.client.core import EpisodesClient
+from episodes.client.groups import Group
 from episodes.client.interactive import InteractiveSession
+from episodes.training.samples import EpisodeSamples
 from episodes.types.io import EpisodeProgress, StepReply
 from episodes.types.results import EpisodeResult, Task, Termination, Transcript
 from episodes.types.spec import EpisodeSpec
@@ -129,26 +131,89 @@ class SyncEpisodesClient:
     ) -> EpisodeResult:
         return self._loop.run(self.async_client.run_episode(spec, task, sample, batch=batch))
 
+    @property
+    def policy_version(self) -> int | None:
+        """The policy version episodes are dispatched at (`run_batch`); set it to move on."""
+        return self.async_client.policy_version
+
+    @policy_version.setter
+    def policy_version(self, version: int | None) -> None:
+        self.async_client.policy_version = version
+
+    @overload
     def run_batch(
         self,
         spec: EpisodeSpec | str | Path,
         *,
         concurrency: int | None = None,
         batch: str | None = None,
-    ) -> Iterator[EpisodeResult]:
-        """Results as each episode finishes. Closing the iterator early (`break`, an
-        exception, `.close()`) cancels the episodes it still waits for."""
-        agen = self.async_client.run_batch(spec, concurrency=concurrency, batch=batch)
+        groups: Literal[False] = False,
+        policy_version: int | None = None,
+        max_staleness: int | None = None,
+    ) -> Iterator[EpisodeResult]: ...
 
-        async def next_result() -> Any:
+    @overload
+    def run_batch(
+        self,
+        spec: EpisodeSpec | str | Path,
+        *,
+        concurrency: int | None = None,
+        batch: str | None = None,
+        groups: Literal[True],
+        policy_version: int | None = None,
+        max_staleness: int | None = None,
+    ) -> Iterator[SyncGroup]: ...
+
+    def run_batch(
+        self,
+        spec: EpisodeSpec | str | Path,
+        *,
+        concurrency: int | None = None,
+        batch: str | None = None,
+        groups: bool = False,
+        policy_version: int | None = None,
+        max_staleness: int | None = None,
+    ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]:
+        """Results as each episode finishes, or with `groups` each task's samples as a
+        `SyncGroup` once all ended (see `EpisodesClient.run_batch`). Closing the iterator
+        early (`break`, an exception, `.close()`) cancels the episodes it still waits for."""
+        if groups:
+            grouped = self.async_client.run_batch(
+                spec,
+                concurrency=concurrency,
+                batch=batch,
+                groups=True,
+                policy_version=policy_version,
+                max_staleness=max_staleness,
+            )
+            return self._groups(grouped)
+        results = self.async_client.run_batch(
+            spec,
+            concurrency=concurrency,
+            batch=batch,
+            policy_version=policy_version,
+            max_staleness=max_staleness,
+        )
+        return self._iterate(results)
+
+    def _groups(self, agen: AsyncGenerator[Group, None]) -> Iterator[SyncGroup]:
+        inner = self._iterate(agen)
+        try:
+            for group in inner:
+                yield SyncGroup(self._loop, group)
+        finally:
+            inner.close()  # now, not when collected: it cancels the episodes left
+
+    def _iterate(self, agen: AsyncGenerator[T, None]) -> Generator[T, None, None]:
+        async def next_item() -> Any:
             try:
                 return await agen.__anext__()
             except StopAsyncIteration:
                 return _END
 
         try:
-            while (result := self._loop.run(next_result())) is not _END:
-                yield result
+            while (item := self._loop.run(next_item())) is not _END:
+                yield item
         finally:
             if not self._loop.closed:
                 self._loop.run(agen.aclose())
@@ -236,3 +301,49 @@ class SyncInteractiveSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class SyncGroup:
+    """`Group` with a blocking `samples()`: a task's samples in a batch, every member ended."""
+
+    def __init__(self, loop: _LoopThread, group: Group) -> None:
+        self._loop = loop
+        self.async_group = group
+
+    @property
+    def group_id(self) -> str:
+        return self.async_group.group_id
+
+    @property
+    def batch(self) -> str:
+        return self.async_group.batch
+
+    @property
+    def task_id(self) -> str:
+        return self.async_group.task_id
+
+    @property
+    def policy_version(self) -> int | None:
+        return self.async_group.policy_version
+
+    @property
+    def results(self) -> list[EpisodeResult]:
+        return self.async_group.results
+
+    @property
+    def failed(self) -> str | None:
+        return self.async_group.failed
+
+    @property
+    def retried(self) -> int:
+        return self.async_group.retried
+
+    @property
+    def stale(self) -> int:
+        return self.async_group.stale
+
+    def advantages(self, normalize_std: bool = False) -> list[float | None]:
+        return self.async_group.advantages(normalize_std)
+
+    def samples(self) -> list[EpisodeSamples]:
+        return self._loop.run(self.async_group.samples())

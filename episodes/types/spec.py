@@ -111,6 +111,10 @@ class EpisodeSpec(Model):
     """Batches (`episodes run`, EvalBatchWorkflow) run an episode that ended for an
     infrastructure reason again, as a fresh episode (`<id>.r1`, ...), this many
     times."""
+    group_retries: int = Field(default=1, ge=0)
+    """Groups (`run_batch(groups=True)`): how many times each member that ended for an
+    infrastructure reason (a lost worker, a model upstream that gave up, a provision
+    that got no box) runs again as a fresh episode before its group is yielded failed."""
     worker_lost_timeout_s: Seconds = 10.0
     """How long a session's worker may be silent (no heartbeat, no poll) before the
     episode ends with `worker_lost`. Detection takes at most about twice this."""

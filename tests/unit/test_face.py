@@ -11,12 +11,17 @@ import pytest
 
 import episodes
 from episodes.client.core import EpisodesClient
+from episodes.client.groups import Group
 from episodes.client.interactive import InteractiveSession
-from episodes.client.sync import SyncEpisodesClient, SyncInteractiveSession
+from episodes.client.sync import SyncEpisodesClient, SyncGroup, SyncInteractiveSession
 
 
 def _public(cls: type) -> dict[str, object]:
-    return {n: v for n, v in vars(cls).items() if not n.startswith("_")}
+    # `model_*` is pydantic's namespace, not ours.
+    found = {n: v for n, v in vars(cls).items() if not n.startswith(("_", "model_"))}
+    for name in getattr(cls, "model_fields", {}):  # a model's fields: mirrored as properties
+        found.setdefault(name, property())
+    return found
 
 
 def _params(fn: object) -> list[str]:
@@ -26,8 +31,12 @@ def _params(fn: object) -> list[str]:
 
 @pytest.mark.parametrize(
     ("async_cls", "sync_cls"),
-    [(EpisodesClient, SyncEpisodesClient), (InteractiveSession, SyncInteractiveSession)],
-    ids=["client", "session"],
+    [
+        (EpisodesClient, SyncEpisodesClient),
+        (InteractiveSession, SyncInteractiveSession),
+        (Group, SyncGroup),
+    ],
+    ids=["client", "session", "group"],
 )
 def test_the_sync_client_mirrors_every_public_method(async_cls: type, sync_cls: type) -> None:
     ours = _public(sync_cls)

@@ -1,0 +1,144 @@
+"""One member of a client-side batch: its episode, run again as a fresh one after an
+infrastructure failure, and the record of a workflow that failed.
+
+`run_member` is the loop both `run_batch` streams share (episodes one by one, or whole
+groups): start `<batch>.<task>.s<sample>` (or attach to it), and while it ends for an
+infrastructure reason (`episodes.types.results.is_infra_failure`) and the budget
+allows, run the next attempt `<id>.r<n>`. `Member` keeps the next attempt number and
+the id in flight, so a caller that cancels the member (a stale group, a trainer that
+left) cancels that episode by id and never reuses the id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import ActivityError, FailureError
+
+from episodes import contract
+from episodes.errors import EpisodeFailed, EpisodesError
+from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
+from episodes.types.spec import EpisodeSpec
+
+if TYPE_CHECKING:
+    from episodes.client.core import EpisodesClient
+
+
+@dataclass
+class Member:
+    """One (task, sample) of a batch across its attempts."""
+
+    task: Task
+    sample: int
+    attempt: int = 0
+    """The next attempt number: taken before its start, so no id is started twice."""
+    retries: int = 0
+    """Fresh episodes run for it after infrastructure failures."""
+    wid: str | None = None
+    """The episode being started or awaited (to cancel it by id)."""
+    began: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class Outcome:
+    result: EpisodeResult
+    infra: bool
+    """It ended for an infrastructure reason, after the retries its budget allowed."""
+
+
+def dispatch_spec(spec: EpisodeSpec, policy_version: int | None) -> EpisodeSpec:
+    """The spec an episode is dispatched with: `model.policy_version` set (recorded on
+    every model call the episode makes)."""
+    if policy_version is None:
+        return spec
+    if spec.model is None:
+        raise EpisodesError(
+            f"policy_version {policy_version}: spec {spec.name!r} has no `model`; the "
+            "version is recorded on the model calls of its proxy (add a `model`, or drop it)"
+        )
+    model = spec.model.model_copy(update={"policy_version": policy_version})
+    return spec.model_copy(update={"model": model})
+
+
+async def run_member(
+    ec: EpisodesClient, spec: EpisodeSpec, m: Member, *, batch: str | None, budget: int
+) -> Outcome:
+    """The member's result: an infrastructure failure runs again as a fresh episode while
+    `m.retries < budget`; a failed workflow is a `workflow_failed` result, not a raise."""
+    while True:
+        attempt, m.attempt = m.attempt, m.attempt + 1
+        m.wid = contract.retry_id(
+            contract.episode_id(batch or spec.name, m.task.id, m.sample), attempt
+        )
+        handle, closed = await ec._start_episode(
+            spec, m.task, m.sample, batch=batch, attempt=attempt
+        )
+        try:
+            result = await await_result(handle)
+        except EpisodeFailed as e:
+            if e.provision_failed and m.retries < budget:
+                m.retries += 1
+                continue
+            failed = failed_result(spec, m.task, m.sample, e, time.monotonic() - m.began)
+            return Outcome(
+                failed, is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed)
+            )
+        if closed and result.termination == "cancelled":
+            # Cancelled when an earlier run_batch was left (Ctrl-C, an exception in the
+            # trainer's loop) or a stale group was dispatched again: its id is closed for
+            # good, so run the next attempt. Cancelled while this run waits: its result.
+            continue
+        infra = is_infra_failure(result.termination)
+        if infra and m.retries < budget:
+            m.retries += 1
+            continue
+        return Outcome(result, infra)
+
+
+async def cancel_episode(client: Client, workflow_id: str | None) -> None:
+    """Ask the episode to cancel (it releases its box); quietly, it may be closed."""
+    if workflow_id is None:
+        return
+    with contextlib.suppress(Exception):
+        await client.get_workflow_handle(workflow_id).cancel()
+
+
+async def await_result(handle: WorkflowHandle) -> EpisodeResult:
+    try:
+        return await handle.result()
+    except WorkflowFailureError as e:
+        raise failed(handle.id, e) from None
+
+
+def failed(workflow_id: str, cause: BaseException) -> EpisodeFailed:
+    detail = cause.cause if isinstance(cause, WorkflowFailureError) else cause
+    # `provision` failed after Temporal's retries for a non-harness reason.
+    provision_failed = (
+        isinstance(detail, ActivityError) and detail.activity_type == contract.PROVISION
+    )
+    root = detail
+    while isinstance(root, FailureError) and root.cause is not None:
+        root = root.cause  # "Activity task failed" says nothing: the innermost does
+    message = str(detail) if root is detail else f"{detail}: {root}"
+    return EpisodeFailed(workflow_id, message, provision_failed=provision_failed)
+
+
+def failed_result(
+    spec: EpisodeSpec, task: Task, sample: int, e: EpisodeFailed, duration_s: float
+) -> EpisodeResult:
+    """A batch's record of an episode whose workflow failed (as EvalBatchWorkflow's)."""
+    return EpisodeResult(
+        workflow_id=e.workflow_id,
+        task_id=task.id,
+        sample=sample,
+        env=spec.env,
+        spec_name=spec.name,
+        termination=WORKFLOW_FAILED,
+        error=str(e),
+        turns=0,
+        duration_s=duration_s,
+    )

@@ -1,0 +1,224 @@
+"""Groups: the samples of one task in a batch, streamed whole (`run_batch(groups=True)`).
+
+    async for group in client.run_batch(spec, groups=True, policy_version=v, max_staleness=1):
+        if group.failed:                       # an infrastructure failure past its retries
+            continue                           # mask the whole group: no baseline from part
+        advantages = group.advantages()        # reward minus the group's mean (GRPO)
+        samples = await group.samples()        # token ids, masks, logprobs per episode
+        client.policy_version = v = v + 1      # after the update: stale groups run again
+
+A group (`contract.group_id`: batch/task, as `episodes export` names it) is yielded once
+every member ended. A member that ends for an infrastructure reason (a lost worker, a
+model upstream that gave up, a provision that got no box: `is_infra_failure`) runs
+again as a fresh episode `<id>.r<n>`, up to the spec's `group_retries` times; past that
+the group is yielded with `failed` set to why. Never a fabricated reward, never a
+silently smaller group.
+
+Policy versions: every member of a group is dispatched at the version the group was
+first dispatched at (`model.policy_version`, recorded on each model call). With
+`max_staleness=K`, a group not complete while the client's `policy_version` is more
+than K ahead of it is cancelled (its episodes cancelled, so they release their boxes)
+and dispatched again at the current version, as fresh attempts; `Group.stale` counts
+those re-dispatches. Complete groups are yielded as they are, with their version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr
+
+from episodes import contract
+from episodes.client.dispatch import Member, Outcome, cancel_episode, dispatch_spec, run_member
+from episodes.errors import EpisodesError
+from episodes.training.export import advantages
+from episodes.training.samples import EpisodeSamples, samples_of
+from episodes.types.results import EpisodeResult, Transcript
+from episodes.types.spec import EpisodeSpec
+
+if TYPE_CHECKING:
+    from episodes.client.core import EpisodesClient
+
+# How often a waiting stream looks at `client.policy_version` when no episode ends (a
+# trainer may move it from another task while the stream waits).
+VERSION_POLL_S = 1.0
+
+Fetch = Callable[[str], Awaitable[Transcript]]
+
+
+class Group(BaseModel):
+    """The samples of one task in a batch, every member ended."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_id: str
+    """`<batch>/<task id>`, as `episodes export` names it."""
+    batch: str
+    task_id: str
+    policy_version: int | None = None
+    """The version every member was dispatched at (None: the spec's, unversioned)."""
+    results: list[EpisodeResult]
+    """One per sample, in sample order: the last attempt of each."""
+    failed: str | None = None
+    """Why the group cannot be trained on (a member's infrastructure failure after its
+    retries), or None. A trainer masks a failed group whole."""
+    retried: int = 0
+    """Fresh episodes run for its members after infrastructure failures."""
+    stale: int = 0
+    """Times the group was cancelled as stale and dispatched again at a newer version."""
+
+    _fetch: Fetch | None = PrivateAttr(default=None)
+    _samples: list[EpisodeSamples] | None = PrivateAttr(default=None)
+
+    def advantages(self, normalize_std: bool = False) -> list[float | None]:
+        """Per result: reward minus the group's mean reward, divided by the group's std
+        (+1e-4) with `normalize_std` (as `episodes export`). All None when the group
+        failed or any member has no reward: a baseline over part of a group is biased."""
+        if self.failed is not None:
+            return [None] * len(self.results)
+        by_id = advantages(self.results, normalize_std=normalize_std)
+        return [by_id[r.workflow_id] for r in self.results]
+
+    async def samples(self) -> list[EpisodeSamples]:
+        """Per result, its training samples (`episodes.training.samples`), from the
+        transcripts read back from history on first use."""
+        if self._samples is None:
+            if self._fetch is None:
+                raise EpisodesError(f"group {self.group_id}: not from a client, no history")
+            fetch = self._fetch
+            transcripts = await asyncio.gather(*(fetch(r.workflow_id) for r in self.results))
+            self._samples = [samples_of(t) for t in transcripts]
+        return self._samples
+
+
+@dataclass
+class _State:
+    """A group while it runs."""
+
+    task_id: str
+    members: list[Member]
+    version: int | None = None
+    dispatched: bool = False
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    stale: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return len(self.outcomes) == len(self.members)
+
+
+async def stream_groups(
+    ec: EpisodesClient,
+    spec: EpisodeSpec,
+    *,
+    batch: str | None,
+    limit: int,
+    max_staleness: int | None,
+) -> AsyncGenerator[Group, None]:
+    """`run_batch(groups=True)`: see the module doc. At most `limit` episodes in flight;
+    groups are dispatched in task order, a stale one ahead of the rest."""
+    name = batch or spec.name
+    states = [_State(t.id, [Member(t, s) for s in range(spec.samples)]) for t in spec.load_tasks()]
+    queue: deque[tuple[_State, Member]] = deque((g, m) for g in states for m in g.members)
+    running: dict[asyncio.Task[Outcome], tuple[_State, Member]] = {}
+    open_groups = set(range(len(states)))
+
+    async def stop(g: _State) -> None:
+        """Cancel the group's running members and their episodes (by id: one still
+        being started has no handle yet)."""
+        mine = [(t, m) for t, (owner, m) in running.items() if owner is g]
+        for t, _ in mine:
+            t.cancel()
+        for t, _ in mine:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+            del running[t]
+        await asyncio.gather(*(cancel_episode(ec.client, m.wid) for _, m in mine))
+
+    try:
+        while True:
+            current = ec.policy_version
+            if max_staleness is not None and current is not None:
+                for i in sorted(open_groups, reverse=True):
+                    g = states[i]
+                    if not g.dispatched or g.version is None:
+                        continue
+                    if current - g.version <= max_staleness:
+                        continue
+                    # Stale and not complete: cancel it and dispatch it whole again.
+                    await stop(g)
+                    for m in g.members:
+                        m.wid, m.began = None, time.monotonic()
+                    g.outcomes.clear()
+                    g.stale += 1
+                    g.dispatched, g.version = False, None
+                    rest = [(o, m) for o, m in queue if o is not g]
+                    queue.clear()
+                    queue.extend([(g, m) for m in g.members] + rest)
+            while len(running) < limit and queue:
+                g, m = queue.popleft()
+                if not g.dispatched:
+                    g.dispatched, g.version = True, ec.policy_version
+                t = asyncio.create_task(
+                    run_member(
+                        ec,
+                        dispatch_spec(spec, g.version),
+                        m,
+                        batch=batch,
+                        budget=spec.group_retries,
+                    )
+                )
+                running[t] = (g, m)
+            if not running:
+                return
+            done, _ = await asyncio.wait(
+                running, timeout=VERSION_POLL_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            finished: list[_State] = []
+            for t in done:
+                g, m = running.pop(t)
+                g.outcomes[m.sample] = t.result()
+                if g.complete:
+                    finished.append(g)
+            for g in sorted(finished, key=states.index):
+                open_groups.discard(states.index(g))
+                yield _group(ec, name, g)
+    finally:
+        tasks = list(running)
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(
+            *(cancel_episode(ec.client, m.wid) for _, m in running.values()),
+            return_exceptions=True,
+        )
+
+
+def _group(ec: EpisodesClient, batch: str, g: _State) -> Group:
+    outcomes = [g.outcomes[m.sample] for m in g.members]
+    failed = None
+    for m, o in zip(g.members, outcomes, strict=True):
+        if o.infra:
+            why = o.result.error or "no detail"
+            failed = (
+                f"{o.result.workflow_id}: {o.result.termination} after {m.retries} "
+                f"re-run(s) ({why[:300]})"
+            )
+            break
+    group = Group(
+        group_id=contract.group_id(batch, g.task_id),
+        batch=batch,
+        task_id=g.task_id,
+        policy_version=g.version,
+        results=[o.result for o in outcomes],
+        failed=failed,
+        retried=sum(m.retries for m in g.members),
+        stale=g.stale,
+    )
+    group._fetch = ec.transcript
+    return group
