@@ -31,7 +31,7 @@ import re
 import time
 import uuid
 import zlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -41,6 +41,7 @@ from episodes.agents.net import tcp_listener
 
 Step = str | dict[str, Any]
 Policy = Callable[[list[dict[str, Any]], list[dict[str, Any]]], Step]
+Gate = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 def tokenize(text: str) -> list[str]:
@@ -94,13 +95,22 @@ def kv_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> St
     return "done"
 
 
+def think_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Step:
+    """`kv_policy`, reasoning first: `<think>` before every answer (with
+    `ChatTemplate(drop_reasoning=True)` each call's prompt drops the last one's)."""
+    step = kv_policy(messages, tools)
+    if isinstance(step, str):
+        return f"<think>all stored</think>{step}"
+    return {**step, "content": "<think>next key</think>"}
+
+
 def echo_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Step:
     """Reply with the last user message's text."""
     last: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "user"), {})
     return f"you said: {_text(last.get('content'))}"
 
 
-POLICIES: dict[str, Policy] = {"kv": kv_policy, "echo": echo_policy}
+POLICIES: dict[str, Policy] = {"kv": kv_policy, "kv-think": think_policy, "echo": echo_policy}
 
 
 # -- the server -------------------------------------------------------------------------
@@ -135,9 +145,13 @@ class ScriptedUpstream:
         delay_s: float = 0.0,
         port: int = 0,
         template: ChatTemplate | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.script = list(script or [])
         self.template = template
+        # Awaited with each chat request's body before it is answered: tests and demos
+        # hold some calls with it (a slow replica, a straggler) while others go on.
+        self.gate = gate
         self._bind_port = port
         self.policy = policy
         self.key = key
@@ -203,6 +217,8 @@ class ScriptedUpstream:
         denied = self._denied(request)
         if denied:
             return denied
+        if self.gate is not None:
+            await self.gate(body)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.always_fail is not None or self._failures:

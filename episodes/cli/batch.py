@@ -21,6 +21,7 @@ from episodes.client.batches import (
     wait_batch,
 )
 from episodes.client.config import Config
+from episodes.client.dispatch import dispatch_spec
 from episodes.specfile import load_spec
 from episodes.types.io import BatchProgress, BatchResult
 from episodes.types.metrics import BatchMetrics, report_ks
@@ -34,10 +35,11 @@ async def run_spec_batch(
     batch: str | None,
     concurrency: int | None,
     pass_threshold: float,
+    policy_version: int | None = None,
 ) -> BatchResult:
     from episodes.envs import check_env_ref
 
-    spec = load_spec(path)
+    spec = dispatch_spec(load_spec(path), policy_version)
     check_env_ref(spec.env)
     inp = batch_input(spec, batch=batch, concurrency=concurrency, pass_threshold=pass_threshold)
     total = total_episodes(inp)

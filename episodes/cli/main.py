@@ -92,6 +92,14 @@ def run_cmd(
     pass_threshold: Annotated[
         float, typer.Option(help="With --batch: an episode passes when reward >= this.")
     ] = 1.0,
+    policy_version: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Dispatch every episode at this policy version (the spec's "
+            "model.policy_version, recorded on each model call).",
+        ),
+    ] = None,
 ) -> None:
     """Run every task x sample of SPEC, show progress, print a summary.
 
@@ -110,10 +118,20 @@ def run_cmd(
                 batch=batch_id,
                 concurrency=concurrency,
                 pass_threshold=pass_threshold,
+                policy_version=policy_version,
             )
         )
         return
-    common.run(run_spec(spec, cfg=cfg, out=out, batch=batch_id, concurrency=concurrency))
+    common.run(
+        run_spec(
+            spec,
+            cfg=cfg,
+            out=out,
+            batch=batch_id,
+            concurrency=concurrency,
+            policy_version=policy_version,
+        )
+    )
 
 
 app.add_typer(schedule_app, name="schedule")

@@ -9,6 +9,7 @@ from episodes.cli.common import console, progress_bar, summary_table
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
 from episodes.client.config import Config
+from episodes.client.dispatch import dispatch_spec
 from episodes.specfile import load_spec
 from episodes.types.results import EpisodeResult
 
@@ -20,12 +21,14 @@ async def run_spec(
     out: Path | None,
     batch: str | None,
     concurrency: int | None,
+    policy_version: int | None = None,
 ) -> list[EpisodeResult]:
     from episodes.envs import check_env_ref
 
     # Everything that can be wrong with the spec is found before anything starts.
     spec = load_spec(path)
     check_env_ref(spec.env)
+    dispatch_spec(spec, policy_version)  # a version needs a model: say so before starting
     tasks = spec.load_tasks()
     total = len(tasks) * spec.samples
 
@@ -37,7 +40,9 @@ async def run_spec(
         episodes = EpisodesClient(client, task_queue=task_queue)
         with progress_bar() as progress:
             bar = progress.add_task(spec.name, total=total, last="")
-            async for result in episodes.run_batch(spec, concurrency=concurrency, batch=batch):
+            async for result in episodes.run_batch(
+                spec, concurrency=concurrency, batch=batch, policy_version=policy_version
+            ):
                 results.append(result)
                 if sink:
                     sink.write(result.model_dump_json() + "\n")

@@ -24,6 +24,7 @@ async def test_batch_workflow_retries_infra_failures_only(client, worker) -> Non
     )
     m = result.metrics
     assert (m.count, m.infra_failures, m.retried) == (1, 1, 1)
+    assert (m.groups_complete, m.groups_failed) == (0, 1)  # its task's group: masked
     assert any(".r1" in e for e in result.errors)  # the fresh episode ran, and failed too
 
     s = spec(name=f"{name}-agent", command=CRASH, batch_retries=1)
@@ -33,6 +34,7 @@ async def test_batch_workflow_retries_infra_failures_only(client, worker) -> Non
     m = result.metrics
     assert m.terminations == {"harness_start_failed": 1}
     assert (m.infra_failures, m.retried) == (0, 0)
+    assert (m.groups_complete, m.groups_failed) == (1, 0)  # the agent's outcome
 
 
 async def test_client_side_batch_retries_a_failed_provision(client, worker) -> None:
