@@ -34,6 +34,7 @@ _FACE: dict[str, tuple[str, str]] = {
     "EpisodesClient": ("episodes.client.core", "EpisodesClient"),
     "SyncEpisodesClient": ("episodes.client.sync", "SyncEpisodesClient"),
     "InteractiveSession": ("episodes.client.interactive", "InteractiveSession"),
+    "Group": ("episodes.client.groups", "Group"),
     "run_local": ("episodes.local", "run_episode_local"),
     # specs and results
     "load_spec": ("episodes.specfile", "load_spec"),
@@ -69,6 +70,7 @@ __all__ = [
     "EpisodeSpec",
     "EpisodesClient",
     "EpisodesError",
+    "Group",
     "InteractiveSession",
     "ScoreResult",
     "ServerUnreachable",
@@ -105,6 +107,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; never executed
     from episodes.client.core import EpisodesClient, connect
+    from episodes.client.groups import Group
     from episodes.client.interactive import InteractiveSession
     from episodes.client.sync import SyncEpisodesClient
     from episodes.envs.base import Environment

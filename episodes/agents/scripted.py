@@ -149,8 +149,9 @@ class ScriptedUpstream:
     ) -> None:
         self.script = list(script or [])
         self.template = template
-        # Awaited with each chat request's body before it is answered: tests and demos
-        # hold some calls with it (a slow replica, a straggler) while others go on.
+        # Awaited with each chat request (`{path, headers, body}`, as in `requests`)
+        # before it is answered: tests and demos hold some calls with it (a straggler
+        # replica) while others go on. `X-Session-ID` names the episode.
         self.gate = gate
         self._bind_port = port
         self.policy = policy
@@ -213,12 +214,13 @@ class ScriptedUpstream:
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.requests.append({"path": request.path, "headers": dict(request.headers), "body": body})
+        seen = {"path": request.path, "headers": dict(request.headers), "body": body}
+        self.requests.append(seen)
         denied = self._denied(request)
         if denied:
             return denied
         if self.gate is not None:
-            await self.gate(body)
+            await self.gate(seen)
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         if self.always_fail is not None or self._failures:

@@ -8,6 +8,7 @@ so "fast before slow" is decided by the test, not by timing.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import uuid
@@ -283,6 +284,41 @@ async def test_agent_trainer_example_collects_model_calls(dev_server, worker) ->
     # Every rollout carries its sampled tokens (the scripted model sends vLLM's fields).
     assert all(int(ln.rsplit("sampled tokens=", 1)[1]) > 0 for ln in lines), out
     assert out.splitlines()[-1] == f"done: 6 rollouts, batch {batch}"
+
+
+@pytest.mark.parametrize("template", ["chatml", "chatml-drop-reasoning"])
+async def test_grpo_loop_example_trains_on_groups_and_redispatches_stale_ones(
+    dev_server, worker, template
+) -> None:
+    batch = f"grpo-it-{uuid.uuid4().hex[:6]}"
+    code, out, err = await _run_example(
+        dev_server, "examples/grpo_loop.py", "--template", template, "--batch", batch
+    )
+    assert code == 0, err
+    print(out)
+    groups = [ln for ln in out.splitlines() if ln.startswith("group ")]
+    steps = [ln for ln in out.splitlines() if "training step" in ln]
+    # examples/kv-agent.yaml: 3 tasks x 2 samples; one step per group, versions 0, 1, 2.
+    assert len(groups) == len(steps) == 3, out
+    assert [ln.split(" (")[0].strip() for ln in steps] == [
+        f"training step v{v} -> v{v + 1}" for v in range(3)
+    ]
+    for ln in groups:  # normalized advantages: the two samples' are opposite, or both 0
+        a, b = json.loads(ln.split("advantages ")[1].replace("None", "null"))
+        assert a is not None and a == pytest.approx(-b, abs=1e-3), out
+    # The stand-in fumbles a value now and then: not every reward is 1.
+    rewards = [x for ln in groups for x in json.loads(ln.split("rewards ")[1].split(" adv")[0])]
+    assert all(0.0 <= r <= 1.0 for r in rewards) and min(rewards) < 1.0, out
+    # The straggler (the last task, its version-0 calls never answered) went stale when
+    # the trainer reached v2 (max staleness 1) and ran again there.
+    assert groups[-1].startswith(f"group {batch}/three-keys at v2, re-dispatched 1x as stale:"), out
+    assert all("stale" not in ln for ln in groups[:-1]), out
+    assert all(int(ln.split("would train on ")[1].split()[0]) > 0 for ln in steps), out
+    splits = [int(ln.rsplit("(", 1)[1].split()[0]) for ln in steps]
+    # ChatML renders earlier turns as sampled: one sequence per episode. Dropping the
+    # reasoning breaks that: a sequence per model call.
+    assert (max(splits) == 0) == (template == "chatml"), out
+    assert out.splitlines()[-1] == f"done: batch {batch}, policy version 3"
 
 
 async def test_a_rerun_after_leaving_the_stream_runs_what_it_cancelled(client, worker, tmp_path):

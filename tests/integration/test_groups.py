@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from episodes.agents.chat_template import ChatTemplate
-from episodes.agents.scripted import ScriptedUpstream, _goal, kv_policy
+from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch
 from episodes.client.sync import SyncEpisodesClient
@@ -62,10 +62,10 @@ async def test_stale_groups_run_again_at_the_current_version(client, worker) -> 
     current version; a group that completed is yielded with its own version."""
     release = asyncio.Event()
 
-    async def gate(body: dict) -> None:
+    async def gate(request: dict) -> None:
         # Task `late`'s calls at version 0 hang until the test ends: it cannot complete.
-        late = "z" in _goal(body.get("messages") or [])
-        if late and body.get("cache_salt") == "episodes-policy-0":
+        late = ".late.s" in request["headers"].get("X-Session-ID", "")
+        if late and request["body"].get("cache_salt") == "episodes-policy-0":
             await release.wait()
 
     up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate(), gate=gate)
