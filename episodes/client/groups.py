@@ -101,6 +101,7 @@ class Group(BaseModel):
 class _State:
     """A group while it runs."""
 
+    index: int
     task_id: str
     members: list[Member]
     version: int | None = None
@@ -124,10 +125,14 @@ async def stream_groups(
     """`run_batch(groups=True)`: see the module doc. At most `limit` episodes in flight;
     groups are dispatched in task order, a stale one ahead of the rest."""
     name = batch or spec.name
-    states = [_State(t.id, [Member(t, s) for s in range(spec.samples)]) for t in spec.load_tasks()]
+    states = [
+        _State(i, t.id, [Member(t, s) for s in range(spec.samples)])
+        for i, t in enumerate(spec.load_tasks())
+    ]
     queue: deque[tuple[_State, Member]] = deque((g, m) for g in states for m in g.members)
     running: dict[asyncio.Task[Outcome], tuple[_State, Member]] = {}
-    open_groups = set(range(len(states)))
+    # Dispatched and not yielded yet: about `limit / samples` groups, whatever the batch.
+    active: dict[int, _State] = {}
 
     async def stop(g: _State) -> None:
         """Cancel the group's running members and their episodes (by id: one still
@@ -145,11 +150,9 @@ async def stream_groups(
         while True:
             current = ec.policy_version
             if max_staleness is not None and current is not None:
-                for i in sorted(open_groups, reverse=True):
+                for i in sorted(active, reverse=True):
                     g = states[i]
-                    if not g.dispatched or g.version is None:
-                        continue
-                    if current - g.version <= max_staleness:
+                    if g.version is None or current - g.version <= max_staleness:
                         continue
                     # Stale and not complete: cancel it and dispatch it whole again.
                     await stop(g)
@@ -158,6 +161,7 @@ async def stream_groups(
                     g.outcomes.clear()
                     g.stale += 1
                     g.dispatched, g.version = False, None
+                    del active[i]
                     rest = [(o, m) for o, m in queue if o is not g]
                     queue.clear()
                     queue.extend([(g, m) for m in g.members] + rest)
@@ -165,6 +169,7 @@ async def stream_groups(
                 g, m = queue.popleft()
                 if not g.dispatched:
                     g.dispatched, g.version = True, ec.policy_version
+                    active[g.index] = g
                 t = asyncio.create_task(
                     run_member(
                         ec,
@@ -186,8 +191,8 @@ async def stream_groups(
                 g.outcomes[m.sample] = t.result()
                 if g.complete:
                     finished.append(g)
-            for g in sorted(finished, key=states.index):
-                open_groups.discard(states.index(g))
+            for g in sorted(finished, key=lambda g: g.index):
+                del active[g.index]
                 yield _group(ec, name, g)
     finally:
         tasks = list(running)
