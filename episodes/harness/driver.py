@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from episodes.types.spec import EpisodeSpec
 
 
-
 class HarnessDriver(Protocol):
     @property
     def alive(self) -> bool: ...
