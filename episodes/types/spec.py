@@ -245,7 +245,7 @@ def load_dataset(path: Path) -> list[Task]:
         except json.JSONDecodeError as e:
             raise SpecError(f"{path}:{lineno}: not JSON ({e.msg})") from None
         except ValidationError as e:
-            raise SpecError(f"{path}:{lineno}: {_describe(e)}") from None
+            raise SpecError(f"{path}:{lineno}: {describe_validation(e)}") from None
         if task.id in seen:
             raise SpecError(f"{path}:{lineno}: task id {task.id!r} repeated")
         seen.add(task.id)
@@ -255,13 +255,15 @@ def load_dataset(path: Path) -> list[Task]:
     return tasks
 
 
-def _describe(e: ValidationError) -> str:
+def describe_validation(e: ValidationError, *, unknown: str = "unknown field") -> str:
+    """A pydantic error as one line: each field's path and what is wrong with it;
+    `unknown` says what an extra field is (a spec's typo, a task file's unsupported key)."""
     parts = []
     for err in e.errors():
         loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
-            msg = "unknown field"
+            msg = unknown
         parts.append(f"{loc}: {msg}")
     return "; ".join(parts)
 
@@ -273,7 +275,7 @@ def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = Non
     try:
         spec = EpisodeSpec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(f"{source}: {_describe(e)}") from None
+        raise SpecError(f"{source}: {describe_validation(e)}") from None
     for message in [*inline_secret_warnings(spec, source=source), *trust_warnings(spec, source)]:
         warnings.warn(message, SpecWarning, stacklevel=2)
     for key in ("dataset", "harbor"):

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from episodes.errors import SpecError
+from episodes.types.spec import describe_validation
 
 
 class HarborTaskError(SpecError):
@@ -267,11 +268,6 @@ def _size_mb(text: str, name: str) -> int:
 
 
 def _describe(e: ValidationError) -> str:
-    parts = []
-    for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        msg = err["msg"]
-        if err["type"] == "extra_forbidden":
-            msg = "not supported by episodes (remove it, or run the task elsewhere)"
-        parts.append(f"{loc}: {msg}")
-    return "; ".join(parts)
+    return describe_validation(
+        e, unknown="not supported by episodes (remove it, or run the task elsewhere)"
+    )
