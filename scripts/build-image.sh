@@ -9,7 +9,7 @@
 #        /opt/episodes/episodes/harness/reference/*.py              reference harnesses
 #        /opt/episodes/episodes/agents/relay.py             the in-box relay (tools, model)
 #        /opt/episodes/episodes/agents/stream.py            SSE assembly (stdlib; the LLM harness)
-#        /opt/episodes/tests/harnesses/*.py                 test harnesses
+#        /opt/episodes/tests/support/harnesses/*.py         test harnesses
 #      With EPISODES_IMAGE_FLAVOR=agent (image `episodes-agent:latest`), also the
 #      Python packages the LLM harness needs (openai, mcp) in /opt/episodes/site,
 #      installed with the host's pip: a separate image, because vfs copies every byte
@@ -51,7 +51,7 @@ cd "$ROOT"
 FILES=()
 # Harness programs import only the SDK (stdlib-only); the host side of the protocol
 # (episodes/harness/protocol.py and what it imports) stays out of the box.
-for f in episodes/harness/sdk.py episodes/harness/reference/*.py episodes/agents/relay.py episodes/agents/stream.py tests/harnesses/*.py; do
+for f in episodes/harness/sdk.py episodes/harness/reference/*.py episodes/agents/relay.py episodes/agents/stream.py tests/support/harnesses/*.py; do
     [[ -f $f ]] || continue
     case $f in */__init__.py | */test_*.py | */conftest.py) continue ;; esac
     FILES+=("$f")
@@ -143,13 +143,14 @@ fi
 # --- append /opt/episodes and import ---------------------------------------------------
 STAGE=$WORK/stage
 OPT=$STAGE/opt/episodes
-mkdir -p "$OPT/episodes/harness" "$OPT/episodes/harness/reference" "$OPT/episodes/agents" "$OPT/tests/harnesses"
+mkdir -p "$OPT/episodes/harness" "$OPT/episodes/harness/reference" "$OPT/episodes/agents" "$OPT/tests/support/harnesses"
 : >"$OPT/episodes/__init__.py"
 : >"$OPT/episodes/harness/__init__.py"
 : >"$OPT/episodes/harness/reference/__init__.py"
 : >"$OPT/episodes/agents/__init__.py"
 : >"$OPT/tests/__init__.py"
-: >"$OPT/tests/harnesses/__init__.py"
+: >"$OPT/tests/support/__init__.py"
+: >"$OPT/tests/support/harnesses/__init__.py"
 for f in "${FILES[@]}"; do cp "$f" "$OPT/$f"; done
 PYPATH=/opt/episodes
 if ((${#SITE_REQS[@]})); then

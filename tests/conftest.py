@@ -10,8 +10,11 @@ from pathlib import Path
 
 import pytest
 
+# Fixtures shared across folders (their tests live where their code does).
+pytest_plugins = ["tests.support.fixtures", "tests.support.chaos.fixtures"]
+
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTED = ROOT / "tests" / "harnesses" / "scripted_harness.py"
+SCRIPTED = ROOT / "tests" / "support" / "harnesses" / "scripted_harness.py"
 
 
 def scripted_command(mode: str, *args: str) -> list[str]:

@@ -37,7 +37,7 @@ from episodes.types.results import EpisodeResult
 from episodes.types.spec import EpisodeSpec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
+COUNTING = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "counting_harness.py")]
 REPL = ["{python}", "-m", "episodes.harness.reference.repl"]
 SLOW = {"id": "slow", "data": {"snippets": ["x = 1", "import time; time.sleep(120)", "x"]}}
 DESIGNS = ["UpdateLagEpisode", "UpdateAhead32Episode", "ChildLocalEpisode"]

@@ -11,7 +11,7 @@ A process sees the sandbox's environment (image ENV plus `config.env`) overlaid
 with the `env` it is given; nothing of the worker's environment reaches the box.
 
 The SDK is imported lazily; tests inject a fake of exactly the calls made here
-through `sdk=` (see tests/runtimes/fakes/modal_fake.py).
+through `sdk=` (see tests/support/fakes/modal_fake.py).
 """
 
 from __future__ import annotations

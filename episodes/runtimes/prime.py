@@ -17,7 +17,7 @@ relay process once it passed on every byte written, and the program sees EOF.
 The VM's lifecycle (start lock, leak-proof create, shielded stop) is `remote_box`'s.
 A process sees the VM's environment (`config.env` included) overlaid with the
 `env` it is given. The SDK is imported lazily; tests inject a fake of exactly the
-calls made here through `sdk=` (see tests/runtimes/fakes/prime_fake.py).
+calls made here through `sdk=` (see tests/support/fakes/prime_fake.py).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.session.live import LiveSession
 from episodes.types.spec import parse_spec
 from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
-from tests.runtimes.backends import docker as backend
+from tests.support.backends import docker as backend
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]
 

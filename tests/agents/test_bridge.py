@@ -16,7 +16,7 @@ from fastmcp import FastMCP
 
 from episodes.agents import relay as relay_module
 from episodes.agents.bridge import ENV_TOKEN, ENV_URL, ToolBridge
-from tests.agents.mcp_client import mcp_client, raw_post
+from tests.support.mcp_client import mcp_client, raw_post
 
 RELAY = Path(relay_module.__file__)
 

@@ -8,7 +8,7 @@ from episodes.agents.bridge import ToolBridge
 from episodes.envs import load_env
 from episodes.envs.kv_store import KvStoreEnv, says_done
 from episodes.types.results import Task, Transcript, TurnRecord
-from tests.agents.mcp_client import mcp_client
+from tests.support.mcp_client import mcp_client
 
 GOAL = {"a": "1", "b": "2", "c": "3"}
 

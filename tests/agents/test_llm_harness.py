@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import tests.support
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.harness import NativeDriver
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.timeout(120)
 
 KEY = "sk-upstream-secret-harness"
 MCP_TOKEN = "mcp-token-for-tests"
-SERVER = Path(__file__).with_name("kv_mcp_server.py")
+SERVER = Path(tests.support.__file__).with_name("kv_mcp_server.py")
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from episodes.session.live import LiveSession
 from episodes.types.model import ModelSpec
 from episodes.types.spec import parse_spec
 from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
-from tests.runtimes.backends import modal_fake, prime_fake
+from tests.support.backends import modal_fake, prime_fake
 
 pytestmark = pytest.mark.timeout(120)
 BACKENDS = pytest.mark.parametrize("backend", [modal_fake, prime_fake], ids=["modal", "prime"])

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from episodes.client.history import fetch_transcript
-from tests.chaos.helpers import (
+from tests.chaos.test_hostile import MOUNT, _docker
+from tests.support.chaos.helpers import (
     HARNESS,
     WorkerProc,
     containers_of,
@@ -27,8 +28,7 @@ from tests.chaos.helpers import (
     turns,
     wait_closed,
 )
-from tests.chaos.test_hostile import MOUNT, _docker
-from tests.integration.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

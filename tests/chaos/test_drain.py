@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from tests.chaos.helpers import (
+from tests.support.chaos.helpers import (
     HARNESS,
     WorkerProc,
     episode_id,
@@ -22,7 +22,7 @@ from tests.chaos.helpers import (
     turns,
     wait_closed,
 )
-from tests.integration.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

@@ -13,8 +13,8 @@ import pytest
 from episodes.client import EpisodesClient
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
-from tests.chaos.helpers import WorkerProc
-from tests.integration.helpers import spec, wait_until
+from tests.support.chaos.helpers import WorkerProc
+from tests.support.helpers import spec, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

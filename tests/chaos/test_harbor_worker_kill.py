@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from episodes.types.spec import parse_spec
-from tests.chaos.helpers import (
+from tests.chaos.test_worker_kill import _progress
+from tests.support.backends import docker as backend
+from tests.support.chaos.helpers import (
     WorkerProc,
     containers_of,
     docker_api,
@@ -21,13 +23,11 @@ from tests.chaos.helpers import (
     start_all,
     wait_closed,
 )
-from tests.chaos.test_worker_kill import _progress
-from tests.harbor.images import busybox_reason
-from tests.integration.helpers import wait_until
-from tests.runtimes.backends import docker as backend
+from tests.support.harbor import TASKS
+from tests.support.harbor.images import busybox_reason
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(300)]
-TASKS = Path(__file__).resolve().parents[1] / "harbor" / "tasks"
 
 
 async def test_sigkill_mid_harbor_task_restarts_and_ends_scored(

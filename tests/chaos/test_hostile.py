@@ -13,8 +13,8 @@ import psutil
 import pytest
 
 from episodes.types.spec import EpisodeSpec
-from tests.chaos.envs import FLOOD
-from tests.chaos.helpers import (
+from tests.support.chaos.envs import FLOOD
+from tests.support.chaos.helpers import (
     HARNESS,
     WorkerProc,
     containers_of,
@@ -27,14 +27,14 @@ from tests.chaos.helpers import (
     turns,
     wait_closed,
 )
-from tests.integration.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 TURN_TIMEOUT_S = 10.0
 # Generous: a Python worker holding an 8 MiB message (and its JSON frame) a few times.
 RSS_GROWTH_BOUND_MIB = 300
-MOUNT = "/mnt/chaos-harnesses"
+MOUNT = "/mnt/tests/harnesses"  # as deep as in a checkout: chaos_harness.py looks 3 up
 
 
 class WorkerRss:

@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from episodes.client import EpisodesClient
-from tests.chaos.helpers import (
+from tests.support.chaos.helpers import (
     HARNESS,
     TRUSTED,
     WorkerProc,

@@ -15,7 +15,8 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from episodes.client.devserver import DevServer
-from tests.chaos.helpers import (
+from tests.chaos.test_worker_kill import _progress
+from tests.support.chaos.helpers import (
     HARNESS,
     TRUSTED,
     WorkerProc,
@@ -27,8 +28,7 @@ from tests.chaos.helpers import (
     turns,
     wait_closed,
 )
-from tests.chaos.test_worker_kill import _progress
-from tests.integration.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

@@ -12,7 +12,7 @@ import pytest
 
 from episodes import contract
 from episodes.types.io import EpisodeProgress
-from tests.chaos.helpers import (
+from tests.support.chaos.helpers import (
     HARNESS,
     WorkerProc,
     assert_killed_and_survivor_leave_nothing,
@@ -26,7 +26,7 @@ from tests.chaos.helpers import (
     turns,
     wait_closed,
 )
-from tests.integration.helpers import wait_until
+from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 

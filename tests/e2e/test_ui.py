@@ -27,7 +27,7 @@ import pytest
 
 from episodes.client import EpisodesClient
 from tests.conftest import ROOT
-from tests.integration.helpers import spec, wait_until
+from tests.support.helpers import spec, wait_until
 
 CHROMIUM = next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
@@ -77,7 +77,12 @@ async def test_ui_finds_the_episode_by_search_attribute(
     batch = f"ui-{uuid.uuid4().hex[:6]}"
     # Turns slower than the recorder's linger, so the timeline shows `record_turns`
     # Updates (a fast episode's turns all ride the drive's result).
-    slow = [sys.executable, str(ROOT / "tests/harnesses/chaos_harness.py"), "log", "delay=0.3"]
+    slow = [
+        sys.executable,
+        str(ROOT / "tests/support/harnesses/chaos_harness.py"),
+        "log",
+        "delay=0.3",
+    ]
     s = spec(
         name=batch,
         command=slow,

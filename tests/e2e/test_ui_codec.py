@@ -33,7 +33,7 @@ from tests.e2e.test_ui import (
     _until,
     pytestmark,  # noqa: F401 (the same skips: selenium, Chromium and its driver)
 )
-from tests.integration.helpers import spec, wait_until
+from tests.support.helpers import spec, wait_until
 
 MARKER = "DECODED-" + uuid.uuid4().hex[:8]
 KEYS = {"UI_CODEC_KEYS": "ui1:" + base64.b64encode(b"U" * 32).decode()}
@@ -64,7 +64,7 @@ async def test_ui_decodes_the_transcript_with_the_codec_server_only(tmp_path: Pa
             # `record_turns` Update (a fast episode's turns all ride the drive's result).
             slow = [
                 sys.executable,
-                str(ROOT / "tests/harnesses/chaos_harness.py"),
+                str(ROOT / "tests/support/harnesses/chaos_harness.py"),
                 "log",
                 "delay=0.5",
             ]

@@ -28,11 +28,11 @@ from episodes.viewer import serve
 from tests.conftest import ROOT
 from tests.e2e.test_ui import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, WAIT_S
 from tests.e2e.test_ui import pytestmark as ui_marks
-from tests.integration.envs import ENDLESS
-from tests.integration.helpers import spec, wait_until
+from tests.support.envs import ENDLESS
+from tests.support.helpers import spec, wait_until
 
 pytestmark = [*ui_marks, pytest.mark.timeout(300)]
-SLOW = [sys.executable, str(ROOT / "tests/harnesses/chaos_harness.py"), "log"]
+SLOW = [sys.executable, str(ROOT / "tests/support/harnesses/chaos_harness.py"), "log"]
 
 
 @pytest.fixture(scope="module")

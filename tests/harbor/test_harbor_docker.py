@@ -1,4 +1,4 @@
-"""Harbor tasks end to end on the real Docker engine: the test dataset (tests/harbor/tasks:
+"""Harbor tasks end to end on the real Docker engine: the test dataset (tests/support/harbor/tasks:
 an image with Python, one without, a multi-step task, tests that read the agent's
 files) scored 1.0 by the oracle and 0.0 by nop through `episodes run`, one harness
 process across a multi-step task's steps, a follow-up turn after failed tests."""
@@ -17,12 +17,12 @@ from episodes.client.core import EpisodesClient
 from episodes.client.history import recorded_turns
 from episodes.session.live import LiveSession
 from episodes.types.spec import load_harbor_dir, parse_spec
-from tests.harbor.images import busybox_reason
 from tests.integration.test_cli import episodes
-from tests.runtimes.backends import docker as backend
+from tests.support.backends import docker as backend
+from tests.support.harbor import TASKS
+from tests.support.harbor.images import busybox_reason
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.timeout(600)]
-TASKS = Path(__file__).parent / "tasks"
 QUEUE = "episodes-test"
 
 

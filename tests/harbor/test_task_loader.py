@@ -11,8 +11,7 @@ import pytest
 from episodes.envs.harbor.task import HarborTaskError, load_task, task_dirs
 from episodes.errors import SpecError
 from episodes.types.spec import parse_spec
-
-TASKS = Path(__file__).parent / "tasks"
+from tests.support.harbor import TASKS
 
 
 def _copy(tmp_path: Path, name: str = "hello-file") -> Path:

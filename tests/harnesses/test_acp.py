@@ -1,4 +1,4 @@
-"""AcpDriver against a real ACP agent process (tests/harnesses/acp_agent.py)."""
+"""AcpDriver against a real ACP agent process (tests/support/harnesses/acp_agent.py)."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import signal
 import socket
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from episodes.errors import HarnessStartFailed
 from episodes.harness.acp import AcpAllowList, AcpDriver, http_mcp_server, prompt_blocks
-from tests.harnesses.procs import assert_group_gone
+from tests.support import HARNESSES
+from tests.support.procs import assert_group_gone
 
-AGENT = str(Path(__file__).with_name("acp_agent.py"))
+AGENT = str(HARNESSES / "acp_agent.py")
 FAST = {"ready_timeout_s": 15.0, "stop_timeout_s": 1.0, "cancel_grace_s": 2.0}
 
 

@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 from episodes.harness import NativeDriver
 from episodes.harness.budget import StreamBudget
 from episodes.types.harness import HarnessLimits
-from tests.harnesses.procs import PeakRss, assert_group_gone, scripted
+from tests.support import HARNESSES
+from tests.support.procs import PeakRss, assert_group_gone, scripted
 
 FAST = {"ready_timeout_s": 5.0, "stop_timeout_s": 1.0}
 MIB = 1024 * 1024
-AGENT = str(Path(__file__).with_name("acp_agent.py"))
+AGENT = str(HARNESSES / "acp_agent.py")
 
 
 def _kept_bytes(events: list) -> int:
@@ -119,7 +119,7 @@ async def _eventually(predicate, timeout_s: float = 30.0) -> bool:
 async def test_tool_calls_between_turns_past_their_budget_end_the_next_turn():
     from episodes.session.live import LiveSession
     from episodes.types.spec import parse_spec
-    from tests.agents.mcp_client import mcp_client
+    from tests.support.mcp_client import mcp_client
 
     spec = parse_spec(
         {

@@ -11,7 +11,7 @@ from episodes.local import run_episode_local
 from episodes.session.live import LiveSession
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
-from tests.integration.envs import FAULTY
+from tests.support.envs import FAULTY
 
 ECHO = "{python} -m episodes.harness.reference.echo"
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ async def test_event_callback_raising_is_raised_again_on_retry():
             "env": "script",
             "tasks": [{"id": "t", "data": {"messages": ["a"]}}],
             "harness": {
-                "command": "{python} -m tests.harnesses.scripted_harness events n=2",
+                "command": "{python} -m tests.support.harnesses.scripted_harness events n=2",
                 "cwd": str(ROOT),
                 # The sandbox sees none of the project but what it is given.
                 "runtime": {"type": "subprocess", "ro_paths": [str(ROOT / "tests")]},

@@ -13,8 +13,8 @@ from episodes.types.results import TurnRecord
 from episodes.types.spec import parse_spec
 from tests.conftest import ROOT
 
-RESUMABLE = [sys.executable, str(ROOT / "tests" / "harnesses" / "resumable_harness.py")]
-COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
+RESUMABLE = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "resumable_harness.py")]
+COUNTING = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "counting_harness.py")]
 
 
 def _spec(command: list[str]):

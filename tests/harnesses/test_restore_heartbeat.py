@@ -12,7 +12,7 @@ import episodes.client.history
 from activities.session import SessionActivities
 from episodes.session.registry import SessionRegistry
 from episodes.types.io import RestoreInput
-from tests.integration.helpers import spec
+from tests.support.helpers import spec
 
 
 async def test_restore_heartbeats_while_it_loads_the_history(monkeypatch) -> None:

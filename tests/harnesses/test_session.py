@@ -15,7 +15,7 @@ import pytest
 from episodes.errors import HarnessStartFailed
 from episodes.harness import NativeDriver
 from episodes.runtimes.subprocess import SubprocessRuntime
-from tests.harnesses.procs import (
+from tests.support.procs import (
     PeakRss,
     assert_group_gone,
     assert_pids_gone,

@@ -13,7 +13,7 @@ import pytest
 from episodes.runtimes import make_runtime
 from episodes.runtimes.subprocess import MINIMAL_PATH, SubprocessRuntime
 from episodes.types.runtime import SubprocessConfig
-from tests.harnesses.procs import assert_group_gone, assert_pids_gone, descendants
+from tests.support.procs import assert_group_gone, assert_pids_gone, descendants
 
 PY = sys.executable
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harnesses.procs import assert_pids_gone, descendants, pid_running, scripted
+from tests.support.procs import assert_pids_gone, descendants, pid_running, scripted
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -28,13 +28,13 @@ from episodes.types.results import Task
 from episodes.types.spec import parse_spec
 from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.conftest import ROOT
-from tests.integration.helpers import pid_alive, wait_until
+from tests.support.helpers import pid_alive, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 
 pytestmark = pytest.mark.timeout(180)
 
 KEY_ENV = "EPISODES_TEST_UPSTREAM_KEY"
-TOOLS_ENV = "tests.integration.envs:Toolbox"
+TOOLS_ENV = "tests.support.envs:Toolbox"
 
 
 @pytest.fixture(autouse=True)
@@ -126,13 +126,13 @@ async def test_acp_agent_uses_the_bridge_and_the_proxy_across_turns(
     process's worker), where the bridge and the proxy are reached through the tunnel."""
     if box != "subprocess":
         import episodes.session.live
-        from tests.runtimes.backends import modal_fake, prime_fake
+        from tests.support.backends import modal_fake, prime_fake
 
         backend = {"modal": modal_fake, "prime": prime_fake}[box]
         monkeypatch.setattr(
             episodes.session.live, "make_runtime", lambda *a, **k: backend.make_runtime()
         )
-    agent = [sys.executable, str(ROOT / "tests" / "harnesses" / "acp_agent.py"), "ok"]
+    agent = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "acp_agent.py"), "ok"]
     async with ScriptedUpstream(["the answer is 42"], key=UPSTREAM_KEY) as upstream:
         data = _named(agent_spec(upstream.base_url))
         data.update(

@@ -25,8 +25,8 @@ from episodes.types.io import BatchProgress
 from episodes.types.metrics import BatchMetrics
 from episodes.types.results import EpisodeResult
 from tests.conftest import scripted_command
-from tests.integration.helpers import spec, wait_until
 from tests.integration.test_cli import episodes
+from tests.support.helpers import spec, wait_until
 from workflows.batch import EvalBatchWorkflow
 
 CAN_QUEUE = "batch-can"

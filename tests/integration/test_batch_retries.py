@@ -9,7 +9,7 @@ import uuid
 
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch
-from tests.integration.helpers import spec
+from tests.support.helpers import spec
 
 QUEUE = "episodes-test"
 NO_BOX = {"runtime": {"type": "docker", "image": "episodes-no-such-image:none"}}

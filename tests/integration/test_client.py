@@ -23,7 +23,7 @@ from episodes.client.sync import SyncEpisodesClient
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT
-from tests.integration.helpers import pid_alive, spec, wait_until
+from tests.support.helpers import pid_alive, spec, wait_until
 
 QUEUE = "episodes-test"
 REPL = ["{python}", "-m", "episodes.harness.reference.repl"]

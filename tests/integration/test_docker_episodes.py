@@ -11,7 +11,7 @@ import yaml
 
 from tests.conftest import ROOT
 from tests.integration.test_cli import episodes
-from tests.runtimes.backends import docker as backend
+from tests.support.backends import docker as backend
 
 pytestmark = pytest.mark.docker
 

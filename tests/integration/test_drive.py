@@ -14,8 +14,8 @@ from temporalio.client import Client, WorkflowHandle
 from episodes.client import EpisodesClient
 from episodes.types.results import TurnResult
 from episodes.types.tuning import DEFAULT_PIPELINE, DEFAULT_UPDATE_BYTES
-from tests.integration.envs import ENDLESS
-from tests.integration.helpers import drive_result_turns, spec
+from tests.support.envs import ENDLESS
+from tests.support.helpers import drive_result_turns, spec
 
 QUEUE = "episodes-test"
 

@@ -15,12 +15,12 @@ from episodes.client.batches import batch_input, start_batch
 from episodes.client.interactive import open_session
 from episodes.types.io import EpisodeProgress
 from tests.conftest import ROOT
-from tests.integration.envs import ENDLESS, FAULTY
-from tests.integration.helpers import host_pid, pid_alive, spec, wait_until
+from tests.support.envs import ENDLESS, FAULTY
+from tests.support.helpers import host_pid, pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 
 QUEUE = "episodes-test"
-COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
+COUNTING = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "counting_harness.py")]
 HANG = [
     "{python}",
     "-c",

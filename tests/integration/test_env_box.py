@@ -11,8 +11,8 @@ from episodes.client.core import EpisodesClient
 from episodes.envs.base import Environment
 from episodes.errors import BoxGone
 from episodes.local import run_episode_local
-from tests.integration.envs import BOX_WORK
-from tests.integration.helpers import spec
+from tests.support.envs import BOX_WORK
+from tests.support.helpers import spec
 
 
 def _spec(**env_args):

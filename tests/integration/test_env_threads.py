@@ -9,8 +9,8 @@ import uuid
 from temporalio.client import WorkflowExecutionStatus
 
 from episodes.client import EpisodesClient
-from tests.integration.envs import GATED_SCORE, gate
-from tests.integration.helpers import spec, wait_until
+from tests.support.envs import GATED_SCORE, gate
+from tests.support.helpers import spec, wait_until
 
 QUEUE = "episodes-test"
 

@@ -8,7 +8,7 @@ from temporalio.client import Client
 
 from episodes.client import EpisodesClient
 from episodes.types.results import Task
-from tests.integration.helpers import spec, turn_modes_fixture
+from tests.support.helpers import spec, turn_modes_fixture
 
 # Both `turn_mode`s: the drive (default) and one activity per turn.
 turn_mode = turn_modes_fixture()

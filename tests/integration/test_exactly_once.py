@@ -38,11 +38,11 @@ from episodes.payloads.settings import configured_data_converter
 from episodes.types.io import DriveResult, EpisodeProgress
 from episodes.types.results import EpisodeResult, TurnResult
 from tests.conftest import ROOT
-from tests.integration.helpers import spec
+from tests.support.helpers import spec
 from workers.worker import EpisodeWorker, WorkerOptions
 from workflows.episode import EpisodeWorkflow
 
-COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
+COUNTING = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "counting_harness.py")]
 
 
 class LoseUpdateResponseOnce(ClientInterceptor):

@@ -20,11 +20,11 @@ from episodes.errors import StepRejected
 from episodes.payloads.settings import configured_data_converter
 from episodes.types.io import StepInput, StepReply
 from tests.conftest import ROOT, scripted_command
-from tests.integration.helpers import pid_alive, spec, wait_until
+from tests.support.helpers import pid_alive, spec, wait_until
 from workflows import WORKFLOWS
 
 QUEUE = "episodes-test"
-COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
+COUNTING = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "counting_harness.py")]
 SCRIPT = {"id": "t0", "data": {"messages": ["a", "b", "c"], "expected": ["a", "x", "c"]}}
 
 

@@ -29,12 +29,12 @@ from episodes.payloads.settings import configured_data_converter
 from episodes.types.io import EpisodeInput, EpisodeProgress
 from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT
-from tests.integration.envs import ENDLESS
-from tests.integration.helpers import host_pid, pid_alive, spec, wait_until
+from tests.support.envs import ENDLESS
+from tests.support.helpers import host_pid, pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 from workflows.episode import EpisodeWorkflow
 
-COUNTING = [sys.executable, str(ROOT / "tests" / "harnesses" / "counting_harness.py")]
+COUNTING = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "counting_harness.py")]
 QUEUE = "long-episodes"
 # Far below the turns of one run at the default `turns_per_run` (1,000): every
 # continue-as-new past the first one is the server's suggestion.

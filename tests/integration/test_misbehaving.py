@@ -10,7 +10,7 @@ import pytest
 
 from episodes.client import EpisodesClient
 from tests.conftest import scripted_command
-from tests.integration.helpers import spec, turn_modes_fixture, wait_until
+from tests.support.helpers import spec, turn_modes_fixture, wait_until
 
 # Both `turn_mode`s: the drive (default) and one activity per turn.
 turn_mode = turn_modes_fixture()
@@ -83,7 +83,7 @@ async def test_mode_ends_in_named_outcome(client, worker, argv, termination, nee
 async def test_a_harness_streaming_past_its_turn_budget_ends_protocol_error(client, worker):
     """400 events of 1 MiB in one turn were all accepted: the episode ended `env_done`
     and the worker grew to 933 MB (issue 19). The default budget is 64 MiB a turn."""
-    from tests.harnesses.procs import PeakRss
+    from tests.support.procs import PeakRss
 
     s = spec(
         name=f"flood-{uuid.uuid4().hex[:6]}",

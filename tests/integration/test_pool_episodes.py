@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 
 from episodes.client import EpisodesClient
-from tests.integration.helpers import spec
+from tests.support.helpers import spec
 
 
 async def test_second_episode_with_the_same_key_reuses_the_box(client, worker) -> None:

@@ -12,7 +12,7 @@ import uuid
 
 from episodes.client import EpisodesClient
 from tests.conftest import scripted_command
-from tests.integration.helpers import spec, wait_until
+from tests.support.helpers import spec, wait_until
 
 QUEUE = "episodes-test"
 HOUR = 3600.0

@@ -19,8 +19,8 @@ from episodes.client.history import load_transcript
 from episodes.types.io import EpisodeInput, EpisodeProgress
 from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT
-from tests.integration.envs import ENDLESS
-from tests.integration.helpers import pid_alive, spec, wait_until
+from tests.support.envs import ENDLESS
+from tests.support.helpers import pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 
 

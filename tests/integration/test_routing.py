@@ -17,7 +17,7 @@ from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import TurnResult
-from tests.integration.helpers import drive_result_turns, spec
+from tests.support.helpers import drive_result_turns, spec
 from workers.worker import EpisodeWorker, WorkerOptions
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 
 from episodes.types.io import BatchResult
-from tests.integration.helpers import wait_until
 from tests.integration.test_cli import episodes
+from tests.support.helpers import wait_until
 
 QUEUE = "episodes-test"
 NEVER_SOON = "0 3 1 1 *"  # 03:00 on January 1st: never fires during a test run

@@ -17,8 +17,8 @@ from episodes.local import run_episode_local
 from episodes.types.io import ScoreTranscriptInput
 from episodes.types.results import Task, Transcript
 from tests.conftest import scripted_command
-from tests.integration.envs import ENDLESS, FAULTY, GATED_SCORE, SCORES, gate
-from tests.integration.helpers import spec, wait_until
+from tests.support.envs import ENDLESS, FAULTY, GATED_SCORE, SCORES, gate
+from tests.support.helpers import spec, wait_until
 
 QUEUE = "episodes-test"
 

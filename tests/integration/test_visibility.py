@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowHandle
 from episodes.client import EpisodesClient
 from episodes.types.io import EpisodeProgress
 from tests.conftest import scripted_command
-from tests.integration.helpers import drive_result_turns, spec, wait_until
+from tests.support.helpers import drive_result_turns, spec, wait_until
 
 QUEUE = "episodes-test"
 GUESSER = ["{python}", "-m", "episodes.harness.reference.guesser"]

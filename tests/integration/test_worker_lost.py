@@ -17,7 +17,7 @@ from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.types.io import EpisodeProgress
 from tests.conftest import ROOT
-from tests.integration.helpers import host_pid, pid_alive, spec, wait_until
+from tests.support.helpers import host_pid, pid_alive, spec, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 
 REPL = ["{python}", "-m", "episodes.harness.reference.repl"]

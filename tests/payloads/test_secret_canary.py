@@ -38,7 +38,7 @@ from episodes.client.devserver import DevServer, temporal_binary
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 ROOT = Path(__file__).resolve().parents[2]
-HARNESS = ROOT / "tests" / "harnesses" / "payload_harness.py"
+HARNESS = ROOT / "tests" / "support" / "harnesses" / "payload_harness.py"
 CANARY_ENV = "canary-env-" + uuid.uuid4().hex  # in the worker's environment
 CANARY_FILE = "canary-file-" + uuid.uuid4().hex  # in a file only the worker reads
 CANARY_UPSTREAM = "sk-canary-" + uuid.uuid4().hex  # the model's upstream key

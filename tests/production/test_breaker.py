@@ -18,7 +18,7 @@ from episodes.breaker import ProvisionBreaker
 from episodes.runtimes import docker_engine
 from episodes.session.registry import SessionRegistry
 from episodes.types.io import ProvisionInput
-from tests.integration.helpers import spec
+from tests.support.helpers import spec
 from workers.backpressure import SessionSlots
 
 

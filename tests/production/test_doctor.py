@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from tests.production.procs import episodes
+from tests.support.worker_procs import episodes
 
 pytestmark = pytest.mark.slow
 

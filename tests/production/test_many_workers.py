@@ -13,8 +13,8 @@ from temporalio.api.enums.v1 import EventType
 
 from episodes import contract
 from episodes.client import EpisodesClient
-from tests.integration.helpers import spec as make_spec
-from tests.production.procs import WorkerProc, value
+from tests.support.helpers import spec as make_spec
+from tests.support.worker_procs import WorkerProc, value
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 MAX_SESSIONS = 3

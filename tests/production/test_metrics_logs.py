@@ -11,8 +11,8 @@ from episodes import contract
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
 from episodes.types.spec import parse_spec
-from tests.integration.helpers import spec as make_spec
-from tests.production.procs import WorkerProc, value
+from tests.support.helpers import spec as make_spec
+from tests.support.worker_procs import WorkerProc, value
 
 pytestmark = pytest.mark.slow
 UPSTREAM_KEY = "sk-upstream-canary-metrics"

@@ -11,8 +11,8 @@ from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionR
 from temporalio.service import RPCError
 
 from episodes.client import EpisodesClient
-from tests.integration.helpers import spec as make_spec
-from tests.production.procs import WorkerProc
+from tests.support.helpers import spec as make_spec
+from tests.support.worker_procs import WorkerProc
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """Fixtures for the runtime self-check: one suite, parametrized over every backend.
 
-A backend is a module in `tests/runtimes/backends/` (add one there; nothing here
+A backend is a module in `tests/support/backends/` (add one there; nothing here
 changes) that defines:
 
     NAME: str                         # test id, e.g. "docker"
@@ -27,7 +27,7 @@ from types import ModuleType
 import pytest
 
 from episodes.runtimes.base import Runtime
-from tests.runtimes import backends
+from tests.support import backends
 
 BACKENDS = backends.discover()
 

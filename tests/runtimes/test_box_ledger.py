@@ -26,10 +26,10 @@ from episodes.runtimes import ledger
 from episodes.runtimes.modal import ModalRuntime, destroy_sandbox
 from episodes.runtimes.prime import PrimeRuntime
 from episodes.types.runtime import ModalConfig, PrimeConfig
-from tests.runtimes.fakes import modal_fake
+from tests.support.fakes import modal_fake
 from workers.orphans import reap_orphan_boxes
 
-prime_fake = pytest.importorskip("tests.runtimes.fakes.prime_fake")
+prime_fake = pytest.importorskip("tests.support.fakes.prime_fake")
 T = 30.0
 
 

@@ -20,9 +20,9 @@ from episodes.runtimes import remote_shell
 from episodes.runtimes.modal import ModalRuntime
 from episodes.runtimes.prime import PrimeRuntime
 from episodes.types.runtime import ModalConfig, PrimeConfig
-from tests.runtimes.fakes import modal_fake
+from tests.support.fakes import modal_fake
 
-prime_fake = pytest.importorskip("tests.runtimes.fakes.prime_fake")
+prime_fake = pytest.importorskip("tests.support.fakes.prime_fake")
 
 T = 30.0
 SLEEPER = 'import time; print("ready", flush=True); time.sleep(600)'

@@ -16,8 +16,8 @@ import pytest
 
 from episodes.errors import RuntimeUnavailable
 from episodes.types.runtime import DockerConfig
-from tests.runtimes import backends
-from tests.runtimes.backends import docker as backend
+from tests.support import backends
+from tests.support.backends import docker as backend
 
 T = 30.0
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,8 +19,8 @@ from typing import Any
 import psutil
 import pytest
 
-from tests.runtimes import backends
-from tests.runtimes.backends import docker as backend
+from tests.support import backends
+from tests.support.backends import docker as backend
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(120)]
 T = 30.0

@@ -1,4 +1,4 @@
-"""The fakes in tests/runtimes/fakes/ must not drift from the real SDKs they stand in for.
+"""The fakes in tests/support/fakes/ must not drift from the real SDKs they stand in for.
 
 Each faked callable is compared with the installed SDK's: every parameter the fake
 takes exists in the SDK with the same kind and default, positional parameters come in
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.runtimes.fakes import modal_fake
+from tests.support.fakes import modal_fake
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 _VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
@@ -125,7 +125,7 @@ def _prime_pairs() -> list[tuple[str, Any, Any]]:
     ps = pytest.importorskip("prime_sandboxes")
     from prime_sandboxes.process import AsyncSandboxProcess, _AsyncProcessStream
 
-    from tests.runtimes.fakes import prime_fake as f
+    from tests.support.fakes import prime_fake as f
 
     client, fclient = ps.AsyncSandboxClient, f.AsyncSandboxClient
     pairs = [

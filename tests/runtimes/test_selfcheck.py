@@ -1,5 +1,5 @@
 """The runtime self-check (`episodes.runtimes.selfcheck`), run against every backend in
-tests/runtimes/backends/: one test per check and backend."""
+tests/support/backends/: one test per check and backend."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from episodes.types.results import (
     is_infra_failure,
 )
 from episodes.viewer.stats import side
-from tests.integration.helpers import spec
+from tests.support.helpers import spec
 
 
 def test_every_termination_has_exactly_one_side() -> None:

@@ -142,7 +142,7 @@ def test_parse_every() -> None:
 
 def test_oversized_batch_input_is_one_clear_error() -> None:
     from episodes.client.batches import batch_input
-    from tests.integration.helpers import spec
+    from tests.support.helpers import spec
 
     big = "x" * 2000
     s = spec(tasks=[{"id": f"t{i}", "data": {"messages": [big]}} for i in range(1000)])

@@ -15,11 +15,11 @@ import pytest
 
 from episodes.client import EpisodesClient
 from tests.conftest import ROOT
-from tests.integration.helpers import spec, wait_until
+from tests.support.helpers import spec, wait_until
 from tests.viewer.conftest import UI
 
 pytestmark = pytest.mark.timeout(240)
-SLOW = [sys.executable, str(ROOT / "tests/harnesses/chaos_harness.py"), "log", "delay=0.4"]
+SLOW = [sys.executable, str(ROOT / "tests/support/harnesses/chaos_harness.py"), "log", "delay=0.4"]
 
 
 def _tasks() -> list[dict]:

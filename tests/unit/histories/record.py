@@ -98,7 +98,7 @@ async def record(client: Client) -> None:
 
     s = _spec("can").model_copy(
         update={
-            "env": "tests.integration.envs:Endless",
+            "env": "tests.support.envs:Endless",
             "env_args": {"delay_s": 0.3},
             "max_turns": 5,
         }
@@ -207,7 +207,7 @@ async def record_new(client: Client, address: str) -> None:
     an interactive session that continues-as-new."""
     ec = EpisodesClient(client, task_queue=QUEUE)
     s = _spec("enverr").model_copy(
-        update={"env": "tests.integration.envs:Faulty", "env_args": {"on": "reset"}}
+        update={"env": "tests.support.envs:Faulty", "env_args": {"on": "reset"}}
     )
     h = await ec.start_episode(s, s.tasks[0])
     await _result(h)
@@ -225,7 +225,7 @@ async def record_new(client: Client, address: str) -> None:
         session.handle.first_execution_run_id,
     )
 
-    endless = {"env": "tests.integration.envs:Endless", "env_args": {"delay_s": 0.15}}
+    endless = {"env": "tests.support.envs:Endless", "env_args": {"delay_s": 0.15}}
     for name, over, workers in [
         ("episode_worker_lost", {"max_turns": 200}, 1),
         ("episode_restart", {"max_turns": 20, "on_worker_lost": "restart"}, 2),
@@ -269,7 +269,7 @@ async def record_issue13(client: Client) -> None:
     await _save(client, "episode_folded_end", h.id, h.first_execution_run_id)
 
     s = _spec("foldcan").model_copy(
-        update={"env": "tests.integration.envs:Endless", "env_args": {"delay_s": 0.1}}
+        update={"env": "tests.support.envs:Endless", "env_args": {"delay_s": 0.1}}
     )
     s = s.model_copy(update={"max_turns": 7})
     h = await client.start_workflow(

@@ -20,7 +20,7 @@ def skip_reason() -> str | None:
 
 def make_runtime() -> Runtime:
     from episodes.runtimes.modal import ModalRuntime
-    from tests.runtimes.fakes.modal_fake import fake_sdk
+    from tests.support.fakes.modal_fake import fake_sdk
 
     sdk = fake_sdk()
     _sdks.append(sdk)

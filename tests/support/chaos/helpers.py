@@ -29,9 +29,9 @@ from episodes.types.results import EpisodeResult
 from episodes.types.runtime import DockerConfig
 from episodes.types.spec import EpisodeSpec, parse_spec
 from tests.conftest import ROOT
-from tests.integration.helpers import wait_until
+from tests.support.helpers import wait_until
 
-HARNESS = ROOT / "tests" / "harnesses" / "chaos_harness.py"
+HARNESS = ROOT / "tests" / "support" / "harnesses" / "chaos_harness.py"
 # A trusted process group instead of the sandbox: for harnesses that log their turns
 # into the test's folder (a sandbox may not write the worker's files).
 TRUSTED = {"runtime": {"type": "subprocess", "isolation": "none"}}

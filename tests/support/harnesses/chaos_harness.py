@@ -1,6 +1,6 @@
 """Harnesses for the chaos tests: a deterministic one that logs every turn it sees, and
 hostile ones. Stdlib and the harness SDK only, so it also runs in the Docker image
-(bind-mounted: tests/chaos mounts this folder read-only).
+(bind-mounted: tests/workers/test_hostile.py mounts this folder read-only).
 
 Run by file path: `python chaos_harness.py MODE [key=value ...]`; `tag=...` is ignored
 (the tests put a unique tag in the argv to find their processes by command line).
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout's root
 
 from episodes.harness import sdk
 

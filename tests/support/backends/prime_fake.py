@@ -26,7 +26,7 @@ def skip_reason() -> str | None:
 
 def make_runtime() -> Runtime:
     from episodes.runtimes.prime import PrimeRuntime
-    from tests.runtimes.fakes.prime_fake import fake_sdk
+    from tests.support.fakes.prime_fake import fake_sdk
 
     sdk = fake_sdk()
     _sdks.append(sdk)

@@ -1,3 +1,6 @@
+"""Fixtures for every test (tests/conftest.py loads this module): `runtime`, a started
+local subprocess box whose workdir must be gone once it stops."""
+
 from __future__ import annotations
 
 import os

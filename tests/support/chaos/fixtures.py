@@ -1,5 +1,6 @@
-"""Chaos tests: real worker processes, real harnesses, a dev server of each module's own
-(so a test may kill it without breaking the rest of the suite)."""
+"""The chaos tests' server: a dev server of each module's own (so a test may kill it
+without breaking the rest of the suite). Module-scoped and only made for a module that
+asks for `chaos_server` or `chaos_client` (tests/conftest.py loads this module)."""
 
 from __future__ import annotations
 

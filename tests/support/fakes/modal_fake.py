@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from tests.runtimes.fakes._box import LocalBox
+from tests.support.fakes._box import LocalBox
 
 try:
     from modal.exception import InvalidError, NotFoundError, SandboxTerminatedError

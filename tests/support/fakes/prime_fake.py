@@ -34,7 +34,7 @@ from prime_sandboxes import (
     SandboxNotRunningError,
 )
 
-from tests.runtimes.fakes._box import LocalBox
+from tests.support.fakes._box import LocalBox
 
 _CHUNK = 64 * 1024
 

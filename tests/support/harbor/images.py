@@ -14,7 +14,7 @@ BUSYBOX_IMAGE = "episodes-test-busybox:latest"
 
 def busybox_reason() -> str | None:
     """Why the busybox base cannot be had here, or None once it is on the engine."""
-    from tests.runtimes.backends import docker as backend
+    from tests.support.backends import docker as backend
 
     api = backend.client().api
     try:

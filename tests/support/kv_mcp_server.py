@@ -1,6 +1,6 @@
 """A kv-store MCP server for the LLM harness tests: streamable HTTP behind a bearer token.
 
-    python tests/agents/kv_mcp_server.py TOKEN      # prints its port, serves until killed
+    python tests/support/kv_mcp_server.py TOKEN      # prints its port, serves until killed
 
 A stand-in for the session's MCP tool bridge (`put`, `get`, `list_keys`, `delete`
 like the kv-store env): the harness test needs real MCP over HTTP, not the bridge.

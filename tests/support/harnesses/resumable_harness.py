@@ -8,7 +8,7 @@ packet's transcript; without it a restore replays the turns to it one by one.
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout's root
 
 from episodes.harness import sdk
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-SCRIPTED = str(Path(__file__).with_name("scripted_harness.py"))
+SCRIPTED = str(Path(__file__).parent / "harnesses" / "scripted_harness.py")
 
 
 def scripted(mode: str, *opts: str) -> list[str]:

@@ -75,7 +75,7 @@ def turn_modes_fixture():  # type: ignore[no-untyped-def]
 
     @pytest.fixture(autouse=True, params=["drive", "activity"])
     def turn_mode(request, monkeypatch):  # type: ignore[no-untyped-def]
-        import tests.integration.helpers as helpers
+        import tests.support.helpers as helpers
 
         monkeypatch.setattr(helpers, "TURN_MODE", request.param)
         return request.param
