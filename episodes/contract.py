@@ -7,7 +7,7 @@ carry these names: renaming one breaks them.
 
 Models only: the standard library, pydantic models and `temporalio.activity` (for
 the declarations), so workflows import this module through the sandbox.
-`tests/unit/test_contract.py` checks the activity implementations and the failure
+`tests/episodes/test_contract.py` checks the activity implementations and the failure
 types they raise against it.
 """
 

@@ -2,7 +2,7 @@
 
 Workflow modules import only temporalio, the standard library and models
 (`episodes.types`, `episodes.contract`, `episodes.search_attributes`), and pass only
-those through the sandbox (`tests/unit/test_layering.py`).
+those through the sandbox (`tests/test_layering.py`).
 
 The names below load on first use: the sandbox imports a workflow's module afresh for
 every workflow run, and an `EpisodeWorkflow` run should not execute the interactive

@@ -1,7 +1,7 @@
-"""Record the workflow histories `tests/unit/test_replay.py` replays.
+"""Record the workflow histories `tests/workflows/test_replay.py` replays.
 
-    .venv/bin/python -m tests.unit.histories.record          # every history
-    .venv/bin/python -m tests.unit.histories.record --new    # only issue 11's paths
+    .venv/bin/python -m tests.workflows.histories.record          # every history
+    .venv/bin/python -m tests.workflows.histories.record --new    # only issue 11's paths
 
 Runs a few episodes, interactive sessions and a batch on a private dev server and
 saves every run's history here as JSON. Re-record only when a workflow's commands

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 APP = ("activities", "workers", "workflows")
 PROJECT = ("episodes", *APP)
 # What workflow code may reach, besides its own package, temporalio, the standard
