@@ -17,7 +17,7 @@ from episodes.client.core import EpisodesClient
 from episodes.client.history import recorded_turns
 from episodes.session.live import LiveSession
 from episodes.types.spec import load_harbor_dir, parse_spec
-from tests.integration.test_cli import episodes
+from tests.episodes.cli.test_cli import episodes
 from tests.support.backends import docker as backend
 from tests.support.harbor import TASKS
 from tests.support.harbor.images import busybox_reason

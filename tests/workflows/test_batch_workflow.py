@@ -25,7 +25,7 @@ from episodes.types.io import BatchProgress
 from episodes.types.metrics import BatchMetrics
 from episodes.types.results import EpisodeResult
 from tests.conftest import scripted_command
-from tests.integration.test_cli import episodes
+from tests.episodes.cli.test_cli import episodes
 from tests.support.helpers import spec, wait_until
 from workflows.batch import EvalBatchWorkflow
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from episodes.types.io import BatchResult
-from tests.integration.test_cli import episodes
+from tests.episodes.cli.test_cli import episodes
 from tests.support.helpers import wait_until
 
 QUEUE = "episodes-test"

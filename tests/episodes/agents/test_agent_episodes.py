@@ -72,7 +72,7 @@ async def test_kv_agent_records_tool_and_model_calls_for_the_trainer(client, wor
     assert UPSTREAM_KEY not in transcript.model_dump_json()
 
     # A person reads the same calls with `episodes show`: one line per call.
-    from tests.integration.test_cli import episodes as cli
+    from tests.episodes.cli.test_cli import episodes as cli
 
     code, out, err = await cli(
         "show", result.workflow_id, "--address", client.service_client.config.target_host

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.conftest import ROOT
-from tests.integration.test_cli import episodes
+from tests.episodes.cli.test_cli import episodes
 from tests.support.backends import docker as backend
 
 pytestmark = pytest.mark.docker
