@@ -196,7 +196,7 @@ async def test_harness_process_is_gone_after_a_local_episode():
         [{"id": "pid", "data": {"messages": ["import os; os.getpid()"]}}],
     )
     # The host pid is what is checked: a sandboxed harness reports its box's pid instead
-    # (the sandbox's own cleanup: tests/chaos/test_containment.py, the runtime contract).
+    # (the sandbox's own cleanup: tests/episodes/runtimes/test_containment.py, the runtime contract).
     # PYTHONPATH: unsandboxed, `-m episodes...` finds the package the way the worker does.
     trusted = s.harness.model_copy(
         update={"runtime": SubprocessConfig(isolation="none"), "inherit_env": ["PYTHONPATH"]}

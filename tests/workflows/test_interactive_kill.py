@@ -21,7 +21,7 @@ from tests.support.chaos.helpers import (
     script_spec,
 )
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(180)]
 
 LOST_S = 3.0
 MESSAGES = [f"p:{i}" for i in range(4)]

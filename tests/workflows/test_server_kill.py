@@ -15,7 +15,6 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from episodes.client.devserver import DevServer
-from tests.chaos.test_worker_kill import _progress
 from tests.support.chaos.helpers import (
     HARNESS,
     TRUSTED,
@@ -29,8 +28,9 @@ from tests.support.chaos.helpers import (
     wait_closed,
 )
 from tests.support.helpers import wait_until
+from tests.workers.test_worker_kill import _progress
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(240)]
 
 EPISODES, TURNS = 16, 8
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from episodes.types.spec import parse_spec
-from tests.chaos.test_worker_kill import _progress
 from tests.support.backends import docker as backend
 from tests.support.chaos.helpers import (
     WorkerProc,
@@ -26,8 +25,9 @@ from tests.support.chaos.helpers import (
 from tests.support.harbor import TASKS
 from tests.support.harbor.images import busybox_reason
 from tests.support.helpers import wait_until
+from tests.workers.test_worker_kill import _progress
 
-pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(300)]
 
 
 async def test_sigkill_mid_harbor_task_restarts_and_ends_scored(

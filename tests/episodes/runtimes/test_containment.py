@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 
 from episodes.client.history import fetch_transcript
-from tests.chaos.test_hostile import MOUNT, _docker
 from tests.support.chaos.helpers import (
     HARNESS,
     WorkerProc,
@@ -29,8 +28,9 @@ from tests.support.chaos.helpers import (
     wait_closed,
 )
 from tests.support.helpers import wait_until
+from tests.workers.test_hostile import MOUNT, _docker
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(240)]
 
 # The worker's upstream key: the variable the healthy session's model spec names.
 UPSTREAM = "EPISODES_CHAOS_UPSTREAM_KEY"

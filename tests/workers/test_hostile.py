@@ -29,7 +29,7 @@ from tests.support.chaos.helpers import (
 )
 from tests.support.helpers import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(180)]
 
 TURN_TIMEOUT_S = 10.0
 # Generous: a Python worker holding an 8 MiB message (and its JSON frame) a few times.

@@ -28,7 +28,7 @@ from tests.support.chaos.helpers import (
 )
 from tests.support.helpers import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(180)]
 
 EPISODES, TURNS, LOST_S = 40, 8, 3.0
 # docs/failures.md: detection takes at most about twice worker_lost_timeout_s; slack for a

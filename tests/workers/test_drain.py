@@ -24,7 +24,7 @@ from tests.support.chaos.helpers import (
 )
 from tests.support.helpers import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(180)]
 
 # The short episodes (6 turns of 0.4 s) must finish within it on a loaded machine.
 GRACE_S = 30.0

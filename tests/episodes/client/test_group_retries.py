@@ -16,7 +16,7 @@ from episodes.types.results import EpisodeResult
 from tests.support.chaos.helpers import WorkerProc
 from tests.support.helpers import spec, wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(300)]
 
 REPL = ["{python}", "-m", "episodes.harness.reference.repl"]
 
