@@ -51,7 +51,7 @@ async def worker(client) -> AsyncIterator[object]:  # type: ignore[no-untyped-de
 
     # No provision breaker: tests provoke unavailable runtimes on purpose (a Docker
     # spec on a machine without an engine), and it would pause this shared worker for
-    # the tests after them. Its own tests: tests/production/test_breaker.py.
+    # the tests after them. Its own tests: tests/episodes/test_breaker.py.
     w = EpisodeWorker(
         client,
         WorkerOptions(task_queue="episodes-test", reap_interval_s=2, provision_breaker_after=0),

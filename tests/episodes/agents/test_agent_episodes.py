@@ -26,8 +26,8 @@ from episodes.client.connect import connect
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
-from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.conftest import ROOT
+from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.support.helpers import pid_alive, wait_until
 from workers.worker import EpisodeWorker, WorkerOptions
 

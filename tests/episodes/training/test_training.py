@@ -21,7 +21,7 @@ from episodes.training.export import COLUMNS
 from episodes.training.samples import build_samples
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
-from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.episodes.cli.test_cli import episodes as cli
 from tests.support.helpers import wait_until
 

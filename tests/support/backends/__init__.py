@@ -1,4 +1,5 @@
-"""Runtime backends under test: one module each, discovered by name (see ../conftest.py)."""
+"""Runtime backends under test: one module each, discovered by name (see
+tests/episodes/runtimes/conftest.py)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from tests.support import backends
 from tests.support.backends import docker as backend
 
 T = 30.0
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")

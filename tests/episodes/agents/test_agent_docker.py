@@ -16,7 +16,7 @@ import pytest
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.session.live import LiveSession
 from episodes.types.spec import parse_spec
-from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.support.backends import docker as backend
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(180)]

@@ -25,7 +25,8 @@ from episodes.client.devserver import DevServer, free_port
 from episodes.payloads import AesGcmEncryption, PayloadsConfig, data_converter
 from episodes.payloads.codec_server import start_codec_server
 from tests.conftest import ROOT
-from tests.e2e.test_ui import (
+from tests.support.helpers import spec, wait_until
+from tests.workflows.test_ui import (
     CHROMEDRIVER,
     CHROMIUM,
     CHROMIUM_FLAGS,
@@ -33,7 +34,6 @@ from tests.e2e.test_ui import (
     _until,
     pytestmark,  # noqa: F401 (the same skips: selenium, Chromium and its driver)
 )
-from tests.support.helpers import spec, wait_until
 
 MARKER = "DECODED-" + uuid.uuid4().hex[:8]
 KEYS = {"UI_CODEC_KEYS": "ui1:" + base64.b64encode(b"U" * 32).decode()}

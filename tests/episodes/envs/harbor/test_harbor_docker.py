@@ -1,7 +1,8 @@
-"""Harbor tasks end to end on the real Docker engine: the test dataset (tests/support/harbor/tasks:
-an image with Python, one without, a multi-step task, tests that read the agent's
-files) scored 1.0 by the oracle and 0.0 by nop through `episodes run`, one harness
-process across a multi-step task's steps, a follow-up turn after failed tests."""
+"""Harbor tasks end to end on the real Docker engine: the test dataset
+(tests/support/harbor/tasks: an image with Python, one without, a multi-step task, tests
+that read the agent's files) scored 1.0 by the oracle and 0.0 by nop through `episodes
+run`, one harness process across a multi-step task's steps, a follow-up turn after failed
+tests."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from episodes.agents.services import AgentServices
 from episodes.session.live import LiveSession
 from episodes.types.model import ModelSpec
 from episodes.types.spec import parse_spec
-from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.support.backends import modal_fake, prime_fake
 
 pytestmark = pytest.mark.timeout(120)

@@ -412,7 +412,7 @@ async def test_cancelled_stop_still_finishes(runtime):
 
 
 async def test_the_documented_harness_without_the_sdk_works(runtime, tmp_path):
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "protocol.md").read_text()
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "protocol.md").read_text()
     section = doc.split("## A harness in Python without the SDK", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     script = tmp_path / "raw_harness.py"

@@ -26,10 +26,10 @@ import pytest
 from episodes.client import EpisodesClient
 from episodes.viewer import serve
 from tests.conftest import ROOT
-from tests.e2e.test_ui import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, WAIT_S
-from tests.e2e.test_ui import pytestmark as ui_marks
 from tests.support.envs import ENDLESS
 from tests.support.helpers import spec, wait_until
+from tests.workflows.test_ui import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, WAIT_S
+from tests.workflows.test_ui import pytestmark as ui_marks
 
 pytestmark = [*ui_marks, pytest.mark.timeout(300)]
 SLOW = [sys.executable, str(ROOT / "tests/support/harnesses/chaos_harness.py"), "log"]
@@ -157,7 +157,7 @@ async def test_agent_episode_shows_tool_and_model_calls(
 ):
     from episodes.agents.scripted import ScriptedUpstream, kv_policy
     from episodes.types.spec import parse_spec
-    from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+    from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 
     monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:

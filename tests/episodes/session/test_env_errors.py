@@ -14,7 +14,7 @@ from episodes.types.spec import parse_spec
 from tests.support.envs import FAULTY
 
 ECHO = "{python} -m episodes.harness.reference.echo"
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _spec(**env_args):

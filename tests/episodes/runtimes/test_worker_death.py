@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.procs import assert_pids_gone, descendants, pid_running, scripted
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # The "worker": opens a harness through the real runtime and session, answers one
 # turn, reports the pids, then idles until it is killed.

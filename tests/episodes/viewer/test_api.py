@@ -15,8 +15,8 @@ import pytest
 
 from episodes.client import EpisodesClient
 from tests.conftest import ROOT
+from tests.episodes.viewer.conftest import UI
 from tests.support.helpers import spec, wait_until
-from tests.viewer.conftest import UI
 
 pytestmark = pytest.mark.timeout(240)
 SLOW = [sys.executable, str(ROOT / "tests/support/harnesses/chaos_harness.py"), "log", "delay=0.4"]
@@ -180,7 +180,7 @@ async def test_encrypted_payloads_are_decoded_with_the_key_and_placeholders_with
     from episodes.client.connect import connect
     from episodes.payloads import AesGcmEncryption, PayloadsConfig, data_converter
     from episodes.viewer import serve
-    from tests.viewer.conftest import Viewer
+    from tests.episodes.viewer.conftest import Viewer
     from workers.worker import EpisodeWorker, WorkerOptions
 
     SECRETS = ["SECRET-1", "SECRET-2", "SECRET-3"]
@@ -236,7 +236,7 @@ async def test_encrypted_payloads_are_decoded_with_the_key_and_placeholders_with
 async def test_agent_episode_shows_tool_and_model_calls(client, worker, viewer, monkeypatch):
     from episodes.agents.scripted import ScriptedUpstream, kv_policy
     from episodes.types.spec import parse_spec
-    from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+    from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 
     monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:

@@ -29,12 +29,12 @@ from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.payloads.settings import configured_data_converter
 from episodes.types.spec import parse_spec
-from tests.payloads.test_e2e_temporal import payloads_in
+from tests.episodes.payloads.test_e2e_temporal import payloads_in
 from tests.support.harnesses.payload_harness import blob
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HARNESS = ROOT / "tests" / "support" / "harnesses" / "payload_harness.py"
 MB = 1024 * 1024
 THRESHOLD = 256 * 1024

@@ -37,7 +37,7 @@ from episodes.client.devserver import DevServer, temporal_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HARNESS = ROOT / "tests" / "support" / "harnesses" / "payload_harness.py"
 CANARY_ENV = "canary-env-" + uuid.uuid4().hex  # in the worker's environment
 CANARY_FILE = "canary-file-" + uuid.uuid4().hex  # in a file only the worker reads

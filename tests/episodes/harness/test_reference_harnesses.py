@@ -24,7 +24,7 @@ from episodes.types.spec import EpisodeSpec, parse_spec
 
 pytestmark = pytest.mark.timeout(120)
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
 def spec(env: str, harness: str, tasks: list[dict], **extra: Any) -> EpisodeSpec:
