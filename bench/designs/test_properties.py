@@ -1,7 +1,8 @@
 """The correctness properties of the current design, checked on the prototype designs.
 
-The scenarios of tests/integration (end to end, routing, exactly-once under a lost
-acknowledgement, worker SIGKILL, cancellation) plus replay with no workflow cache,
+The end-to-end scenarios of tests/workflows, tests/workers and tests/episodes/session
+(end to end, routing, exactly-once under a lost acknowledgement, worker SIGKILL,
+cancellation) plus replay with no workflow cache,
 against (c'1s) and (c'32) drive + batched Updates and (b) the child workflow with
 local-activity turns. Not part of `make test`:
 

@@ -11,7 +11,7 @@ sees ciphertext: the local directory or S3 bucket holds encrypted blobs, and the
 threshold applies to the encrypted size. The reference payload itself (driver
 name, bucket/key or digest, size) stays plaintext in the history: the SDK does not
 run references through the codec yet (`_ENCODE_STORAGE_REFERENCES` is off), and
-the references hold no content. Tests assert this order (tests/payloads).
+the references hold no content. Tests assert this order (tests/episodes/payloads).
 """
 
 from __future__ import annotations

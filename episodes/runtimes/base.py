@@ -1,7 +1,7 @@
 """The runtime interface: a box that can run processes, and one running process.
 
 Every backend (subprocess, Docker, Modal, Prime) implements these two classes and
-passes the same self-check (`episodes.runtimes.selfcheck`, run in `tests/runtimes/`).
+passes the same self-check (`episodes.runtimes.selfcheck`, run in `tests/episodes/runtimes/`).
 """
 
 from __future__ import annotations
