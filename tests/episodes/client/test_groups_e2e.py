@@ -19,9 +19,9 @@ from episodes.client.batches import batch_input, start_batch
 from episodes.client.sync import SyncEpisodesClient
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import parse_spec
-from tests.agents.test_agent_session import UPSTREAM_KEY, agent_spec
-from tests.integration.test_cli import episodes as cli
-from tests.integration.test_cli import write_spec
+from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+from tests.episodes.cli.test_cli import episodes as cli
+from tests.episodes.cli.test_cli import write_spec
 from tests.support.helpers import spec, wait_until
 
 pytestmark = pytest.mark.timeout(300)
