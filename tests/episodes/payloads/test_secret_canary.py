@@ -125,6 +125,10 @@ def _specs(tmp: Path, proofs: Path, upstream_url: str) -> dict[str, Path]:
         # Not a secret, but named like one: the CLI warns about it.
         "env": {"PUBLIC_TOKEN": "not-a-secret"},
         "ready_timeout_s": 20,
+        # The harness proves it got its secrets by writing them to the test's folder,
+        # which a sandbox cannot reach: a process-group box (what a secret reaches on
+        # the sandbox is the containment test's, tests/episodes/runtimes/test_containment.py).
+        "runtime": {"type": "subprocess", "isolation": "none"},
     }
 
     def leak(var: str, crash: bool = False) -> dict[str, Any]:
