@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -60,7 +61,13 @@ async def test_the_box_sees_only_its_own_processes_and_none_of_the_worker_files(
         assert rc == 0
         # bwrap's reaper, the box's agent, this process.
         assert sorted(map(int, seen["procs"])) == [1, 2, 3]
-        assert seen["project"] == ["episodes"]  # the worker's package, nothing else of it
+        # The worker's package, and its venv when that lives in the checkout (the box
+        # runs the worker's Python): nothing else of it.
+        venv = Path(sys.prefix).resolve()
+        bound = {"episodes"} | (
+            {venv.relative_to(ROOT).parts[0]} if venv.is_relative_to(ROOT) else set()
+        )
+        assert set(seen["project"]) == bound
         assert "shadow" not in seen["etc"] and "passwd" in seen["etc"]
         assert int(seen["caps"], 16) == 0
     finally:
