@@ -37,9 +37,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import aiohttp
 import httpx
 from aiohttp import web
 
+from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
 from episodes.agents.stream import SseParser, assemble, chunks_of
 from episodes.aio import finish
@@ -130,9 +132,25 @@ class ModelProxy:
         self.failure: ModelError | None = None
         self.calls = 0  # finished calls handed to on_call
         self.port: int | None = None
+        # What each call's record extends (see episodes/agents/conversation.py).
+        self.conversations = Conversations()
         self._runner: web.AppRunner | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: aiohttp.ClientSession | None = None
         self._stop_task: asyncio.Future[None] | None = None
+        self._via: dict[str, Any] = {}  # an HTTP(S)_PROXY for the upstream, if any
+        # Built once: what every call sends upstream besides its body.
+        self._forced = spec.enforced()
+        self._url = spec.base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Content-Type": "application/json"}
+        if self._key:
+            self._headers["Authorization"] = f"Bearer {self._key}"
+        if session_id:
+            self._headers[SESSION_HEADER] = session_id
+        # httpx's timeout was per operation (connect, each read), not for the whole call:
+        # a long stream is fine as long as its chunks keep coming.
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=spec.timeout_s, sock_read=spec.timeout_s
+        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -151,17 +169,8 @@ class ModelProxy:
             raise RuntimeError("the model proxy was stopped; make a new one")
         if self._runner is not None:
             return
-        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        if self.session_id:
-            headers[SESSION_HEADER] = self.session_id
-        base = self.spec.base_url.rstrip("/") + "/"
-        self._client = httpx.AsyncClient(
-            base_url=base,
-            headers=headers,
-            verify=_tls_context(),
-            timeout=httpx.Timeout(self.spec.timeout_s),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-        )
+        self._client = await _acquire_client()
+        self._via = await asyncio.to_thread(_env_proxy, self._url)
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -188,7 +197,8 @@ class ModelProxy:
         if self._runner is not None:
             await self._runner.cleanup()
         if self._client is not None:
-            await self._client.aclose()
+            self._client = None
+            await _release_client()
 
     async def __aenter__(self) -> ModelProxy:
         await self.start()
@@ -233,7 +243,7 @@ class ModelProxy:
                 openai_error("the request body must be a JSON object", "invalid_request_error"),
                 status=400,
             )
-        sent = {**body, **self.spec.enforced()}
+        sent = {**body, **self._forced}
         started = time.monotonic()
         if sent.get("stream"):
             # Usage arrives in a last chunk only when asked for; the record needs it.
@@ -255,11 +265,11 @@ class ModelProxy:
             answer = json.loads(raw)
         except ValueError:
             answer = raw.decode("utf-8", "replace")
-        error = None if resp.status_code < 300 else _one_line(_error_text(raw))
+        error = None if resp.status < 300 else _one_line(_error_text(raw))
         await self._record(
-            sent, answer, started, attempts, stream=False, status=resp.status_code, error=error
+            sent, answer, started, attempts, stream=False, status=resp.status, error=error
         )
-        return web.Response(body=raw, status=resp.status_code, headers={"Content-Type": ctype})
+        return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
 
     async def _streamed(
         self, request: web.Request, sent: dict[str, Any], started: float
@@ -268,31 +278,41 @@ class ModelProxy:
             resp, _, attempts = await self._send(sent, read=False)
         except _Exhausted as e:
             return await self._fail(sent, started, str(e))
-        if resp.status_code >= 300:  # a 4xx the harness caused: pass it through
+        if resp.status >= 300:  # a 4xx the harness caused: pass it through
             raw = await self._read_closing(resp)
             await self._record(
-                sent, _error_text(raw), started, attempts, stream=True, status=resp.status_code
+                sent, _error_text(raw), started, attempts, stream=True, status=resp.status
             )
             ctype = resp.headers.get("content-type", "application/json")
-            return web.Response(body=raw, status=resp.status_code, headers={"Content-Type": ctype})
+            return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
         out = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
-        parser = SseParser()
-        payloads: list[str] = []
+        # Bytes pass through as they come; they are parsed once, when the stream ends
+        # (nothing per chunk but the read and the write).
+        received: list[bytes] = []
         broke: str | None = None
         gone = False
         try:
             await out.prepare(request)
-            async for data in resp.aiter_raw():
-                payloads.extend(parser.feed(data))
-                await out.write(data)
-        except (httpx.TimeoutException, httpx.TransportError) as e:
-            broke = f"model stream broke: upstream {type(e).__name__}"
         except ConnectionError:
             gone = True  # the harness hung up; nothing left to tell it
+        try:
+            # Hazard: aiohttp's ClientConnectionResetError is a ConnectionError too, so
+            # the harness's side (the writes) is told apart from the upstream's here.
+            async for data in resp.content.iter_any() if not gone else _nothing():
+                received.append(data)
+                try:
+                    await out.write(data)
+                except ConnectionError:
+                    gone = True
+                    break
+        except (TimeoutError, aiohttp.ClientError) as e:
+            broke = f"model stream broke: upstream {_failure_name(e)}"
         finally:
-            await resp.aclose()
+            resp.close()
+        payloads = SseParser().feed(b"".join(received))
+        del received
         if broke is None and any(text_too_deep(p) for p in payloads):
             # Already passed on; not parsed (recursion) nor recorded: the call failed.
             broke = f"model stream broke: {too_deep_message('a chunk of the upstream stream')}"
@@ -318,38 +338,42 @@ class ModelProxy:
 
     # -- upstream ------------------------------------------------------------------------
 
-    async def _send(self, body: dict[str, Any], *, read: bool) -> tuple[httpx.Response, bytes, int]:
+    async def _send(
+        self, body: dict[str, Any], *, read: bool
+    ) -> tuple[aiohttp.ClientResponse, bytes, int]:
         """POST upstream with retries: (response, body if `read`, attempts), or _Exhausted."""
         assert self._client is not None
         attempts = self.spec.retries + 1
         last = "no attempt made"
+        data = json.dumps(body).encode()
         for attempt in range(1, attempts + 1):
             delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
             try:
-                req = self._client.build_request("POST", "chat/completions", json=body)
-                resp = await self._client.send(req, stream=True)
-                if resp.status_code != 429 and resp.status_code < 500:
+                resp = await self._client.post(
+                    self._url, data=data, headers=self._headers, timeout=self._timeout, **self._via
+                )
+                if resp.status != 429 and resp.status < 500:
                     raw = await self._read_closing(resp) if read else b""
                     return resp, raw, attempt
                 raw = await self._read_closing(resp)
-                last = f"upstream HTTP {resp.status_code}: {_error_text(raw)}"
+                last = f"upstream HTTP {resp.status}: {_error_text(raw)}"
                 retry_after = resp.headers.get("retry-after", "")
                 if retry_after.replace(".", "", 1).isdigit():
                     delay = min(max(float(retry_after), delay), self.max_backoff_s)
-            except httpx.TimeoutException:
+            except TimeoutError:
                 last = f"upstream timed out after {self.spec.timeout_s:g} s"
-            except httpx.TransportError as e:
-                last = f"upstream unreachable ({type(e).__name__})"
+            except aiohttp.ClientError as e:
+                last = f"upstream unreachable ({_failure_name(e)})"
             if attempt < attempts:
                 await asyncio.sleep(delay)
         raise _Exhausted(self._scrub(f"model call failed after {attempts} attempt(s): {last}"))
 
     @staticmethod
-    async def _read_closing(resp: httpx.Response) -> bytes:
+    async def _read_closing(resp: aiohttp.ClientResponse) -> bytes:
         try:
-            return await resp.aread()
+            return await resp.read()
         finally:
-            await resp.aclose()
+            resp.release()
 
     def _scrub(self, text: str) -> str:
         text = _one_line(text)
@@ -387,9 +411,14 @@ class ModelProxy:
         status: int = 200,
         error: str | None = None,
     ) -> None:
+        # The new messages only, with what they extend (episodes/agents/conversation.py):
+        # the record grows with the conversation, not with its square.
+        call_id, messages, extends = self.conversations.record(sent.get("messages"))
+        request = sent if messages is sent.get("messages") else {**sent, "messages": messages}
         record: dict[str, Any] = {
             "kind": "model_call",
-            "request": sent,
+            "id": call_id,
+            "request": request,
             "response": response,
             "usage": response.get("usage") if isinstance(response, dict) else None,
             "ms": (time.monotonic() - started) * 1000,
@@ -398,10 +427,88 @@ class ModelProxy:
             "status": status,
             "policy_version": self.spec.policy_version,
         }
+        if extends is not None:
+            record["extends"] = extends
         if error is not None:
             record["error"] = error
         self.calls += 1
         await _call(self.on_call, record)
+
+
+def _failure_name(e: BaseException) -> str:
+    """The failure's kind, as httpx named them before (tests and operators read them)."""
+    if isinstance(e, TimeoutError):
+        return "ReadTimeout"
+    if isinstance(e, aiohttp.ClientConnectorError):
+        return "ConnectError"
+    if isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
+        return "RemoteProtocolError"
+    return type(e).__name__
+
+
+async def _nothing() -> Any:
+    return
+    yield
+
+
+# One upstream client per event loop, shared by every session's proxy on it (a worker's
+# sessions): one connection pool, one TLS context, ~no memory per session. Counted:
+# the last proxy to stop closes it (tests run one loop per test).
+_clients: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, int]] = {}
+
+
+async def _acquire_client() -> aiohttp.ClientSession:
+    loop = asyncio.get_running_loop()
+    client, users = _clients.get(loop, (None, 0))
+    if client is None or client.closed:
+        client, users = _new_client(), 0
+    _clients[loop] = (client, users + 1)
+    return client
+
+
+async def _release_client() -> None:
+    loop = asyncio.get_running_loop()
+    client, users = _clients.get(loop, (None, 0))
+    if client is None:
+        return
+    if users > 1:
+        _clients[loop] = (client, users - 1)
+        return
+    del _clients[loop]
+    await client.close()
+
+
+def _new_client() -> aiohttp.ClientSession:
+    connector = aiohttp.TCPConnector(
+        limit=0,  # no cap across sessions (httpx had 64 per session)
+        ssl=_tls_context(),
+        keepalive_timeout=30,
+    )
+    return aiohttp.ClientSession(
+        connector=connector,
+        # Hazard: shared by every session, so no cookies at all: a sticky-routing
+        # cookie set for one session's calls must not ride on another's.
+        cookie_jar=aiohttp.DummyCookieJar(),
+        # The environment's HTTP(S)_PROXY is read once per proxy (`_env_proxy`):
+        # aiohttp's trust_env reads it (and ~/.netrc) in a thread on every request.
+        trust_env=False,
+        # Bodies as the upstream sent them pass through; no charset guessing.
+        auto_decompress=True,
+        skip_auto_headers=("User-Agent",),
+    )
+
+
+def _env_proxy(url: str) -> dict[str, Any]:
+    """The HTTP(S)_PROXY / NO_PROXY the environment sets for `url` (as httpx read them),
+    as keyword arguments for a request."""
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
+
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return {}
+    return {"proxy": proxy, "proxy_auth": auth}
 
 
 @functools.cache

@@ -11,6 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from episodes.json_depth import text_too_deep
+from episodes.types.tuning import MAX_JSON_DEPTH
+
 
 class SseParser:
     """Incremental `data:` payloads of an SSE stream (events end with a blank line)."""
@@ -36,11 +39,26 @@ class SseParser:
 
 
 def chunks_of(payloads: list[str]) -> list[dict[str, Any]]:
-    """The JSON chunks among SSE payloads (`[DONE]` and non-JSON payloads are skipped)."""
+    """The JSON chunks among SSE payloads (`[DONE]` and non-JSON payloads are skipped).
+
+    Parsed as one JSON array (one C call for a whole stream instead of one per chunk);
+    when that fails or does not give one value per payload (a payload that is not JSON
+    on its own), one by one. Hazard: callers check each payload's depth first, and the
+    array's own depth is checked here: payloads that do not close their brackets add up
+    (fifty `[`x100 payloads would nest 5,000 deep together and blow `json`'s recursion).
+    """
+    kept = [p for p in payloads if p.strip() != "[DONE]"]
+    joined = "[" + ",".join(kept) + "]"
+    values = None
+    if not text_too_deep(joined, MAX_JSON_DEPTH + 1):
+        try:
+            values = json.loads(joined)
+        except ValueError:
+            pass
+    if isinstance(values, list) and len(values) == len(kept):
+        return [v for v in values if isinstance(v, dict)]
     out = []
-    for p in payloads:
-        if p.strip() == "[DONE]":
-            continue
+    for p in kept:
         try:
             obj = json.loads(p)
         except ValueError:
