@@ -37,13 +37,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
 import httpx
 from aiohttp import web
 
 from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
-from episodes.agents.stream import SseParser, assemble, chunks_of
+from episodes.agents.stream import SseParser, assemble, parse_chunks
+from episodes.agents.upstream import AiohttpUpstream, Response, Upstream, UpstreamError
 from episodes.aio import finish
 from episodes.errors import ModelError
 from episodes.json_depth import text_too_deep, too_deep_message
@@ -135,9 +135,8 @@ class ModelProxy:
         # What each call's record extends (see episodes/agents/conversation.py).
         self.conversations = Conversations()
         self._runner: web.AppRunner | None = None
-        self._client: aiohttp.ClientSession | None = None
+        self._client: Upstream | AiohttpUpstream | None = None
         self._stop_task: asyncio.Future[None] | None = None
-        self._via: dict[str, Any] = {}  # an HTTP(S)_PROXY for the upstream, if any
         # Built once: what every call sends upstream besides its body.
         self._forced = spec.enforced()
         self._url = spec.base_url.rstrip("/") + "/chat/completions"
@@ -146,11 +145,6 @@ class ModelProxy:
             self._headers["Authorization"] = f"Bearer {self._key}"
         if session_id:
             self._headers[SESSION_HEADER] = session_id
-        # httpx's timeout was per operation (connect, each read), not for the whole call:
-        # a long stream is fine as long as its chunks keep coming.
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=spec.timeout_s, sock_read=spec.timeout_s
-        )
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -169,8 +163,9 @@ class ModelProxy:
             raise RuntimeError("the model proxy was stopped; make a new one")
         if self._runner is not None:
             return
-        self._client = await _acquire_client()
-        self._via = await asyncio.to_thread(_env_proxy, self._url)
+        via = await asyncio.to_thread(_env_proxy, self._url)
+        # Behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies), own.
+        self._client = AiohttpUpstream(_tls_context(), via) if via else _acquire_client()
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -196,8 +191,10 @@ class ModelProxy:
     async def _cleanup(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._client is not None:
-            self._client = None
+        client, self._client = self._client, None
+        if isinstance(client, AiohttpUpstream):
+            await client.close()
+        elif client is not None:
             await _release_client()
 
     async def __aenter__(self) -> ModelProxy:
@@ -298,26 +295,26 @@ class ModelProxy:
         except ConnectionError:
             gone = True  # the harness hung up; nothing left to tell it
         try:
-            # Hazard: aiohttp's ClientConnectionResetError is a ConnectionError too, so
-            # the harness's side (the writes) is told apart from the upstream's here.
-            async for data in resp.content.iter_any() if not gone else _nothing():
+            # The harness's side (the writes) is told apart from the upstream's here.
+            async for data in resp.iter_any(self.spec.timeout_s) if not gone else _nothing():
                 received.append(data)
                 try:
                     await out.write(data)
                 except ConnectionError:
                     gone = True
                     break
-        except (TimeoutError, aiohttp.ClientError) as e:
-            broke = f"model stream broke: upstream {_failure_name(e)}"
+        except TimeoutError:
+            broke = "model stream broke: upstream ReadTimeout"
+        except UpstreamError as e:
+            broke = f"model stream broke: upstream {e.kind}"
         finally:
             resp.close()
-        payloads = SseParser().feed(b"".join(received))
+        chunks, too_deep = parse_chunks(SseParser().feed(b"".join(received)))
         del received
-        if broke is None and any(text_too_deep(p) for p in payloads):
+        if too_deep and broke is None:
             # Already passed on; not parsed (recursion) nor recorded: the call failed.
             broke = f"model stream broke: {too_deep_message('a chunk of the upstream stream')}"
-            payloads = []
-        response = assemble(chunks_of(payloads))
+        response = assemble(chunks)
         if broke is not None:
             err = ModelError(self._scrub(broke))
             with contextlib.suppress(ConnectionError):
@@ -338,9 +335,7 @@ class ModelProxy:
 
     # -- upstream ------------------------------------------------------------------------
 
-    async def _send(
-        self, body: dict[str, Any], *, read: bool
-    ) -> tuple[aiohttp.ClientResponse, bytes, int]:
+    async def _send(self, body: dict[str, Any], *, read: bool) -> tuple[Response, bytes, int]:
         """POST upstream with retries: (response, body if `read`, attempts), or _Exhausted."""
         assert self._client is not None
         attempts = self.spec.retries + 1
@@ -349,9 +344,7 @@ class ModelProxy:
         for attempt in range(1, attempts + 1):
             delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
             try:
-                resp = await self._client.post(
-                    self._url, data=data, headers=self._headers, timeout=self._timeout, **self._via
-                )
+                resp = await self._client.post(self._url, data, self._headers, self.spec.timeout_s)
                 if resp.status != 429 and resp.status < 500:
                     raw = await self._read_closing(resp) if read else b""
                     return resp, raw, attempt
@@ -362,18 +355,17 @@ class ModelProxy:
                     delay = min(max(float(retry_after), delay), self.max_backoff_s)
             except TimeoutError:
                 last = f"upstream timed out after {self.spec.timeout_s:g} s"
-            except aiohttp.ClientError as e:
-                last = f"upstream unreachable ({_failure_name(e)})"
+            except UpstreamError as e:
+                last = f"upstream unreachable ({e.kind})"
             if attempt < attempts:
                 await asyncio.sleep(delay)
         raise _Exhausted(self._scrub(f"model call failed after {attempts} attempt(s): {last}"))
 
-    @staticmethod
-    async def _read_closing(resp: aiohttp.ClientResponse) -> bytes:
+    async def _read_closing(self, resp: Response) -> bytes:
         try:
-            return await resp.read()
+            return await resp.read(self.spec.timeout_s)
         finally:
-            resp.release()
+            resp.close()
 
     def _scrub(self, text: str) -> str:
         text = _one_line(text)
@@ -435,17 +427,6 @@ class ModelProxy:
         await _call(self.on_call, record)
 
 
-def _failure_name(e: BaseException) -> str:
-    """The failure's kind, as httpx named them before (tests and operators read them)."""
-    if isinstance(e, TimeoutError):
-        return "ReadTimeout"
-    if isinstance(e, aiohttp.ClientConnectorError):
-        return "ConnectError"
-    if isinstance(e, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return "RemoteProtocolError"
-    return type(e).__name__
-
-
 async def _nothing() -> Any:
     return
     yield
@@ -454,14 +435,14 @@ async def _nothing() -> Any:
 # One upstream client per event loop, shared by every session's proxy on it (a worker's
 # sessions): one connection pool, one TLS context, ~no memory per session. Counted:
 # the last proxy to stop closes it (tests run one loop per test).
-_clients: dict[asyncio.AbstractEventLoop, tuple[aiohttp.ClientSession, int]] = {}
+_clients: dict[asyncio.AbstractEventLoop, tuple[Upstream, int]] = {}
 
 
-async def _acquire_client() -> aiohttp.ClientSession:
+def _acquire_client() -> Upstream:
     loop = asyncio.get_running_loop()
     client, users = _clients.get(loop, (None, 0))
     if client is None or client.closed:
-        client, users = _new_client(), 0
+        client, users = Upstream(_tls_context()), 0
     _clients[loop] = (client, users + 1)
     return client
 
@@ -476,26 +457,6 @@ async def _release_client() -> None:
         return
     del _clients[loop]
     await client.close()
-
-
-def _new_client() -> aiohttp.ClientSession:
-    connector = aiohttp.TCPConnector(
-        limit=0,  # no cap across sessions (httpx had 64 per session)
-        ssl=_tls_context(),
-        keepalive_timeout=30,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        # Hazard: shared by every session, so no cookies at all: a sticky-routing
-        # cookie set for one session's calls must not ride on another's.
-        cookie_jar=aiohttp.DummyCookieJar(),
-        # The environment's HTTP(S)_PROXY is read once per proxy (`_env_proxy`):
-        # aiohttp's trust_env reads it (and ~/.netrc) in a thread on every request.
-        trust_env=False,
-        # Bodies as the upstream sent them pass through; no charset guessing.
-        auto_decompress=True,
-        skip_auto_headers=("User-Agent",),
-    )
 
 
 def _env_proxy(url: str) -> dict[str, Any]:
