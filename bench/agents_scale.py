@@ -129,7 +129,7 @@ async def proxy_scale(sessions: int, calls: int, stream_calls: int, repeats: int
 async def run(quick: bool = False, repeats: int | None = None) -> dict:
     repeats = repeats or (1 if quick else 3)
     sessions = 16 if quick else 256
-    calls, stream_calls, chunks = (4, 1, 180) if quick else (12, 3, 180)
+    calls, stream_calls, chunks = (4, 1, 180) if quick else (12, 2, 180)
     load_start = load()
     raw = await proxy_scale(sessions, calls, stream_calls, repeats, chunks)
     figures: dict[str, Any] = {k: spread(v) for k, v in raw.items()}
