@@ -2,6 +2,7 @@
 
     python -m bench.scale_procs upstream [--chunks 180]      # prints its port, serves until killed
     python -m bench.scale_procs load                          # a JSON job on stdin (below)
+    python -m bench.scale_procs hold                          # live harnesses (see `hold`)
 
 The upstream answers /v1/chat/completions with canned bytes (built once): the
 proxy's cost is what is measured, not a model's or a tokenizer's. A streamed answer is
@@ -146,8 +147,57 @@ async def load() -> None:
         await http.aclose()
 
 
+async def hold() -> None:
+    """Play live harnesses: per session an MCP session (initialized, tools listed, one
+    tool call) and one model call, both connections then held open until a line comes
+    on stdin. Reads `{"targets": [[mcp_url, mcp_token, model_url, model_token], ...]}`."""
+    import httpx
+    import httpx2
+    from mcp.client import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    job = json.loads(sys.stdin.readline())
+    release = asyncio.Event()
+    ready = 0
+    failed: list[str] = []
+
+    async def one(mcp_url: str, mcp_token: str, model_url: str, model_token: str) -> None:
+        nonlocal ready
+        try:
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {mcp_token}"}) as h2,
+                Client(streamable_http_client(mcp_url, http_client=h2), cache=None) as mcp,
+                httpx.AsyncClient(verify=False, timeout=60) as http,
+            ):
+                await mcp.list_tools()
+                await mcp.call_tool("put", {"key": "k", "value": "v"})
+                resp = await http.post(
+                    model_url + "/chat/completions",
+                    json={"model": "m", "messages": MESSAGES},
+                    headers={"Authorization": f"Bearer {model_token}"},
+                )
+                resp.raise_for_status()
+                ready += 1
+                await release.wait()
+        except Exception as e:
+            failed.append(repr(e))
+            ready += 1
+
+    tasks = []
+    for i in range(0, len(job["targets"]), 50):  # in waves: the worker is one process
+        tasks += [asyncio.create_task(one(*t)) for t in job["targets"][i : i + 50]]
+        while ready < len(tasks):
+            await asyncio.sleep(0.05)
+    print(json.dumps({"ready": ready - len(failed), "failed": failed[:3]}), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    release.set()
+    await asyncio.gather(*tasks)
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "upstream":
+    if sys.argv[1] == "hold":
+        asyncio.run(hold())
+    elif sys.argv[1] == "upstream":
         n = int(sys.argv[sys.argv.index("--chunks") + 1]) if "--chunks" in sys.argv else 180
         asyncio.run(upstream(n))
     else:

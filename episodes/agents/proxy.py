@@ -134,7 +134,8 @@ class ModelProxy:
         self.port: int | None = None
         # What each call's record extends (see episodes/agents/conversation.py).
         self.conversations = Conversations()
-        self._runner: web.AppRunner | None = None
+        self._server: web.Server | None = None
+        self._listeners: list[asyncio.Server] = []
         self._client: Upstream | AiohttpUpstream | None = None
         self._stop_task: asyncio.Future[None] | None = None
         # Built once: what every call sends upstream besides its body.
@@ -161,23 +162,21 @@ class ModelProxy:
     async def start(self) -> None:
         if self._stop_task is not None:
             raise RuntimeError("the model proxy was stopped; make a new one")
-        if self._runner is not None:
+        if self._server is not None:
             return
         via = await asyncio.to_thread(_env_proxy, self._url)
         # Behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies), own.
         self._client = AiohttpUpstream(_tls_context(), via) if via else _acquire_client()
-        app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        # No access log: a request line is harmless, but nothing here should log at all.
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        self._runner = runner
+        loop = asyncio.get_running_loop()
+        # aiohttp's low-level server: no Application, router or middleware chain per
+        # request (two routes, one token check: `_handle`). No access log: a request
+        # line is harmless, but nothing here should log at all.
+        self._server = web.Server(self._handle, request_factory=_request_factory, access_log=None)
         sock = tcp_listener()
         self.port = sock.getsockname()[1]
-        await web.SockSite(runner, sock).start()
+        self._listeners.append(await loop.create_server(self._server, sock=sock, backlog=128))
         if self.uds_path is not None:
-            await web.UnixSite(runner, self.uds_path).start()
+            self._listeners.append(await loop.create_unix_server(self._server, self.uds_path))
 
     async def stop(self) -> None:
         """Close the endpoint (connections are refused after) and the upstream client.
@@ -189,8 +188,16 @@ class ModelProxy:
         await finish(self._stop_task)
 
     async def _cleanup(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        # As aiohttp's runner stops: no new connections, idle ones closed, then the
+        # open requests get up to 1 s before they are cancelled.
+        for listener in self._listeners:
+            listener.close()
+        if self._server is not None:
+            self._server.pre_shutdown()
+            await self._server.shutdown(1.0)
+        for listener in self._listeners:
+            with contextlib.suppress(Exception):
+                await listener.wait_closed()
         client, self._client = self._client, None
         if isinstance(client, AiohttpUpstream):
             await client.close()
@@ -206,8 +213,9 @@ class ModelProxy:
 
     # -- requests ------------------------------------------------------------------------
 
-    @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Every request: the session's token first (wrong or missing: 401, whatever
+        the path), then the two routes."""
         given = request.headers.get("Authorization", "")
         scheme, _, value = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -217,13 +225,26 @@ class ModelProxy:
                 openai_error("invalid or missing session token", "invalid_request_error", "401"),
                 status=401,
             )
-        return await handler(request)
+        path, method = request.path, request.method
+        if path == "/v1/chat/completions":
+            if method == "POST":
+                return await self._chat(request)
+        elif path == "/v1/models":
+            if method in ("GET", "HEAD"):
+                return await self._models(request)
+        else:
+            return web.json_response(
+                openai_error(f"no route {path}", "invalid_request_error", "404"), status=404
+            )
+        return web.json_response(
+            openai_error(f"{method} not allowed", "invalid_request_error", "405"), status=405
+        )
 
-    async def _models(self, request: web.Request) -> web.Response:
+    async def _models(self, request: web.BaseRequest) -> web.Response:
         model = {"id": self.spec.model, "object": "model", "created": 0, "owned_by": "episodes"}
         return web.json_response({"object": "list", "data": [model]})
 
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
+    async def _chat(self, request: web.BaseRequest) -> web.StreamResponse:
         raw = await request.read()
         if text_too_deep(raw):
             # Refused before parsing (json.loads recurses per level) and never forwarded.
@@ -269,7 +290,7 @@ class ModelProxy:
         return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
 
     async def _streamed(
-        self, request: web.Request, sent: dict[str, Any], started: float
+        self, request: web.BaseRequest, sent: dict[str, Any], started: float
     ) -> web.StreamResponse:
         try:
             resp, _, attempts = await self._send(sent, read=False)
@@ -425,6 +446,16 @@ class ModelProxy:
             record["error"] = error
         self.calls += 1
         await _call(self.on_call, record)
+
+
+def _request_factory(
+    message: Any, payload: Any, protocol: Any, writer: Any, task: Any
+) -> web.BaseRequest:
+    # Conversations grow: bodies up to 64 MiB (aiohttp's default is 1 MiB).
+    loop = asyncio.get_running_loop()
+    return web.BaseRequest(
+        message, payload, protocol, writer, task, loop, client_max_size=64 * 1024 * 1024
+    )
 
 
 async def _nothing() -> Any:
