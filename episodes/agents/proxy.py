@@ -134,8 +134,7 @@ class ModelProxy:
         self.port: int | None = None
         # What each call's record extends (see episodes/agents/conversation.py).
         self.conversations = Conversations()
-        self._server: web.Server | None = None
-        self._listeners: list[asyncio.Server] = []
+        self._runner: web.AppRunner | None = None
         self._client: Upstream | AiohttpUpstream | None = None
         self._stop_task: asyncio.Future[None] | None = None
         # Built once: what every call sends upstream besides its body.
@@ -162,21 +161,23 @@ class ModelProxy:
     async def start(self) -> None:
         if self._stop_task is not None:
             raise RuntimeError("the model proxy was stopped; make a new one")
-        if self._server is not None:
+        if self._runner is not None:
             return
         via = await asyncio.to_thread(_env_proxy, self._url)
         # Behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies), own.
         self._client = AiohttpUpstream(_tls_context(), via) if via else _acquire_client()
-        loop = asyncio.get_running_loop()
-        # aiohttp's low-level server: no Application, router or middleware chain per
-        # request (two routes, one token check: `_handle`). No access log: a request
-        # line is harmless, but nothing here should log at all.
-        self._server = web.Server(self._handle, request_factory=_request_factory, access_log=None)
+        app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        # No access log: a request line is harmless, but nothing here should log at all.
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        self._runner = runner
         sock = tcp_listener()
         self.port = sock.getsockname()[1]
-        self._listeners.append(await loop.create_server(self._server, sock=sock, backlog=128))
+        await web.SockSite(runner, sock).start()
         if self.uds_path is not None:
-            self._listeners.append(await loop.create_unix_server(self._server, self.uds_path))
+            await web.UnixSite(runner, self.uds_path).start()
 
     async def stop(self) -> None:
         """Close the endpoint (connections are refused after) and the upstream client.
@@ -188,16 +189,8 @@ class ModelProxy:
         await finish(self._stop_task)
 
     async def _cleanup(self) -> None:
-        # As aiohttp's runner stops: no new connections, idle ones closed, then the
-        # open requests get up to 1 s before they are cancelled.
-        for listener in self._listeners:
-            listener.close()
-        if self._server is not None:
-            self._server.pre_shutdown()
-            await self._server.shutdown(1.0)
-        for listener in self._listeners:
-            with contextlib.suppress(Exception):
-                await listener.wait_closed()
+        if self._runner is not None:
+            await self._runner.cleanup()
         client, self._client = self._client, None
         if isinstance(client, AiohttpUpstream):
             await client.close()
@@ -213,9 +206,8 @@ class ModelProxy:
 
     # -- requests ------------------------------------------------------------------------
 
-    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        """Every request: the session's token first (wrong or missing: 401, whatever
-        the path), then the two routes."""
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
         given = request.headers.get("Authorization", "")
         scheme, _, value = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
@@ -225,26 +217,13 @@ class ModelProxy:
                 openai_error("invalid or missing session token", "invalid_request_error", "401"),
                 status=401,
             )
-        path, method = request.path, request.method
-        if path == "/v1/chat/completions":
-            if method == "POST":
-                return await self._chat(request)
-        elif path == "/v1/models":
-            if method in ("GET", "HEAD"):
-                return await self._models(request)
-        else:
-            return web.json_response(
-                openai_error(f"no route {path}", "invalid_request_error", "404"), status=404
-            )
-        return web.json_response(
-            openai_error(f"{method} not allowed", "invalid_request_error", "405"), status=405
-        )
+        return await handler(request)
 
-    async def _models(self, request: web.BaseRequest) -> web.Response:
+    async def _models(self, request: web.Request) -> web.Response:
         model = {"id": self.spec.model, "object": "model", "created": 0, "owned_by": "episodes"}
         return web.json_response({"object": "list", "data": [model]})
 
-    async def _chat(self, request: web.BaseRequest) -> web.StreamResponse:
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
         if text_too_deep(raw):
             # Refused before parsing (json.loads recurses per level) and never forwarded.
@@ -290,7 +269,7 @@ class ModelProxy:
         return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
 
     async def _streamed(
-        self, request: web.BaseRequest, sent: dict[str, Any], started: float
+        self, request: web.Request, sent: dict[str, Any], started: float
     ) -> web.StreamResponse:
         try:
             resp, _, attempts = await self._send(sent, read=False)
@@ -446,16 +425,6 @@ class ModelProxy:
             record["error"] = error
         self.calls += 1
         await _call(self.on_call, record)
-
-
-def _request_factory(
-    message: Any, payload: Any, protocol: Any, writer: Any, task: Any
-) -> web.BaseRequest:
-    # Conversations grow: bodies up to 64 MiB (aiohttp's default is 1 MiB).
-    loop = asyncio.get_running_loop()
-    return web.BaseRequest(
-        message, payload, protocol, writer, task, loop, client_max_size=64 * 1024 * 1024
-    )
 
 
 async def _nothing() -> Any:
