@@ -27,7 +27,7 @@ from bench.common import ratio
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.agents.services import AgentServices
 from episodes.runtimes.subprocess import SubprocessRuntime
-from episodes.session import LiveSession
+from episodes.session.live import LiveSession
 from episodes.types.model import ModelSpec
 from episodes.types.spec import parse_spec
 
