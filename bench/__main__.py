@@ -31,6 +31,7 @@ BENCHMARKS = {
     "density": "bench.density",
     "pool": "bench.pool",
     "agents": "bench.agent_overhead",
+    "agents_scale": "bench.agents_scale",
     "training": "bench.training_export",
     "viewer": "bench.viewer",
     "blocking_score": "bench.blocking_score",
@@ -122,6 +123,24 @@ def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "value": f"{r:.0f}x",
             "met": r >= 100,
         }
+    scale = _get(results, "agents_scale")
+    if scale:
+        fig, rat = scale["figures"], scale["ratios"]
+        checks = [
+            ("proxy_cpu_ms_per_call", fig.get("proxy_cpu_ms_per_call"), "<=", 0.3),
+            ("proxy_cpu_us_per_chunk", fig.get("proxy_cpu_us_per_chunk"), "<=", 10),
+            ("proxied_vs_direct_calls_per_s", rat.get("proxied_vs_direct_calls_per_s"), ">=", 0.9),
+            ("rss_mib_per_agent_session", fig.get("rss_mib_per_agent_session"), "<=", 1.0),
+            ("record_growth_200_vs_100", rat.get("record_growth_200_vs_100"), "<=", 2.5),
+        ]
+        for name, value, op, bound in checks:
+            if value is None:
+                continue
+            out[f"agents_scale[{name}]"] = {
+                "target": f"{name} {op} {bound} (issue 22)",
+                "value": f"{value:.3f}",
+                "met": value <= bound if op == "<=" else value >= bound,
+            }
     return out
 
 

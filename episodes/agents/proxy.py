@@ -40,8 +40,10 @@ from typing import Any
 import httpx
 from aiohttp import web
 
+from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
-from episodes.agents.stream import SseParser, assemble, chunks_of
+from episodes.agents.stream import SseParser, assemble, parse_chunks
+from episodes.agents.upstream import AiohttpUpstream, Response, Upstream, UpstreamError
 from episodes.aio import finish
 from episodes.errors import ModelError
 from episodes.json_depth import text_too_deep, too_deep_message
@@ -130,9 +132,19 @@ class ModelProxy:
         self.failure: ModelError | None = None
         self.calls = 0  # finished calls handed to on_call
         self.port: int | None = None
+        # What each call's record extends (see episodes/agents/conversation.py).
+        self.conversations = Conversations()
         self._runner: web.AppRunner | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._client: Upstream | AiohttpUpstream | None = None
         self._stop_task: asyncio.Future[None] | None = None
+        # Built once: what every call sends upstream besides its body.
+        self._forced = spec.enforced()
+        self._url = spec.base_url.rstrip("/") + "/chat/completions"
+        self._headers = {"Content-Type": "application/json"}
+        if self._key:
+            self._headers["Authorization"] = f"Bearer {self._key}"
+        if session_id:
+            self._headers[SESSION_HEADER] = session_id
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -151,17 +163,9 @@ class ModelProxy:
             raise RuntimeError("the model proxy was stopped; make a new one")
         if self._runner is not None:
             return
-        headers = {"Authorization": f"Bearer {self._key}"} if self._key else {}
-        if self.session_id:
-            headers[SESSION_HEADER] = self.session_id
-        base = self.spec.base_url.rstrip("/") + "/"
-        self._client = httpx.AsyncClient(
-            base_url=base,
-            headers=headers,
-            verify=_tls_context(),
-            timeout=httpx.Timeout(self.spec.timeout_s),
-            limits=httpx.Limits(max_connections=64, max_keepalive_connections=16),
-        )
+        via = await asyncio.to_thread(_env_proxy, self._url)
+        # Behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies), own.
+        self._client = AiohttpUpstream(_tls_context(), via) if via else _acquire_client()
         app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -187,8 +191,11 @@ class ModelProxy:
     async def _cleanup(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-        if self._client is not None:
-            await self._client.aclose()
+        client, self._client = self._client, None
+        if isinstance(client, AiohttpUpstream):
+            await client.close()
+        elif client is not None:
+            await _release_client()
 
     async def __aenter__(self) -> ModelProxy:
         await self.start()
@@ -233,7 +240,7 @@ class ModelProxy:
                 openai_error("the request body must be a JSON object", "invalid_request_error"),
                 status=400,
             )
-        sent = {**body, **self.spec.enforced()}
+        sent = {**body, **self._forced}
         started = time.monotonic()
         if sent.get("stream"):
             # Usage arrives in a last chunk only when asked for; the record needs it.
@@ -255,11 +262,11 @@ class ModelProxy:
             answer = json.loads(raw)
         except ValueError:
             answer = raw.decode("utf-8", "replace")
-        error = None if resp.status_code < 300 else _one_line(_error_text(raw))
+        error = None if resp.status < 300 else _one_line(_error_text(raw))
         await self._record(
-            sent, answer, started, attempts, stream=False, status=resp.status_code, error=error
+            sent, answer, started, attempts, stream=False, status=resp.status, error=error
         )
-        return web.Response(body=raw, status=resp.status_code, headers={"Content-Type": ctype})
+        return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
 
     async def _streamed(
         self, request: web.Request, sent: dict[str, Any], started: float
@@ -268,36 +275,46 @@ class ModelProxy:
             resp, _, attempts = await self._send(sent, read=False)
         except _Exhausted as e:
             return await self._fail(sent, started, str(e))
-        if resp.status_code >= 300:  # a 4xx the harness caused: pass it through
+        if resp.status >= 300:  # a 4xx the harness caused: pass it through
             raw = await self._read_closing(resp)
             await self._record(
-                sent, _error_text(raw), started, attempts, stream=True, status=resp.status_code
+                sent, _error_text(raw), started, attempts, stream=True, status=resp.status
             )
             ctype = resp.headers.get("content-type", "application/json")
-            return web.Response(body=raw, status=resp.status_code, headers={"Content-Type": ctype})
+            return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
         out = web.StreamResponse(
             status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
-        parser = SseParser()
-        payloads: list[str] = []
+        # Bytes pass through as they come; they are parsed once, when the stream ends
+        # (nothing per chunk but the read and the write).
+        received: list[bytes] = []
         broke: str | None = None
         gone = False
         try:
             await out.prepare(request)
-            async for data in resp.aiter_raw():
-                payloads.extend(parser.feed(data))
-                await out.write(data)
-        except (httpx.TimeoutException, httpx.TransportError) as e:
-            broke = f"model stream broke: upstream {type(e).__name__}"
         except ConnectionError:
             gone = True  # the harness hung up; nothing left to tell it
+        try:
+            # The harness's side (the writes) is told apart from the upstream's here.
+            async for data in resp.iter_any(self.spec.timeout_s) if not gone else _nothing():
+                received.append(data)
+                try:
+                    await out.write(data)
+                except ConnectionError:
+                    gone = True
+                    break
+        except TimeoutError:
+            broke = "model stream broke: upstream ReadTimeout"
+        except UpstreamError as e:
+            broke = f"model stream broke: upstream {e.kind}"
         finally:
-            await resp.aclose()
-        if broke is None and any(text_too_deep(p) for p in payloads):
+            resp.close()
+        chunks, too_deep = parse_chunks(SseParser().feed(b"".join(received)))
+        del received
+        if too_deep and broke is None:
             # Already passed on; not parsed (recursion) nor recorded: the call failed.
             broke = f"model stream broke: {too_deep_message('a chunk of the upstream stream')}"
-            payloads = []
-        response = assemble(chunks_of(payloads))
+        response = assemble(chunks)
         if broke is not None:
             err = ModelError(self._scrub(broke))
             with contextlib.suppress(ConnectionError):
@@ -318,38 +335,37 @@ class ModelProxy:
 
     # -- upstream ------------------------------------------------------------------------
 
-    async def _send(self, body: dict[str, Any], *, read: bool) -> tuple[httpx.Response, bytes, int]:
+    async def _send(self, body: dict[str, Any], *, read: bool) -> tuple[Response, bytes, int]:
         """POST upstream with retries: (response, body if `read`, attempts), or _Exhausted."""
         assert self._client is not None
         attempts = self.spec.retries + 1
         last = "no attempt made"
+        data = json.dumps(body).encode()
         for attempt in range(1, attempts + 1):
             delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
             try:
-                req = self._client.build_request("POST", "chat/completions", json=body)
-                resp = await self._client.send(req, stream=True)
-                if resp.status_code != 429 and resp.status_code < 500:
+                resp = await self._client.post(self._url, data, self._headers, self.spec.timeout_s)
+                if resp.status != 429 and resp.status < 500:
                     raw = await self._read_closing(resp) if read else b""
                     return resp, raw, attempt
                 raw = await self._read_closing(resp)
-                last = f"upstream HTTP {resp.status_code}: {_error_text(raw)}"
+                last = f"upstream HTTP {resp.status}: {_error_text(raw)}"
                 retry_after = resp.headers.get("retry-after", "")
                 if retry_after.replace(".", "", 1).isdigit():
                     delay = min(max(float(retry_after), delay), self.max_backoff_s)
-            except httpx.TimeoutException:
+            except TimeoutError:
                 last = f"upstream timed out after {self.spec.timeout_s:g} s"
-            except httpx.TransportError as e:
-                last = f"upstream unreachable ({type(e).__name__})"
+            except UpstreamError as e:
+                last = f"upstream unreachable ({e.kind})"
             if attempt < attempts:
                 await asyncio.sleep(delay)
         raise _Exhausted(self._scrub(f"model call failed after {attempts} attempt(s): {last}"))
 
-    @staticmethod
-    async def _read_closing(resp: httpx.Response) -> bytes:
+    async def _read_closing(self, resp: Response) -> bytes:
         try:
-            return await resp.aread()
+            return await resp.read(self.spec.timeout_s)
         finally:
-            await resp.aclose()
+            resp.close()
 
     def _scrub(self, text: str) -> str:
         text = _one_line(text)
@@ -387,9 +403,14 @@ class ModelProxy:
         status: int = 200,
         error: str | None = None,
     ) -> None:
+        # The new messages only, with what they extend (episodes/agents/conversation.py):
+        # the record grows with the conversation, not with its square.
+        call_id, messages, extends = self.conversations.record(sent.get("messages"))
+        request = sent if messages is sent.get("messages") else {**sent, "messages": messages}
         record: dict[str, Any] = {
             "kind": "model_call",
-            "request": sent,
+            "id": call_id,
+            "request": request,
             "response": response,
             "usage": response.get("usage") if isinstance(response, dict) else None,
             "ms": (time.monotonic() - started) * 1000,
@@ -398,10 +419,57 @@ class ModelProxy:
             "status": status,
             "policy_version": self.spec.policy_version,
         }
+        if extends is not None:
+            record["extends"] = extends
         if error is not None:
             record["error"] = error
         self.calls += 1
         await _call(self.on_call, record)
+
+
+async def _nothing() -> Any:
+    return
+    yield
+
+
+# One upstream client per event loop, shared by every session's proxy on it (a worker's
+# sessions): one connection pool, one TLS context, ~no memory per session. Counted:
+# the last proxy to stop closes it (tests run one loop per test).
+_clients: dict[asyncio.AbstractEventLoop, tuple[Upstream, int]] = {}
+
+
+def _acquire_client() -> Upstream:
+    loop = asyncio.get_running_loop()
+    client, users = _clients.get(loop, (None, 0))
+    if client is None or client.closed:
+        client, users = Upstream(_tls_context()), 0
+    _clients[loop] = (client, users + 1)
+    return client
+
+
+async def _release_client() -> None:
+    loop = asyncio.get_running_loop()
+    client, users = _clients.get(loop, (None, 0))
+    if client is None:
+        return
+    if users > 1:
+        _clients[loop] = (client, users - 1)
+        return
+    del _clients[loop]
+    await client.close()
+
+
+def _env_proxy(url: str) -> dict[str, Any]:
+    """The HTTP(S)_PROXY / NO_PROXY the environment sets for `url` (as httpx read them),
+    as keyword arguments for a request."""
+    from aiohttp.helpers import get_env_proxy_for_url
+    from yarl import URL
+
+    try:
+        proxy, auth = get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return {}
+    return {"proxy": proxy, "proxy_auth": auth}
 
 
 @functools.cache

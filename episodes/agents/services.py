@@ -76,6 +76,7 @@ class AgentServices:
         # The turn in progress collects calls here; between turns they wait for the next.
         self._sink: list[Any] | None = None
         self._between: list[Any] = []
+        self._recorded = True
         self._failure: ModelError | None = None
         self.harness_env: dict[str, str] = {}
         self.mcp_url: str | None = None  # as the harness reaches it (ACP's session/new)
@@ -193,18 +194,29 @@ class AgentServices:
 
     # -- turns ---------------------------------------------------------------------------
 
-    def begin_turn(self, events: list[Any]) -> None:
-        """Calls from now on are events of this turn (calls made between turns come first)."""
+    def begin_turn(self, events: list[Any], *, recorded: bool = True) -> None:
+        """Calls from now on are events of this turn (calls made between turns come first).
+
+        `recorded=False`: the turn's events will not be kept (a restore replaying recorded
+        turns); later model calls must then not be recorded as extending its calls."""
         events.extend(self._between)
         self._between = []
         self._sink = events
         self._failure = None
+        self._recorded = recorded
 
     def end_turn(self) -> ModelError | None:
         """Stop collecting; the model failure of this turn, if the proxy gave up on a call."""
         self._sink = None
+        if not self._recorded:
+            self._forget_calls()
+            self._recorded = True
         failure, self._failure = self._failure, None
         return failure
+
+    def _forget_calls(self) -> None:
+        if self.proxy is not None:
+            self.proxy.conversations.forget()
 
     def _record(self, event: dict[str, Any]) -> None:
         if AgentServices.observer is not None:
@@ -213,11 +225,13 @@ class AgentServices:
             except Exception:
                 log.exception("AgentServices.observer failed")
         if self.breach is not None:
+            self._forget_calls()
             return  # not kept: the session ends at this turn anyway
         try:
             # As recorded (request and response included): what the worker holds for it.
             self.budget.charge(len(json.dumps(event, default=str)))
         except BudgetExceeded as e:
+            self._forget_calls()
             self.breached(e.detail)
             return
         (self._sink if self._sink is not None else self._between).append(event)

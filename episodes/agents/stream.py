@@ -13,18 +13,25 @@ from typing import Any
 
 
 class SseParser:
-    """Incremental `data:` payloads of an SSE stream (events end with a blank line)."""
+    """Incremental `data:` payloads of an SSE stream (events end with a blank line).
+
+    The proxy feeds it a whole stream at once (parsed when the stream ends): one split
+    of the buffer, and an event that is a single `data: ...` line costs one slice."""
 
     def __init__(self) -> None:
         self._buffer = b""
 
     def feed(self, data: bytes) -> list[str]:
-        self._buffer += data
-        if b"\r" in self._buffer:
-            self._buffer = self._buffer.replace(b"\r\n", b"\n")
+        buffer = self._buffer + data if self._buffer else data
+        if b"\r" in buffer:
+            buffer = buffer.replace(b"\r\n", b"\n")
+        events = buffer.split(b"\n\n")
+        self._buffer = events.pop()  # an event not ended yet
         payloads = []
-        while b"\n\n" in self._buffer:
-            event, self._buffer = self._buffer.split(b"\n\n", 1)
+        for event in events:
+            if event.startswith(b"data: ") and b"\n" not in event:
+                payloads.append(event[6:].decode("utf-8", "replace"))
+                continue
             data_lines = [
                 line[5:].removeprefix(b" ")
                 for line in event.split(b"\n")
@@ -35,12 +42,55 @@ class SseParser:
         return payloads
 
 
+def parse_chunks(payloads: list[str]) -> tuple[list[dict[str, Any]], bool]:
+    """(the JSON chunks among SSE payloads, whether one nests too deep to parse)."""
+    # Here, not at the top: the in-box LLM harness imports this module with the
+    # stdlib alone (scripts/build-image.sh copies it without the rest of the package).
+    from episodes.json_depth import text_too_deep
+    from episodes.types.tuning import MAX_JSON_DEPTH
+
+    kept = [p for p in payloads if p.strip() != "[DONE]"]
+    joined = "[" + ",".join(kept) + "]"
+    if not text_too_deep(joined, MAX_JSON_DEPTH + 1):
+        try:
+            values = json.loads(joined)
+        except ValueError:
+            values = None
+        # Parsed whole, the values nest no deeper than the check allowed. (Payloads that
+        # are not JSON alone may still make up values together: an upstream's own data.)
+        if isinstance(values, list) and len(values) == len(kept):
+            return [v for v in values if isinstance(v, dict)], False
+    if any(text_too_deep(p) for p in kept):
+        return [], True
+    return chunks_of(kept), False
+
+
 def chunks_of(payloads: list[str]) -> list[dict[str, Any]]:
-    """The JSON chunks among SSE payloads (`[DONE]` and non-JSON payloads are skipped)."""
+    """The JSON chunks among SSE payloads (`[DONE]` and non-JSON payloads are skipped).
+
+    Parsed as one JSON array (one C call for a whole stream instead of one per chunk);
+    when that fails or does not give one value per payload (a payload that is not JSON
+    on its own), one by one. Hazard: callers check each payload's depth first, and the
+    array's own depth is checked here: payloads that do not close their brackets add up
+    (fifty `[`x100 payloads would nest 5,000 deep together and blow `json`'s recursion).
+    """
+    # Here, not at the top: the in-box LLM harness imports this module with the
+    # stdlib alone (scripts/build-image.sh copies it without the rest of the package).
+    from episodes.json_depth import text_too_deep
+    from episodes.types.tuning import MAX_JSON_DEPTH
+
+    kept = [p for p in payloads if p.strip() != "[DONE]"]
+    joined = "[" + ",".join(kept) + "]"
+    values = None
+    if not text_too_deep(joined, MAX_JSON_DEPTH + 1):
+        try:
+            values = json.loads(joined)
+        except ValueError:
+            pass
+    if isinstance(values, list) and len(values) == len(kept):
+        return [v for v in values if isinstance(v, dict)]
     out = []
-    for p in payloads:
-        if p.strip() == "[DONE]":
-            continue
+    for p in kept:
         try:
             obj = json.loads(p)
         except ValueError:
@@ -50,26 +100,42 @@ def chunks_of(payloads: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+_META = ("id", "model", "created", "system_fingerprint")
+_TEXTS = ("content", "reasoning_content", "reasoning", "refusal")
+
+
 def assemble(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    """Fold `chat.completion.chunk`s into one `chat.completion`-shaped dict."""
+    """Fold `chat.completion.chunk`s into one `chat.completion`-shaped dict.
+
+    Text arrives in pieces (a token a chunk): kept in lists and joined once at the end
+    (adding to a string per chunk copies it each time: quadratic in the answer)."""
     response: dict[str, Any] = {"object": "chat.completion", "choices": []}
     choices: dict[int, dict[str, Any]] = {}
+    meta = list(_META)
     for chunk in chunks:
-        for key in ("id", "model", "created", "system_fingerprint"):
-            if chunk.get(key) is not None:
-                response.setdefault(key, chunk[key])
+        if meta:
+            for key in list(meta):
+                if chunk.get(key) is not None:
+                    response[key] = chunk[key]
+                    meta.remove(key)
         if chunk.get("usage"):
             response["usage"] = chunk["usage"]
         if chunk.get("prompt_token_ids") is not None:  # vLLM: first chunk only
             response["prompt_token_ids"] = chunk["prompt_token_ids"]
         if chunk.get("error") is not None:
             response["error"] = chunk["error"]
-        for c in chunk.get("choices") or []:
+        for c in chunk.get("choices") or ():
             _fold_choice(choices, c)
     for index in sorted(choices):
         choice = choices[index]
         message = choice["message"]
         calls = message.pop("_calls")
+        for key, parts in message.pop("_texts").items():
+            if parts:
+                message[key] = "".join(parts)
+        for slot in calls.values():
+            fn = slot["function"]
+            fn["name"], fn["arguments"] = "".join(fn["name"]), "".join(fn["arguments"])
         if calls:
             message["tool_calls"] = [calls[i] for i in sorted(calls)]
         if message["content"] is None and not calls:
@@ -80,37 +146,30 @@ def assemble(chunks: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _fold_choice(choices: dict[int, dict[str, Any]], c: dict[str, Any]) -> None:
     index = c.get("index", 0)
-    choice = choices.setdefault(
-        index,
-        {
+    choice = choices.get(index)
+    if choice is None:
+        choice = choices[index] = {
             "index": index,
-            "message": {"role": "assistant", "content": None, "_calls": {}},
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "_calls": {},
+                "_texts": {key: [] for key in _TEXTS},
+            },
             "finish_reason": None,
-        },
-    )
+        }
     delta = c.get("delta") or {}
     message = choice["message"]
-    if delta.get("role"):
-        message["role"] = delta["role"]
-    if delta.get("content"):
-        message["content"] = (message["content"] or "") + delta["content"]
-    for key in ("reasoning_content", "reasoning", "refusal"):
-        if delta.get(key):
-            message[key] = message.get(key, "") + delta[key]
-    for call in delta.get("tool_calls") or []:
-        slot = message["_calls"].setdefault(
-            call.get("index", 0),
-            {"id": None, "type": "function", "function": {"name": "", "arguments": ""}},
-        )
-        if call.get("id"):
-            slot["id"] = call["id"]
-        if call.get("type"):
-            slot["type"] = call["type"]
-        fn = call.get("function") or {}
-        if fn.get("name"):
-            slot["function"]["name"] += fn["name"]
-        if fn.get("arguments"):
-            slot["function"]["arguments"] += fn["arguments"]
+    texts = message["_texts"]
+    for key, value in delta.items():
+        if not value:
+            continue
+        if key in texts:
+            texts[key].append(value)
+        elif key == "role":
+            message["role"] = value
+        elif key == "tool_calls":
+            _fold_calls(message["_calls"], value)
     if c.get("finish_reason") is not None:
         choice["finish_reason"] = c["finish_reason"]
     logprobs = c.get("logprobs")
@@ -119,3 +178,20 @@ def _fold_choice(choices: dict[int, dict[str, Any]], c: dict[str, Any]) -> None:
         target["content"].extend(logprobs.get("content") or [])
     if c.get("token_ids") is not None:  # vLLM: this chunk's sampled ids
         choice.setdefault("token_ids", []).extend(c["token_ids"])
+
+
+def _fold_calls(slots: dict[int, dict[str, Any]], calls: Any) -> None:
+    for call in calls or ():
+        slot = slots.setdefault(
+            call.get("index", 0),
+            {"id": None, "type": "function", "function": {"name": [], "arguments": []}},
+        )
+        if call.get("id"):
+            slot["id"] = call["id"]
+        if call.get("type"):
+            slot["type"] = call["type"]
+        fn = call.get("function") or {}
+        if fn.get("name"):
+            slot["function"]["name"].append(fn["name"])
+        if fn.get("arguments"):
+            slot["function"]["arguments"].append(fn["arguments"])

@@ -50,7 +50,8 @@ async def restore_session(
         if rec.turn != session.next_turn:
             raise TurnOutOfOrder(f"recorded turn {rec.turn} restored, next is {session.next_turn}")
         if not resumed:
-            session.services.begin_turn([])
+            # Not recorded (the recorded turn stands): later calls must not extend these.
+            session.services.begin_turn([], recorded=False)
             try:
                 new = await session.harness.turn(rec.turn, rec.message, timeout_s=timeout)
             finally:

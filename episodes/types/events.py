@@ -55,8 +55,15 @@ class ModelCall(_Event):
     """
 
     kind: Literal["model_call"] = "model_call"
+    id: str | None = None
+    """The call's id among the session's calls (None: recorded before ids existed)."""
+    extends: dict[str, Any] | None = None
+    """The earlier call whose conversation this one extends, `{"id": ..., "messages":
+    m}`: its first m messages come before `request.messages`
+    (episodes/agents/conversation.py). None: `request.messages` is the whole conversation."""
     request: dict[str, Any] = Field(default_factory=dict)
-    """The body sent upstream (model and params forced by the proxy)."""
+    """The body sent upstream (model and params forced by the proxy); with `extends`,
+    its `messages` are only the ones this call added (read `messages` for them all)."""
     response: Any = None
     """The upstream's answer: a chat.completion dict (a streamed call folded into
     one), its error text for a 4xx, None when the proxy gave up."""
@@ -81,6 +88,11 @@ class ModelCall(_Event):
     finish_reason: str | None = Field(default=None, exclude=True)
     token_data_problem: str | None = Field(default=None, exclude=True)
     """Why the token data cannot be used as it is (None: fine, or simply absent)."""
+    full_messages: list[Any] | None = Field(default=None, exclude=True)
+    """The whole conversation, when read through a transcript (`resolve_model_calls`)."""
+    messages_complete: bool = Field(default=True, exclude=True)
+    """False when the call it extends is not in what was read (capped by `record:
+    truncate`, or a transcript read in part): `messages` then holds only its own."""
 
     @model_validator(mode="before")
     @classmethod
@@ -91,7 +103,10 @@ class ModelCall(_Event):
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The conversation the harness sent (the prompt before templating)."""
+        """The conversation the harness sent (the prompt before templating), whole: a
+        call read through `Transcript.model_calls()` has its earlier messages resolved."""
+        if self.full_messages is not None:
+            return self.full_messages
         messages = self.request.get("messages")
         return messages if isinstance(messages, list) else []
 
@@ -115,6 +130,37 @@ class ModelCall(_Event):
             and self.completion_logprobs is not None
             and self.token_data_problem is None
         )
+
+
+def resolve_model_calls(events: list[Any]) -> list[ModelCall]:
+    """The `model_call` events among `events` (in order), typed, each with its whole
+    conversation in `messages`: a record that extends an earlier call gets that call's
+    conversation cut to the length it names, then its own messages. Old records (whole
+    requests) read as they are. Memory: the conversations share their message objects."""
+    full: dict[str, list[Any]] = {}
+    out = []
+    for event in events:
+        if not isinstance(event, dict) or event.get("kind") != "model_call":
+            continue
+        call = ModelCall.model_validate(event)
+        own = call.request.get("messages")
+        own = own if isinstance(own, list) else []
+        ref = call.extends
+        if isinstance(ref, dict):
+            base = full.get(str(ref.get("id")))
+            count = ref.get("messages")
+            if base is None or not isinstance(count, int) or not 0 <= count <= len(base):
+                call.messages_complete = False
+                messages = own
+            else:
+                messages = base[:count] + own
+        else:
+            messages = own
+        call.full_messages = messages
+        if call.id is not None:
+            full[call.id] = messages
+        out.append(call)
+    return out
 
 
 class ToolCall(_Event):

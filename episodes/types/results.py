@@ -11,7 +11,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, TypeAdapter
 
 from episodes.types.base import Model
-from episodes.types.events import Event, ModelCall, ToolCall
+from episodes.types.events import Event, ModelCall, ToolCall, resolve_model_calls
 
 # Why an episode ended. Harness failures are outcomes, not exceptions: the
 # episode is still scored and released.
@@ -148,13 +148,19 @@ class Transcript(Model):
         return found if kind is None else [e for e in found if _kind(e) == kind]
 
     def typed_events(self) -> list[Event]:
-        """Every turn's events in order, typed (`episodes.types.events`)."""
-        return [_EVENTS.validate_python(e) for t in self.turns for e in t.events]
+        """Every turn's events in order, typed (`episodes.types.events`); model calls as
+        `model_calls()` gives them (whole conversations)."""
+        events = self.events()
+        calls = iter(resolve_model_calls(events))
+        return [
+            next(calls) if _kind(e) == "model_call" else _EVENTS.validate_python(e) for e in events
+        ]
 
     def model_calls(self) -> list[ModelCall]:
         """Every call the harness made through the session's model proxy, in order, with
-        the token data the upstream returned parsed (`call.prompt_ids`, ...)."""
-        return [ModelCall.model_validate(e) for e in self.events("model_call")]
+        the token data the upstream returned parsed (`call.prompt_ids`, ...) and the whole
+        conversation it sent (`call.messages`: the record keeps only what each call added)."""
+        return resolve_model_calls(self.events("model_call"))
 
     def tool_calls(self) -> list[ToolCall]:
         """Every call of the env's tools over the MCP bridge, in order."""
