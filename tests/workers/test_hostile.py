@@ -157,7 +157,13 @@ async def test_docker_memory_hog_and_fork_bomb_beside_healthy(chaos_server, chao
     try:
         out, rss, worker = await _run_beside(chaos_server, chaos_client, tmp_path, specs, tag)
         assert out["hog"].termination == "harness_crashed", out["hog"]
-        assert out["bomb"].termination == "turn_timeout", out["bomb"]
+        # The pids limit holds the bomb (no new process in the box), so its turn times
+        # out; CI once saw the kernel SIGKILL it instead (at turn 0, as the 64 MiB hog
+        # beside it was OOM-killed; not reproduced here in 9 runs, 6 of them with both cores busy).
+        # Either way a named outcome, and the neighbours below are what this test guards.
+        assert out["bomb"].termination in ("turn_timeout", "harness_crashed"), out["bomb"]
+        if out["bomb"].termination == "harness_crashed":
+            assert "SIGKILL" in (out["bomb"].error or ""), out["bomb"]
         assert out["healthy-box"].termination == out["healthy"].termination == "env_done"
         assert all(r.reward == 1.0 for k, r in out.items() if k.startswith("healthy"))
         assert rss.growth_mib < RSS_GROWTH_BOUND_MIB
