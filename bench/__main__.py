@@ -35,6 +35,7 @@ BENCHMARKS = {
     "training": "bench.training_export",
     "viewer": "bench.viewer",
     "blocking_score": "bench.blocking_score",
+    "events": "bench.driver_events",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }

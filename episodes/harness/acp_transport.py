@@ -15,13 +15,9 @@ import json
 from typing import Any
 
 from episodes.harness.budget import BudgetExceeded, StreamBudget
-from episodes.harness.protocol import READ_CHUNK_BYTES
+from episodes.harness.protocol import READ_CHUNK_BYTES, strict_json
 from episodes.json_depth import text_too_deep, too_deep_message
 from episodes.runtimes.base import RuntimeProcess
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
 
 
 class RuntimeTransport:
@@ -90,7 +86,7 @@ class RuntimeTransport:
             self._fail(too_deep_message("a message on stdout"))
             return None
         try:
-            message = json.loads(line, parse_constant=_reject_constant)
+            message = strict_json(line)
         except ValueError:
             self._fail(f"not JSON on stdout: {line[:120]!r} (is the agent printing to stdout?)")
             return None

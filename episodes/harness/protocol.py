@@ -43,6 +43,16 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# One decoder for every packet: json.loads with a hook builds a new one per call.
+_JSON = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def strict_json(data: bytes | str) -> Any:
+    """Parse JSON text that must be standard JSON (no NaN/Infinity). Raises ValueError
+    (UnicodeDecodeError included). Callers bound the depth first (json_depth)."""
+    return _JSON.decode(data.decode("utf-8") if isinstance(data, bytes) else data)
+
+
 def encode(obj: dict[str, Any]) -> bytes:
     """One packet: header + compact UTF-8 JSON. Raises ValueError/TypeError for non-JSON data."""
     if not isinstance(obj, dict):
@@ -62,7 +72,7 @@ def decode_body(body: bytes) -> dict[str, Any]:
     if text_too_deep(body):
         raise ProtocolError(too_deep_message("packet"))
     try:
-        obj = json.loads(text, parse_constant=_reject_constant)
+        obj = _JSON.decode(text)
     except ValueError as e:
         raise ProtocolError(f"packet is not JSON: {e}: {_preview(body)}") from None
     if not isinstance(obj, dict):
@@ -139,6 +149,10 @@ class PacketDecoder:
     @property
     def failed(self) -> bool:
         return self._error is not None
+
+    def pop_ready(self) -> dict[str, Any] | None:
+        """A packet decoded ahead (one read often carries many), or None: no I/O needed."""
+        return self._ready.popleft() if self._ready else None
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
         """Consume `data`; return every packet it completes. Raises ProtocolError."""
