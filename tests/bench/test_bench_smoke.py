@@ -67,3 +67,10 @@ async def test_viewer_bench_measures(client, worker, dev_server) -> None:  # typ
     assert figures["history_bytes_all_runs"] > figures["episode_bytes"]  # 50 of 60 turns, clipped
     assert figures["runs"] == 1
     viewer._print({**figures, "episodes": 3, "turns": 60})
+
+
+async def test_driver_events_measure() -> None:
+    from bench import driver_events
+
+    assert await driver_events._session_us_per_event(2, 50) > 0
+    assert driver_events._decoder_us_per_event(50, 1) > 0
