@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import inspect
 import logging
 import os
@@ -42,6 +41,7 @@ from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
 from mcp.types import TextContent
 
+from episodes.agents.bridge_http import BearerAuth, InProcessServer
 from episodes.agents.net import tcp_listener
 from episodes.json_depth import too_deep_message, value_too_deep
 
@@ -89,7 +89,7 @@ class ToolBridge:
         self.socket_dir: Path | None = None
         self._owns_dir = False
         self._sockets: list[socket.socket] = []
-        self._server: _Server | None = None
+        self._server: InProcessServer | None = None
         self._serving: asyncio.Task[None] | None = None
         self._stopping: asyncio.Task[None] | None = None
         self.port: int | None = None
@@ -118,7 +118,7 @@ class ToolBridge:
             raise RuntimeError("ToolBridge: start() after stop()")
         try:
             self._bind()
-            app = _BearerAuth(
+            app = BearerAuth(
                 self.mcp.http_app(
                     path=MCP_PATH,
                     transport="http",
@@ -139,7 +139,7 @@ class ToolBridge:
                 access_log=False,
                 timeout_graceful_shutdown=_GRACEFUL_STOP_S,
             )
-            self._server = _Server(config)
+            self._server = InProcessServer(config)
             self._serving = asyncio.create_task(
                 self._server.serve(sockets=self._sockets), name="episodes-tool-bridge"
             )
@@ -316,101 +316,3 @@ def _jsonable(result: Any) -> Any:
     if blocks and len(texts) == len(blocks):
         return texts[0] if len(texts) == 1 else texts
     return [b.model_dump(mode="json", by_alias=True, exclude_none=True) for b in blocks]
-
-
-# -- HTTP ------------------------------------------------------------------------------
-
-
-class _BearerAuth:
-    """ASGI wrapper: every HTTP request needs `Authorization: Bearer <token>`."""
-
-    def __init__(self, app: Any, token: str) -> None:
-        self.app = app
-        self._expected = f"Bearer {token}".encode()
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            # Constant time: the answer's timing must not leak the token.
-            if not hmac.compare_digest(given, self._expected):
-                await _unauthorized(send)
-                return
-        elif scope["type"] != "lifespan":  # websockets are not served
-            return
-        await self.app(scope, receive, send)
-
-
-async def _unauthorized(send: Any) -> None:
-    body = b'{"error": "unauthorized"}'
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b'Bearer realm="episodes"'),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
-class _Server(uvicorn.Server):
-    """uvicorn in-process: no signal handlers, a startup event, no SystemExit, and a
-    stop that is not paced by uvicorn's 0.1 s polls.
-
-    uvicorn checks `should_exit` every 0.1 s, then sleeps 0.1 s after asking the open
-    connections to close, then polls them every 0.1 s: ~0.2 s per session's stop, paid
-    by every episode with tools. Here `exit()` wakes the loop at once and the drain
-    polls every 5 ms, with the same graceful timeout."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.started_event = asyncio.Event()
-        self._exit = asyncio.Event()
-
-    def exit(self) -> None:
-        self.should_exit = True
-        self._exit.set()
-
-    async def main_loop(self) -> None:
-        # on_tick(0) refreshes the Date header and reads should_exit, once a second
-        # or at once when exit() is called.
-        while not await self.on_tick(0):
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._exit.wait(), 1.0)
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        for server in self.servers:
-            server.close()  # no new connections
-        for connection in list(self.server_state.connections):
-            connection.shutdown()  # close once their response is sent
-        try:
-            await asyncio.wait_for(self._drained(), self.config.timeout_graceful_shutdown)
-        except TimeoutError:
-            for task in self.server_state.tasks:
-                task.cancel(msg="the tool bridge stopped")
-        if not self.force_exit:
-            await self.lifespan.shutdown()
-
-    async def _drained(self) -> None:
-        while self.server_state.connections or self.server_state.tasks:
-            await asyncio.sleep(0.005)
-        for server in self.servers:
-            await server.wait_closed()
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Any:
-        # The worker owns SIGINT/SIGTERM; several bridges at once would also
-        # restore each other's handlers out of order.
-        yield
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        try:
-            await super().startup(sockets=sockets)
-        except SystemExit:
-            # uvicorn exits the process when the app's startup fails; in a worker
-            # that must be an error of this bridge only.
-            raise RuntimeError("ToolBridge: the MCP app failed to start") from None
-        self.started_event.set()
