@@ -25,6 +25,8 @@ from episodes import contract
 from episodes.types.io import (
     DriveInput,
     DriveResult,
+    ProvisionAndDriveInput,
+    ProvisionAndDriveResult,
     ProvisionInput,
     ReleaseInput,
     RestoreInput,
@@ -112,6 +114,11 @@ class StandIns:
         self._call("provision", inp)
         return await self.on_provision(inp)
 
+    @activity.defn(name=contract.PROVISION_AND_DRIVE)
+    async def provision_and_drive(self, inp: ProvisionAndDriveInput) -> ProvisionAndDriveResult:
+        # Counted as the provision and drive it runs.
+        return await self.on_provision_and_drive(inp)
+
     @activity.defn(name=contract.DRIVE)
     async def drive(self, inp: DriveInput) -> DriveResult:
         self._call("drive", inp)
@@ -167,6 +174,14 @@ class StandIns:
             first_message="m0",
         )
 
+    async def on_provision_and_drive(
+        self, inp: ProvisionAndDriveInput
+    ) -> ProvisionAndDriveResult:
+        """By default the provision only, its drive handed back (as when the drive fails
+        retryably): the workflow drives with `drive` on the session's queue, where these
+        tests' drives run. tests/workflows/test_fused.py drives here."""
+        return ProvisionAndDriveResult(session=await self.provision(inp.provision))
+
     async def on_drive(self, inp: DriveInput) -> DriveResult:
         results = [turn_result(n) for n in range(inp.first_turn, inp.max_turns)]
         if results:
@@ -194,7 +209,14 @@ class StandIns:
             self.client,
             task_queue=self.shared_queue,
             workflows=WORKFLOWS,
-            activities=[self.provision, self.restore, self.score_transcript],
+            max_heartbeat_throttle_interval=timedelta(milliseconds=10),
+            default_heartbeat_throttle_interval=timedelta(milliseconds=10),
+            activities=[
+                self.provision,
+                self.provision_and_drive,
+                self.restore,
+                self.score_transcript,
+            ],
         )
         # `await_episode` runs on the side queue (slots of its own, never provision's).
         side = Worker(
