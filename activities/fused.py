@@ -54,19 +54,19 @@ async def provision_and_drive(
 ) -> ProvisionAndDriveResult:
     earlier = beaten_session(activity.info().heartbeat_details)
     if earlier is not None:
-        raise _lost(earlier, "an earlier attempt opened the session and stopped beating")
+        raise session_lost(earlier, "an earlier attempt opened the session and stopped beating")
     ref = await acts.provision(inp.provision)
-    beat_with = {"session": ref.model_dump(mode="json")}
     acts.fused.add(ref.session_id)
     try:
-        result = await acts._drive(
-            inp.drive.model_copy(update={"session_id": ref.session_id}), beat_with
-        )
+        result = await acts._drive(inp.drive.model_copy(update={"session_id": ref.session_id}), ref)
     except asyncio.CancelledError:
         await asyncio.shield(_release(acts, ref))
         if activity.is_cancelled() and not activity.is_worker_shutdown():
             raise
-        raise _lost(beat_with, f"worker {acts.worker_id} stopped during the drive") from None
+        raise session_lost(
+            {"session": ref.model_dump(mode="json")},
+            f"worker {acts.worker_id} stopped during the drive",
+        ) from None
     except Exception as e:
         if isinstance(e, ApplicationError) and (e.non_retryable or e.type in _FOR_GOOD):
             await _release(acts, ref)
@@ -85,7 +85,7 @@ def beaten_session(details: Sequence[Any]) -> dict[str, Any] | None:
     return None
 
 
-def _lost(beat: dict[str, Any], why: str) -> ApplicationError:
+def session_lost(beat: dict[str, Any], why: str) -> ApplicationError:
     ref = SessionRef.model_validate(beat["session"])
     return ApplicationError(
         f"session {ref.session_id} is not on a live worker any more: {why}",

@@ -211,10 +211,11 @@ class SessionActivities:
         A retried drive starts again at `first_turn`: the session answers the turns it
         already ran from its record, unsent, and the workflow ignores what it holds.
         """
-        return await self._drive(inp, {})
+        return await self._drive(inp)
 
-    async def _drive(self, inp: DriveInput, beat_with: dict[str, Any]) -> DriveResult:
-        """The drive; `beat_with`: more heartbeat details (besides the turn)."""
+    async def _drive(self, inp: DriveInput, opened: SessionRef | None = None) -> DriveResult:
+        """The drive; `opened`: the session `provision_and_drive` opened, named in its
+        heartbeats and Updates."""
         bind(workflow_id=inp.workflow_id, session_id=inp.session_id)
         ended = self._ended.get(inp.session_id)
         if ended is not None:
@@ -225,7 +226,11 @@ class SessionActivities:
         self.registry.follow(inp.session_id, inp.run_id)
         handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
         recorder = TurnRecorder(
-            handle, inp.session_id, max_update_bytes=inp.max_update_bytes, linger_s=inp.linger_s
+            handle,
+            inp.session_id,
+            max_update_bytes=inp.max_update_bytes,
+            linger_s=inp.linger_s,
+            session=opened,
         )
         loop = _ObservedLoop(
             session,
@@ -243,7 +248,7 @@ class SessionActivities:
         # Heartbeats go on through long turns and the score: their silence is the loss
         # signal. Their details (the turn in progress) show in the UI's pending activity.
         beat = asyncio.create_task(
-            _heartbeat_until_cancelled(lambda: {"turn": loop.next_turn, **beat_with})
+            _heartbeat_until_cancelled(lambda: {"turn": loop.next_turn, **beat_with(opened)})
         )
         try:
             # Busy for the reaper while the drive runs, between turns too (the recorder).
@@ -299,6 +304,11 @@ class SessionActivities:
         if session is not None:
             await session.close()
             log.info("released session %s", inp.session_id)
+
+
+def beat_with(opened: SessionRef | None) -> dict[str, Any]:
+    """What a heartbeat names besides the turn: a `provision_and_drive`'s session."""
+    return {} if opened is None else {"session": opened.model_dump(mode="json")}
 
 
 def _waits(inp: ProvisionInput | RestoreInput) -> float:

@@ -50,6 +50,7 @@ BATCH_WORKFLOW = "EvalBatchWorkflow"
 # -- Updates and queries ----------------------------------------------------------------
 
 RECORD_TURNS = "record_turns"  # EpisodeWorkflow: the drive's finished turns
+RECORD_SESSION_TURNS = "record_session_turns"  # ... provision_and_drive's, with its session
 OPEN = "open"  # InteractiveEpisodeWorkflow: the first observation
 STEP = "step"  # InteractiveEpisodeWorkflow: one trainer-written turn
 CLOSE = "close"  # InteractiveEpisodeWorkflow: end, score, release

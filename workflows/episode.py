@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         ProvisionAndDriveInput,
         ProvisionAndDriveResult,
         SessionRef,
+        SessionTurns,
         TurnInput,
     )
     from episodes.types.results import EpisodeResult, ScoreResult, TurnResult
@@ -133,6 +134,9 @@ class EpisodeWorkflow(EpisodeBase):
     @workflow.update(name=contract.RECORD_TURNS)
     def record_turns(self, results: list[TurnResult]) -> bool:
         """Record finished turns (repeats are ignored); False asks the drive to pause."""
+        return self._record(results)
+
+    def _record(self, results: list[TurnResult]) -> bool:
         for result in results:
             if result.record.turn == self._turns_done:
                 self._turns.append(result.record)
@@ -158,6 +162,18 @@ class EpisodeWorkflow(EpisodeBase):
             raise ApplicationError(
                 f"turns {first}-{last} are recorded", type=contract.TURNS_ALREADY_RECORDED
             )
+
+    @workflow.update(name=contract.RECORD_SESSION_TURNS)
+    def record_session_turns(self, batch: SessionTurns) -> bool:
+        """`record_turns` from `provision_and_drive`, with its session: known here from
+        its first Update on (a cancelled episode releases it, as a `drive`'s)."""
+        if self._ref is None:
+            self._ref, self._opened = batch.session, True
+        return self._record(batch.turns)
+
+    @record_session_turns.validator
+    def _check_session_turns(self, batch: SessionTurns) -> None:
+        self._check_turns(batch.turns)
 
     async def _drive(self, inp: EpisodeInput) -> DriveResult:
         """Run the turns (and the score) on the session's worker, from the next turn on."""
@@ -254,7 +270,7 @@ class EpisodeWorkflow(EpisodeBase):
         self, inp: EpisodeInput, e: ActivityError, backstop_s: float
     ) -> tuple[str | None, DriveResult | None]:
         await workflow.wait_condition(workflow.all_handlers_finished)
-        ref = beaten_session(e)
+        ref = beaten_session(e) or self._ref  # its heartbeats', or its first Update's
         if ref is not None:  # the session was open: as a drive's failure
             self._ref, self._opened = ref, True
             return None, self._drive_failed(e, ref, "provision and drive", backstop_s)

@@ -147,6 +147,13 @@ class ProvisionAndDriveInput(Model):
     """Its `session_id` is left empty: the activity drives the session it provisioned."""
 
 
+class SessionTurns(Model):
+    """A `provision_and_drive`'s finished turns, with the session it opened."""
+
+    session: SessionRef
+    turns: list[TurnResult]
+
+
 class ProvisionAndDriveResult(Model):
     """The provisioned session (on the worker that ran the activity) and how its drive
     ended; `drive` None: the drive failed retryably after the provision, and the

@@ -34,6 +34,7 @@ from episodes.types.io import (
     ScoreInput,
     ScoreTranscriptInput,
     SessionRef,
+    SessionTurns,
     TurnInput,
 )
 from episodes.types.results import (
@@ -96,13 +97,16 @@ class StandIns:
         await self.released.wait()
         raise ApplicationError("the session was released under this call", non_retryable=True)
 
-    async def record(self, inp: DriveInput, results: list[TurnResult]) -> bool:
-        """Record turns in the workflow the way the real drive does: a record_turns Update."""
+    async def record(
+        self, inp: DriveInput, results: list[TurnResult], session: SessionRef | None = None
+    ) -> bool:
+        """Record turns in the workflow the way the real drive does: a record_turns Update
+        (record_session_turns with the `session` provision_and_drive opened)."""
         handle = self.client.get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
         first, last = results[0].record.turn, results[-1].record.turn
         return await handle.execute_update(
-            contract.RECORD_TURNS,
-            results,
+            contract.RECORD_TURNS if session is None else contract.RECORD_SESSION_TURNS,
+            results if session is None else SessionTurns(session=session, turns=results),
             id=f"{inp.session_id}:turns-{first}-{last}",
             result_type=bool,
         )
@@ -174,9 +178,7 @@ class StandIns:
             first_message="m0",
         )
 
-    async def on_provision_and_drive(
-        self, inp: ProvisionAndDriveInput
-    ) -> ProvisionAndDriveResult:
+    async def on_provision_and_drive(self, inp: ProvisionAndDriveInput) -> ProvisionAndDriveResult:
         """By default the provision only, its drive handed back (as when the drive fails
         retryably): the workflow drives with `drive` on the session's queue, where these
         tests' drives run. tests/workflows/test_fused.py drives here."""
