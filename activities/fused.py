@@ -16,7 +16,7 @@ in the last heartbeat fails `SessionNotFound` with it. Once the session exists:
   workflow drives on with the `drive` activity on the session's queue, as a retried
   drive would (the session answers the turns it ran from its record);
 - the drive failed for good (TurnOutOfOrder...): the session is released, the error
-  raised;
+  raised with the session in its details;
 - cancelled by the server (the workflow was cancelled, this attempt timed out): the
   session is released; cut short by this worker (its drain gave up on it, it shut
   down): released too, and `SessionNotFound` with the session (a lost worker).
@@ -70,7 +70,9 @@ async def provision_and_drive(
     except Exception as e:
         if isinstance(e, ApplicationError) and (e.non_retryable or e.type in _FOR_GOOD):
             await _release(acts, ref)
-            raise
+            # Named: the workflow fails it as a drive's failure, not a provision's.
+            named = {"session": ref.model_dump(mode="json")}
+            raise ApplicationError(e.message, named, type=e.type, non_retryable=True) from e
         log.warning("drive of %s failed (the workflow drives on): %r", ref.session_id, e)
         return ProvisionAndDriveResult(session=ref)
     finally:

@@ -28,7 +28,6 @@ from workflows.base import EpisodeBase
 from workflows.failures import (
     backstop_message,
     beaten_session,
-    classify,
     failure_message,
     is_backstop_timeout,
     is_worker_lost,
@@ -255,6 +254,8 @@ class EpisodeWorkflow(EpisodeBase):
                 summary=f"provision {inp.task.id} and drive (max {spec.max_turns} turns)",
             )
         except ActivityError as e:
+            if is_cancelled_exception(e):
+                raise  # the episode was cancelled (run() ends it)
             failed = e
         finally:
             self._driving = False
@@ -278,14 +279,13 @@ class EpisodeWorkflow(EpisodeBase):
         if kind is not None:  # the harness failed to start: the episode's outcome
             self._termination = kind
             return failure_message(e), None
-        if classify(e) is None:
-            raise e
         if self._turns_done:  # lost after turns were recorded, its session unnamed
             return None, DriveResult(
                 termination="worker_lost", error=failure_message(e), next_turn=0
             )
-        # Lost (or timed out) while provisioning: provision again, as `provision`'s
-        # retries would.
+        # Failed before a session was open (lost, timed out, its retries spent): the
+        # `provision` activity as before, with its retries and its failure (a batch
+        # runs an episode whose provision failed again).
         return await self._provision_or_outcome(inp), None
 
     def _backstop_s(self, inp: EpisodeInput) -> float:

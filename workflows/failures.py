@@ -77,12 +77,12 @@ def is_backstop_timeout(e: ActivityError) -> bool:
 
 def _last_beat(e: ActivityError) -> dict | None:
     """The failed activity's last heartbeat details: a timeout's, or those a
-    `provision_and_drive` that lost its session raised `SessionNotFound` with."""
+    `provision_and_drive` with a session open raised with."""
     cause = e.cause
     details: Sequence[Any] = ()
     if isinstance(cause, TimeoutError):
         details = cause.last_heartbeat_details
-    elif isinstance(cause, ApplicationError) and cause.type == contract.SESSION_NOT_FOUND:
+    elif isinstance(cause, ApplicationError):
         details = cause.details
     return details[0] if details and isinstance(details[0], dict) else None
 
