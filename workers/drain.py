@@ -120,9 +120,13 @@ class _Inbound(ActivityInboundInterceptor):
         work.cancel()
         try:
             await work  # its own cleanup (a half-open session closes itself)
-        except ApplicationError:
-            if kind == contract.PROVISION_AND_DRIVE:
-                raise  # its session was open: lost (SessionNotFound, with the session)
+        except ApplicationError as e:
+            if kind == contract.PROVISION_AND_DRIVE and e.details:
+                # Its session was open: lost as a drive's (with the session it names).
+                message = self.state.abandoned_error(contract.DRIVE).message
+                raise ApplicationError(
+                    message, *e.details, type=contract.SESSION_NOT_FOUND, non_retryable=True
+                ) from None
         except BaseException:
             pass
         raise self.state.abandoned_error(kind)
