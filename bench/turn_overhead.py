@@ -154,7 +154,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                 add("floor_local", await floor_gaps(client, turns, "local", floor_q, floor_other))
 
     figures = {name: {k: spread(v) for k, v in row.items()} for name, row in samples.items()}
-    med = {name: figures[name]["median"]["median"] for name in figures}
+    med = {name: figures[name]["median"]["median"] for name in figures if name != "separate"}
     ratios = {
         "temporal_vs_direct": ratio(med["temporal"], med["direct"]),
         "temporal_vs_floor_cross": ratio(med["temporal"], med["floor_cross"]),
