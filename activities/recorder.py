@@ -23,7 +23,6 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from episodes import contract
-from episodes.types.io import SessionRef, SessionTurns
 from episodes.types.results import TurnResult
 
 
@@ -38,12 +37,8 @@ class TurnRecorder:
         *,
         max_update_bytes: int,
         linger_s: float = 0.0,
-        session: SessionRef | None = None,
     ) -> None:
-        """`session`: sent with every Update (`provision_and_drive`: the workflow learns
-        its session from the first)."""
         self.handle = handle
-        self.session = session
         # An Update waits until its oldest turn is this old: fast turns share one, and
         # a short episode's turns all ride on the drive's result (`finish`), none on an Update.
         self.linger_s = linger_s
@@ -155,8 +150,8 @@ class TurnRecorder:
         first, last = batch[0].record.turn, batch[-1].record.turn
         try:
             go_on = await self.handle.execute_update(
-                contract.RECORD_TURNS if self.session is None else contract.RECORD_SESSION_TURNS,
-                batch if self.session is None else SessionTurns(session=self.session, turns=batch),
+                contract.RECORD_TURNS,
+                batch,
                 id=f"{self.session_id}:turns-{first}-{last}",
                 result_type=bool,
             )

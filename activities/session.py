@@ -19,7 +19,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import telemetry
-from activities.fused import provision_and_drive as _provision_and_drive
 from activities.logs import bind
 from activities.recorder import TurnRecorder
 from episodes import contract
@@ -41,8 +40,6 @@ from episodes.truncate import HISTORY_TURN_LIMIT
 from episodes.types.io import (
     DriveInput,
     DriveResult,
-    ProvisionAndDriveInput,
-    ProvisionAndDriveResult,
     ProvisionInput,
     ReleaseInput,
     RestoreInput,
@@ -84,9 +81,6 @@ class SessionActivities:
         self._ended: OrderedDict[str, DriveResult] = OrderedDict()
         # Sessions turning on between a paused drive and the next run's.
         self._ahead = RunAhead()
-        # Sessions opened by a `provision_and_drive` still running: its shared-queue
-        # slot stands for its session (workers/backpressure.py counts it once).
-        self.fused: set[str] = set()
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
@@ -211,11 +205,6 @@ class SessionActivities:
         A retried drive starts again at `first_turn`: the session answers the turns it
         already ran from its record, unsent, and the workflow ignores what it holds.
         """
-        return await self._drive(inp)
-
-    async def _drive(self, inp: DriveInput, opened: SessionRef | None = None) -> DriveResult:
-        """The drive; `opened`: the session `provision_and_drive` opened, named in its
-        heartbeats and Updates."""
         bind(workflow_id=inp.workflow_id, session_id=inp.session_id)
         ended = self._ended.get(inp.session_id)
         if ended is not None:
@@ -226,11 +215,7 @@ class SessionActivities:
         self.registry.follow(inp.session_id, inp.run_id)
         handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
         recorder = TurnRecorder(
-            handle,
-            inp.session_id,
-            max_update_bytes=inp.max_update_bytes,
-            linger_s=inp.linger_s,
-            session=opened,
+            handle, inp.session_id, max_update_bytes=inp.max_update_bytes, linger_s=inp.linger_s
         )
         loop = _ObservedLoop(
             session,
@@ -247,9 +232,7 @@ class SessionActivities:
 
         # Heartbeats go on through long turns and the score: their silence is the loss
         # signal. Their details (the turn in progress) show in the UI's pending activity.
-        beat = asyncio.create_task(
-            _heartbeat_until_cancelled(lambda: {"turn": loop.next_turn, **beat_with(opened)})
-        )
+        beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": loop.next_turn}))
         try:
             # Busy for the reaper while the drive runs, between turns too (the recorder).
             with self.registry.in_use(inp.session_id):
@@ -263,14 +246,6 @@ class SessionActivities:
             telemetry.TERMINATIONS.labels(kind=result.termination).inc()
             log.info("episode ended %s after %d turns", result.termination, result.next_turn)
         return result
-
-    @activity.defn(name=contract.PROVISION_AND_DRIVE)
-    async def provision_and_drive(self, inp: ProvisionAndDriveInput) -> ProvisionAndDriveResult:
-        """`provision`, then `drive` the new session from turn 0, in one activity on the
-        shared queue: a non-interactive episode's first run without the workflow task
-        and the activity between the two (issue 22). `activities/fused.py` says how
-        it ends when the drive does not."""
-        return await _provision_and_drive(self, inp)
 
     async def _release_ended(self, session_id: str, ended: DriveResult) -> None:
         """The drive's normal end releases the session; a retry of the same drive (its
@@ -304,11 +279,6 @@ class SessionActivities:
         if session is not None:
             await session.close()
             log.info("released session %s", inp.session_id)
-
-
-def beat_with(opened: SessionRef | None) -> dict[str, Any]:
-    """What a heartbeat names besides the turn: a `provision_and_drive`'s session."""
-    return {} if opened is None else {"session": opened.model_dump(mode="json")}
 
 
 def _waits(inp: ProvisionInput | RestoreInput) -> float:

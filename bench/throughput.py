@@ -18,7 +18,6 @@ import psutil
 from temporalio.api.enums.v1 import EventType
 
 from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, spread, table
-from bench.designs.separate import SEPARATE_WORKFLOW, with_separate
 from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
 from episodes.local import run_episode_local
@@ -34,7 +33,6 @@ EAGER = os.environ.get("BENCH_EAGER_START", "1") != "0"
 VARIANTS: dict[str, tuple[str | None, bool]] = {
     "current": ("TurnPerActivityEpisode", True),
     "shipped": ("EpisodeWorkflow", False),
-    "separate": (SEPARATE_WORKFLOW, False),
     "c1s": ("UpdateLagEpisode", True),
     "b": ("ChildLocalEpisode", True),
     "turn_activity": ("EpisodeWorkflow:activity", False),
@@ -45,7 +43,6 @@ LABELS = {
     "turn_activity": "shipped, turn_mode: activity",
     "current": "(a) one turn activity per turn",
     "shipped": "shipped EpisodeWorkflow (drive)",
-    "separate": "shipped, provision then drive (before issue 22's lever)",
     "c1s": "(c'1s) drive + batched Updates",
     "b": "(b) child, local-activity turns",
 }
@@ -149,8 +146,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         server_proc = psutil.Process(server.process.pid)
         client = await connect(server.address, timeout_s=30)
         q_current, q_design = f"tp-{uuid.uuid4().hex[:6]}", f"tpd-{uuid.uuid4().hex[:6]}"
-        with with_separate():
-            current = EpisodeWorker(client, WorkerOptions(task_queue=q_current))
+        current = EpisodeWorker(client, WorkerOptions(task_queue=q_current))
         design = DesignWorker(client, q_design)
         async with running(current), running(design):
             for wf, on_design in VARIANTS.values():  # warm-up
@@ -178,9 +174,6 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     }
     ratios["durable_vs_in_process"] = ratio(
         figures["shipped"]["turns_per_s"]["median"], figures["in_process"]["turns_per_s"]["median"]
-    )
-    ratios["separate_vs_in_process"] = ratio(
-        figures["separate"]["turns_per_s"]["median"], figures["in_process"]["turns_per_s"]["median"]
     )
     print(
         f"throughput: {episodes} concurrent {turns}-turn echo episodes on one worker, "
@@ -216,8 +209,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     )
     print(
         f"  durable (shipped) / in-process turns/s: {ratios['durable_vs_in_process']:.2f}x"
-        f" (eager start {'on' if EAGER else 'off'}); provision then drive (before issue 22's"
-        f" lever): {ratios['separate_vs_in_process']:.2f}x"
+        f" (eager start {'on' if EAGER else 'off'})"
     )
     return {
         "eager_start": EAGER,

@@ -39,36 +39,18 @@ from bench.common import (
     table,
 )
 from bench.designs.floor import FloorWorkflow, floor_noop
-from bench.designs.separate import SEPARATE_WORKFLOW, with_separate
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.local import run_episode_local
-from episodes.search_attributes import episode_search_attributes
-from episodes.types.io import EpisodeInput
-from episodes.types.results import EpisodeResult
 from workers.worker import EpisodeWorker, WorkerOptions
 
 
 async def _one_turn(client, queue: str, server_proc, n: int) -> dict[str, dict[str, float]]:
     """`n` 1-turn echo episodes each way, alternating: medians of end-to-end ms, and the
-    temporal ones' CPU (server, and this process: worker + client) per episode; and
-    `separate`: the shipped workflow without issue 22's lever (provision, then drive)."""
-    direct, temporal, server_cpu, worker_cpu, separate = [], [], [], [], []
+    temporal ones' CPU (server, and this process: worker + client) per episode."""
+    direct, temporal, server_cpu, worker_cpu = [], [], [], []
     episodes = EpisodesClient(client, task_queue=queue)
     for _ in range(n):
-        spec = script_spec(1, ECHO, name="one-sep")
-        t0 = time.perf_counter()
-        handle = await client.start_workflow(
-            SEPARATE_WORKFLOW,
-            EpisodeInput(spec=spec, task=spec.tasks[0], batch=spec.name),
-            id=f"{spec.name}.{spec.tasks[0].id}.s0",
-            task_queue=queue,
-            result_type=EpisodeResult,
-            request_eager_start=True,  # as EpisodesClient.start_episode
-            search_attributes=episode_search_attributes(spec, spec.tasks[0], spec.name),
-        )
-        assert (await handle.result()).turns == 1
-        separate.append((time.perf_counter() - t0) * 1000)
         spec = script_spec(1, ECHO, name="one")
         t0 = time.perf_counter()
         await run_episode_local(spec, spec.tasks[0])
@@ -86,7 +68,6 @@ async def _one_turn(client, queue: str, server_proc, n: int) -> dict[str, dict[s
     med = statistics.median
     return {
         "direct": {"one_turn_episode_ms": med(direct)},
-        "separate": {"one_turn_episode_ms": med(separate)},
         "temporal": {
             "one_turn_episode_ms": med(temporal),
             "server_cpu_ms_per_episode": med(server_cpu),
@@ -119,8 +100,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         server_proc = psutil.Process(server.process.pid)
         client = await connect(server.address, timeout_s=30)
         floor_client = await connect(server.address, timeout_s=30)
-        with with_separate():
-            worker = EpisodeWorker(client, WorkerOptions(task_queue=queue))
+        worker = EpisodeWorker(client, WorkerOptions(task_queue=queue))
         floor_workers = [
             Worker(
                 floor_client, task_queue=floor_q, workflows=[FloorWorkflow], activities=[floor_noop]
@@ -154,7 +134,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                 add("floor_local", await floor_gaps(client, turns, "local", floor_q, floor_other))
 
     figures = {name: {k: spread(v) for k, v in row.items()} for name, row in samples.items()}
-    med = {name: figures[name]["median"]["median"] for name in figures if name != "separate"}
+    med = {name: figures[name]["median"]["median"] for name in figures}
     ratios = {
         "temporal_vs_direct": ratio(med["temporal"], med["direct"]),
         "temporal_vs_floor_cross": ratio(med["temporal"], med["floor_cross"]),
@@ -184,19 +164,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         f"fixed per episode (provision+score+release): {fmt_spread(t['fixed_ms'], ' ms', 0)}"
     )
     one_d, one_t = figures["direct"]["one_turn_episode_ms"], t["one_turn_episode_ms"]
-    one_s = figures["separate"]["one_turn_episode_ms"]
-    ratios["one_turn_over_direct_ms"] = one_t["median"] - one_d["median"]
-    ratios["one_turn_separate_over_direct_ms"] = one_s["median"] - one_d["median"]
     print(
         f"  1-turn episode end to end: temporal {fmt_spread(one_t, ' ms', 1)} vs direct "
         f"{fmt_spread(one_d, ' ms', 1)}; temporal CPU per episode: server "
         f"{fmt_spread(t['server_cpu_ms_per_episode'], ' ms', 1)} + worker "
         f"{fmt_spread(t['worker_cpu_ms_per_episode'], ' ms', 1)}"
-    )
-    print(
-        f"  1-turn episode over direct (medians): {ratios['one_turn_over_direct_ms']:.1f} ms; "
-        f"provision then drive (before issue 22's lever): {one_s['median']:.1f} ms, "
-        f"{ratios['one_turn_separate_over_direct_ms']:.1f} ms over direct"
     )
     print(f"  orchestration overhead per turn (temporal - direct, medians): {overhead:.2f} ms")
     print(

@@ -20,8 +20,6 @@ from temporalio import activity
 from episodes.types.io import (
     DriveInput,
     DriveResult,
-    ProvisionAndDriveInput,
-    ProvisionAndDriveResult,
     ProvisionInput,
     ReleaseInput,
     RestoreInput,
@@ -50,7 +48,6 @@ BATCH_WORKFLOW = "EvalBatchWorkflow"
 # -- Updates and queries ----------------------------------------------------------------
 
 RECORD_TURNS = "record_turns"  # EpisodeWorkflow: the drive's finished turns
-RECORD_SESSION_TURNS = "record_session_turns"  # ... provision_and_drive's, with its session
 OPEN = "open"  # InteractiveEpisodeWorkflow: the first observation
 STEP = "step"  # InteractiveEpisodeWorkflow: one trainer-written turn
 CLOSE = "close"  # InteractiveEpisodeWorkflow: end, score, release
@@ -103,11 +100,6 @@ RELEASE = "release"
 SCORE_TRANSCRIPT = "score_transcript"
 AWAIT_EPISODE = "await_episode"
 RESTORE = "restore"
-PROVISION_AND_DRIVE = "provision_and_drive"
-# Activity timeouts the server must not retry (`RetryPolicy.non_retryable_error_types`):
-# `provision_and_drive` is never retried once its session exists (another worker
-# would open a second one); a timeout before that is provisioned again by the workflow.
-TIMEOUTS_NOT_RETRIED = ("TemporalTimeout:Heartbeat", "TemporalTimeout:StartToClose")
 
 
 def side_queue(task_queue: str) -> str:
@@ -164,24 +156,7 @@ async def restore(inp: RestoreInput) -> RestoreResult:
     raise NotImplementedError
 
 
-@activity.defn(name=PROVISION_AND_DRIVE)
-async def provision_and_drive(inp: ProvisionAndDriveInput) -> ProvisionAndDriveResult:
-    """Any worker (gated like provision): `provision`, then `drive` that session from
-    turn 0 (a non-interactive episode's first run: one activity instead of two)."""
-    raise NotImplementedError
-
-
-DECLARED = [
-    provision,
-    provision_and_drive,
-    drive,
-    turn,
-    score,
-    release,
-    score_transcript,
-    await_episode,
-    restore,
-]
+DECLARED = [provision, drive, turn, score, release, score_transcript, await_episode, restore]
 
 # -- an episode's identity ------------------------------------------------------------------
 

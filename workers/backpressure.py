@@ -1,9 +1,8 @@
 """Backpressure: a full worker stops polling for provisions.
 
-A custom slot supplier for the shared queue's activity slots (`provision`,
-`provision_and_drive`, `restore`): a slot is handed out only while live sessions plus
-outstanding permits stay under `max_sessions` (a `provision_and_drive` holds its
-permit while it drives its session: the two count once). A full worker simply stops asking the server
+A custom slot supplier for the shared queue's activity slots (only `provision`
+uses them): a slot is handed out only while live sessions plus outstanding
+permits stay under `max_sessions`. A full worker simply stops asking the server
 for provisions, so they go to workers with room instead of failing and retrying.
 So does a worker whose provision breaker is open (`episodes/breaker.py`: its boxes
 keep failing to start).
@@ -12,7 +11,6 @@ keep failing to start).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection
 
 from temporalio.worker import (
     CustomSlotSupplier,
@@ -29,17 +27,9 @@ _POLL_S = 0.05
 
 
 class SessionSlots(CustomSlotSupplier):
-    def __init__(
-        self,
-        registry: SessionRegistry,
-        breaker: ProvisionBreaker | None = None,
-        fused: Collection[str] = (),
-    ) -> None:
-        """`fused`: the sessions of the `provision_and_drive` activities running (each
-        holds a permit too)."""
+    def __init__(self, registry: SessionRegistry, breaker: ProvisionBreaker | None = None) -> None:
         self.registry = registry
         self.breaker = breaker
-        self.fused = fused
         self.permits = 0
         self.stopped = False
 
@@ -50,8 +40,7 @@ class SessionSlots(CustomSlotSupplier):
     def _has_room(self) -> bool:
         if self.stopped or (self.breaker is not None and self.breaker.is_open()):
             return False
-        both = sum(1 for session_id in self.fused if session_id in self.registry)
-        return len(self.registry) + self.permits - both < self.registry.max_sessions
+        return len(self.registry) + self.permits < self.registry.max_sessions
 
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
         # Polling is cheap here and keeps the supplier free of loop-bound conditions.

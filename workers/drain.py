@@ -18,6 +18,7 @@ races every activity against the abandon signal (a provision or a batch's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 from temporalio import activity
@@ -35,8 +36,6 @@ from episodes import contract
 WORKER_DRAINING = "WorkerDraining"
 
 _SESSION_ACTIVITIES = {contract.DRIVE, contract.TURN, contract.SCORE}
-# Open a session: refused by a draining worker, waited for by its drain.
-_PROVISIONS = {contract.PROVISION, contract.PROVISION_AND_DRIVE}
 
 
 class DrainState:
@@ -93,11 +92,11 @@ class _Inbound(ActivityInboundInterceptor):
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         kind = activity.info().activity_type
-        provision = kind in _PROVISIONS
-        if provision and self.state.draining:
+        if kind == contract.PROVISION and self.state.draining:
             raise self.state.refused(kind)
         if self.state.abandoned.is_set():
             raise self.state.abandoned_error(kind)
+        provision = kind == contract.PROVISION
         self.state.provisioning += provision
         try:
             return await self._unless_abandoned(kind, input)
@@ -118,15 +117,6 @@ class _Inbound(ActivityInboundInterceptor):
         if work.done():
             return work.result()  # it finished first (or in the same instant): it stands
         work.cancel()
-        try:
+        with contextlib.suppress(BaseException):
             await work  # its own cleanup (a half-open session closes itself)
-        except ApplicationError as e:
-            if kind == contract.PROVISION_AND_DRIVE and e.details:
-                # Its session was open: lost as a drive's (with the session it names).
-                message = self.state.abandoned_error(contract.DRIVE).message
-                raise ApplicationError(
-                    message, *e.details, type=contract.SESSION_NOT_FOUND, non_retryable=True
-                ) from None
-        except BaseException:
-            pass
         raise self.state.abandoned_error(kind)

@@ -121,7 +121,7 @@ class EpisodeWorker:
             else (HISTORY_TURN_LIMIT),
             breaker=self.breaker,
         )
-        self.slots = SessionSlots(self.registry, self.breaker, self.activities.fused)
+        self.slots = SessionSlots(self.registry, self.breaker)
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(
             lambda: len(self.registry)
         )
@@ -158,7 +158,6 @@ class EpisodeWorker:
             task_queue=opts.task_queue,
             activities=[
                 self.activities.provision,
-                self.activities.provision_and_drive,  # a provision, then its drive
                 self.activities.restore,  # a new session too: gated like provision
                 await_episode,  # histories from before the side queue schedule it here
             ],

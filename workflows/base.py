@@ -160,11 +160,20 @@ class EpisodeBase:
         return None
 
     async def _provision(self, inp: EpisodeInput) -> SessionRef:
+        info = workflow.info()
+        h = inp.spec.harness
         return await workflow.execute_activity(
             contract.provision,
-            self._provision_input(inp),
+            ProvisionInput(
+                spec=inp.spec,
+                task=inp.task,
+                sample=inp.sample,
+                workflow_id=info.workflow_id,
+                run_id=info.run_id,
+                idle_timeout_s=self._idle_timeout_s(inp),
+            ),
             # Box start (a container, a VM) plus the harness's own ready timeout.
-            start_to_close_timeout=timedelta(seconds=self._provision_budget_s(inp)),
+            start_to_close_timeout=timedelta(seconds=h.ready_timeout_s + 300),
             # The provision beats while it works: a worker lost mid-provision is noticed
             # after this and the provision retried elsewhere. (Activity options are not
             # part of replay's command check: older histories replay unchanged.)
@@ -176,20 +185,6 @@ class EpisodeBase:
             ),
             summary=f"provision {inp.task.id}",
         )
-
-    def _provision_input(self, inp: EpisodeInput) -> ProvisionInput:
-        info = workflow.info()
-        return ProvisionInput(
-            spec=inp.spec,
-            task=inp.task,
-            sample=inp.sample,
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
-            idle_timeout_s=self._idle_timeout_s(inp),
-        )
-
-    def _provision_budget_s(self, inp: EpisodeInput) -> float:
-        return inp.spec.harness.ready_timeout_s + 300
 
     def _idle_timeout_s(self, inp: EpisodeInput) -> float | None:
         """How long the session may wait untouched between turns for its workflow (an

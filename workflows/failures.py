@@ -5,9 +5,6 @@ Workflow code: deterministic, models only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
@@ -75,30 +72,13 @@ def is_backstop_timeout(e: ActivityError) -> bool:
     return classify(e) == "backstop"
 
 
-def _last_beat(e: ActivityError) -> dict | None:
-    """The failed activity's last heartbeat details: a timeout's, or those a
-    `provision_and_drive` with a session open raised with."""
-    cause = e.cause
-    details: Sequence[Any] = ()
-    if isinstance(cause, TimeoutError):
-        details = cause.last_heartbeat_details
-    elif isinstance(cause, ApplicationError):
-        details = cause.details
-    return details[0] if details and isinstance(details[0], dict) else None
-
-
 def last_heartbeat_turn(e: ActivityError) -> int | None:
     """The turn a drive was working on when it went silent (its heartbeat details)."""
-    beat = _last_beat(e)
-    turn = beat.get("turn") if beat else None
-    return turn if isinstance(turn, int) else None
-
-
-def beaten_session(e: ActivityError) -> SessionRef | None:
-    """The session a failed `provision_and_drive` had opened (its heartbeats name it)."""
-    beat = _last_beat(e)
-    session = beat.get("session") if beat else None
-    return SessionRef.model_validate(session) if isinstance(session, dict) else None
+    cause = e.cause
+    details = cause.last_heartbeat_details if isinstance(cause, TimeoutError) else ()
+    if details and isinstance(details[0], dict) and isinstance(details[0].get("turn"), int):
+        return details[0]["turn"]
+    return None
 
 
 def lost_message(e: ActivityError, ref: SessionRef) -> str:

@@ -25,13 +25,7 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.errors import EpisodesError
-from episodes.types.io import (
-    DriveResult,
-    ProvisionAndDriveResult,
-    RestoreResult,
-    SessionRef,
-    SessionTurns,
-)
+from episodes.types.io import DriveResult, RestoreResult, SessionRef
 from episodes.types.results import EpisodeResult, Task, Transcript, TurnRecord, TurnResult
 
 
@@ -133,11 +127,6 @@ async def _read_run(
             if kind == contract.PROVISION and payloads:
                 ref = await decode(payloads, SessionRef, kind, ev.event_id)
                 out["session"] = ref.model_dump(mode="json") if ref else None
-            elif kind == contract.PROVISION_AND_DRIVE and payloads:  # both, in one
-                run = await decode(payloads, ProvisionAndDriveResult, kind, ev.event_id)
-                if run:
-                    out["session"] = run.session.model_dump(mode="json")
-                    _add_turns(out, run.drive.turns if run.drive else [], max_turns)
             elif kind == contract.RESTORE and payloads:  # the session after a restart
                 restored = await decode(payloads, RestoreResult, kind, ev.event_id)
                 if restored:
@@ -150,16 +139,9 @@ async def _read_run(
                 _add_turns(out, drive.turns if drive else [], max_turns)
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
-            name, args = req.input.name, list(req.input.args.payloads)
-            batch: list[TurnResult] | None = None
-            if name == contract.RECORD_TURNS:  # a batch of turns from the drive
-                batch = await decode(args, list[TurnResult], name, ev.event_id)
-            elif name == contract.RECORD_SESSION_TURNS:  # ... from provision_and_drive
-                named = await decode(args, SessionTurns, name, ev.event_id)
-                batch = named.turns if named else None
-                if named and out.get("session") is None:
-                    out["session"] = named.session.model_dump(mode="json")
-            if name in (contract.RECORD_TURNS, contract.RECORD_SESSION_TURNS):
+            if req.input.name == contract.RECORD_TURNS:  # a batch of turns from the drive
+                args = list(req.input.args.payloads)
+                batch = await decode(args, list[TurnResult], contract.RECORD_TURNS, ev.event_id)
                 if batch is None:
                     _add_placeholders(out, req.meta.update_id, max_turns)
                 else:

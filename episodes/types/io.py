@@ -139,30 +139,6 @@ class DriveResult(Model):
     """The drive released the session."""
 
 
-class ProvisionAndDriveInput(Model):
-    """`provision` then `drive` in one activity: a non-interactive episode's first run."""
-
-    provision: ProvisionInput
-    drive: DriveInput
-    """Its `session_id` is left empty: the activity drives the session it provisioned."""
-
-
-class SessionTurns(Model):
-    """A `provision_and_drive`'s finished turns, with the session it opened."""
-
-    session: SessionRef
-    turns: list[TurnResult]
-
-
-class ProvisionAndDriveResult(Model):
-    """The provisioned session (on the worker that ran the activity) and how its drive
-    ended; `drive` None: the drive failed retryably after the provision, and the
-    workflow drives on with the `drive` activity on the session's queue."""
-
-    session: SessionRef
-    drive: DriveResult | None = None
-
-
 class ScoreInput(Model):
     session_id: str
     termination: Termination | None = None

@@ -88,7 +88,7 @@ async def drive_result_turns(client, handle) -> list:  # type: ignore[no-untyped
     Update of theirs), in history order: TurnResult objects."""
     from temporalio.api.enums.v1 import EventType
 
-    from episodes.types.io import DriveResult, ProvisionAndDriveResult
+    from episodes.types.io import DriveResult
 
     scheduled: dict[int, str] = {}
     out: list = []
@@ -97,14 +97,10 @@ async def drive_result_turns(client, handle) -> list:  # type: ignore[no-untyped
             scheduled[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
         elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attrs = ev.activity_task_completed_event_attributes
-            kind = scheduled.get(attrs.scheduled_event_id)
-            payloads = list(attrs.result.payloads)
-            if kind == "drive":
+            if scheduled.get(attrs.scheduled_event_id) == "drive":
+                payloads = list(attrs.result.payloads)
                 [drive] = await client.data_converter.decode(payloads, [DriveResult])
                 out += drive.turns
-            elif kind == "provision_and_drive":  # a first run's (issue 22)
-                [run] = await client.data_converter.decode(payloads, [ProvisionAndDriveResult])
-                out += run.drive.turns if run.drive else []
     return out
 
 

@@ -13,10 +13,9 @@ import uuid
 
 from temporalio.api.enums.v1 import EventType
 
-from episodes import contract
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
-from episodes.types.io import EpisodeProgress, SessionTurns
+from episodes.types.io import EpisodeProgress
 from episodes.types.results import TurnResult
 from tests.support.helpers import drive_result_turns, spec
 from workers.worker import EpisodeWorker, WorkerOptions
@@ -46,11 +45,7 @@ async def test_session_activities_stay_on_the_provisioning_worker(client, dev_se
                 if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
                     req = ev.workflow_execution_update_accepted_event_attributes.accepted_request
                     payloads = list(req.input.args.payloads)
-                    if req.input.name == contract.RECORD_SESSION_TURNS:
-                        [named] = await client.data_converter.decode(payloads, [SessionTurns])
-                        batch = named.turns
-                    else:
-                        [batch] = await client.data_converter.decode(payloads, [list[TurnResult]])
+                    [batch] = await client.data_converter.decode(payloads, [list[TurnResult]])
                     updates.append((req.meta.update_id, batch))
                 elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
                     a = ev.activity_task_scheduled_event_attributes
@@ -59,14 +54,13 @@ async def test_session_activities_stay_on_the_provisioning_worker(client, dev_se
                     a = ev.activity_task_started_event_attributes
                     name, tq = scheduled[a.scheduled_event_id]
                     started_by.append((name, tq, a.identity))
-            # A first run provisions and drives in one activity (issue 22): the session
-            # is the worker's that ran it, and nothing else runs anywhere.
-            [opened] = started_by
-            assert opened[0] == contract.PROVISION_AND_DRIVE, started_by
-            owner = opened[2].split("@")[0]
-            assert opened[2] == f"{owner}@provision"
+            provision = [x for x in started_by if x[0] == "provision"]
+            assert len(provision) == 1
+            owner = provision[0][2].split("@")[0]
             used_workers.add(owner)
-            rest = [x for x in started_by if x is not opened]
+            rest = [x for x in started_by if x[0] != "provision"]
+            # The drive releases the session itself at the episode's normal end.
+            assert sorted(x[0] for x in rest) == ["drive"]
             for name, tq, identity in rest:
                 assert tq in session_queues, (name, tq)
                 assert session_queues[tq] == owner, f"{name} left its worker"

@@ -25,8 +25,6 @@ from episodes import contract
 from episodes.types.io import (
     DriveInput,
     DriveResult,
-    ProvisionAndDriveInput,
-    ProvisionAndDriveResult,
     ProvisionInput,
     ReleaseInput,
     RestoreInput,
@@ -34,7 +32,6 @@ from episodes.types.io import (
     ScoreInput,
     ScoreTranscriptInput,
     SessionRef,
-    SessionTurns,
     TurnInput,
 )
 from episodes.types.results import (
@@ -97,16 +94,13 @@ class StandIns:
         await self.released.wait()
         raise ApplicationError("the session was released under this call", non_retryable=True)
 
-    async def record(
-        self, inp: DriveInput, results: list[TurnResult], session: SessionRef | None = None
-    ) -> bool:
-        """Record turns in the workflow the way the real drive does: a record_turns Update
-        (record_session_turns with the `session` provision_and_drive opened)."""
+    async def record(self, inp: DriveInput, results: list[TurnResult]) -> bool:
+        """Record turns in the workflow the way the real drive does: a record_turns Update."""
         handle = self.client.get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
         first, last = results[0].record.turn, results[-1].record.turn
         return await handle.execute_update(
-            contract.RECORD_TURNS if session is None else contract.RECORD_SESSION_TURNS,
-            results if session is None else SessionTurns(session=session, turns=results),
+            contract.RECORD_TURNS,
+            results,
             id=f"{inp.session_id}:turns-{first}-{last}",
             result_type=bool,
         )
@@ -117,11 +111,6 @@ class StandIns:
     async def provision(self, inp: ProvisionInput) -> SessionRef:
         self._call("provision", inp)
         return await self.on_provision(inp)
-
-    @activity.defn(name=contract.PROVISION_AND_DRIVE)
-    async def provision_and_drive(self, inp: ProvisionAndDriveInput) -> ProvisionAndDriveResult:
-        # Counted as the provision and drive it runs.
-        return await self.on_provision_and_drive(inp)
 
     @activity.defn(name=contract.DRIVE)
     async def drive(self, inp: DriveInput) -> DriveResult:
@@ -178,12 +167,6 @@ class StandIns:
             first_message="m0",
         )
 
-    async def on_provision_and_drive(self, inp: ProvisionAndDriveInput) -> ProvisionAndDriveResult:
-        """By default the provision only, its drive handed back (as when the drive fails
-        retryably): the workflow drives with `drive` on the session's queue, where these
-        tests' drives run. tests/workflows/test_fused.py drives here."""
-        return ProvisionAndDriveResult(session=await self.provision(inp.provision))
-
     async def on_drive(self, inp: DriveInput) -> DriveResult:
         results = [turn_result(n) for n in range(inp.first_turn, inp.max_turns)]
         if results:
@@ -211,14 +194,7 @@ class StandIns:
             self.client,
             task_queue=self.shared_queue,
             workflows=WORKFLOWS,
-            max_heartbeat_throttle_interval=timedelta(milliseconds=10),
-            default_heartbeat_throttle_interval=timedelta(milliseconds=10),
-            activities=[
-                self.provision,
-                self.provision_and_drive,
-                self.restore,
-                self.score_transcript,
-            ],
+            activities=[self.provision, self.restore, self.score_transcript],
         )
         # `await_episode` runs on the side queue (slots of its own, never provision's).
         side = Worker(

@@ -123,11 +123,10 @@ async def test_a_2000_turn_episode_continues_as_new_on_one_live_session(
     # is on the machine's load: not asserted.
     assert len(runs) >= 2, [len(r) for r in runs]
     print(f"{len(runs)} runs")
-    # The first run provisions and drives in one activity (issue 22); the last run's
-    # drive releases the session once scored.
-    assert runs[0] == ["provision_and_drive"] and runs[-1][-1] == "drive"
-    assert [n for r in runs for n in r if n != "drive"] == ["provision_and_drive"]
-    assert all("drive" in r for r in runs[1:])
+    # The last run's drive releases the session once scored.
+    assert runs[0][0] == "provision" and runs[-1][-1] == "drive"
+    assert [n for r in runs for n in r if n != "drive"] == ["provision"]
+    assert all("drive" in r for r in runs)
 
     shown = await load_transcript(can_client, handle.id)
     turns = [t["record"] for t in shown["turns"]]
@@ -216,6 +215,6 @@ async def test_cancelling_a_continued_run_releases_the_carried_session(
     assert result.termination == "cancelled" and 3 <= result.turns < 1000
     _, runs = await _chain(can_client, handle.id)
     assert len(runs) >= 2 and runs[-1][-1] == "release"
-    assert [n for r in runs for n in r if n != "drive"] == ["provision_and_drive", "release"]
+    assert [n for r in runs for n in r if n != "drive"] == ["provision", "release"]
     assert handle.id not in {e.workflow_id for e in can_worker.registry.entries()}
     assert await wait_until(lambda: not pid_alive(pid), timeout=10)

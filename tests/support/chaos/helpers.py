@@ -209,12 +209,8 @@ async def results(client: Client, ids: list[str]) -> dict[str, EpisodeResult]:
     return out
 
 
-OPENS = (contract.PROVISION, contract.PROVISION_AND_DRIVE)
-
-
 async def provisions(client: Client, wid: str) -> list[tuple[str, int, float]]:
-    """(identity, attempt, start time) of every provision (or provision_and_drive) the
-    history shows as started."""
+    """(identity, attempt, start time) of every provision the history shows as started."""
     scheduled: dict[int, str] = {}
     found = []
     async for ev in client.get_workflow_handle(wid).fetch_history_events():
@@ -223,7 +219,7 @@ async def provisions(client: Client, wid: str) -> list[tuple[str, int, float]]:
             scheduled[ev.event_id] = attrs.activity_type.name
         elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             attrs = ev.activity_task_started_event_attributes
-            if scheduled.get(attrs.scheduled_event_id) in OPENS:
+            if scheduled.get(attrs.scheduled_event_id) == contract.PROVISION:
                 found.append((attrs.identity, attrs.attempt, ev.event_time.ToMicroseconds() / 1e6))
     return found
 
