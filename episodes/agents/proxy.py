@@ -38,10 +38,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
-from aiohttp import web
 
 from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
+from episodes.agents.serve import HttpServer, Request
 from episodes.agents.stream import SseParser, assemble, parse_chunks
 from episodes.agents.upstream import AiohttpUpstream, Response, Upstream, UpstreamError
 from episodes.aio import finish
@@ -52,6 +52,9 @@ from episodes.types.model import ModelSpec
 log = logging.getLogger(__name__)
 
 Callback = Callable[[Any], Any]  # sync, or returning an awaitable
+
+# What a harness may send in one request (a long conversation, images inline).
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 # The session's id on every upstream request, for routers that pin sessions to replicas.
 SESSION_HEADER = "X-Session-ID"
@@ -134,7 +137,7 @@ class ModelProxy:
         self.port: int | None = None
         # What each call's record extends (see episodes/agents/conversation.py).
         self.conversations = Conversations()
-        self._runner: web.AppRunner | None = None
+        self._server: HttpServer | None = None
         self._client: Upstream | AiohttpUpstream | None = None
         self._stop_task: asyncio.Future[None] | None = None
         # Built once: what every call sends upstream besides its body.
@@ -161,23 +164,17 @@ class ModelProxy:
     async def start(self) -> None:
         if self._stop_task is not None:
             raise RuntimeError("the model proxy was stopped; make a new one")
-        if self._runner is not None:
+        if self._server is not None:
             return
         via = await asyncio.to_thread(_env_proxy, self._url)
         # Behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies), own.
         self._client = AiohttpUpstream(_tls_context(), via) if via else _acquire_client()
-        app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        # No access log: a request line is harmless, but nothing here should log at all.
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        self._runner = runner
+        self._server = HttpServer(self._handle, max_body=MAX_REQUEST_BYTES)
         sock = tcp_listener()
         self.port = sock.getsockname()[1]
-        await web.SockSite(runner, sock).start()
+        await self._server.listen_tcp(sock)
         if self.uds_path is not None:
-            await web.UnixSite(runner, self.uds_path).start()
+            await self._server.listen_unix(self.uds_path)
 
     async def stop(self) -> None:
         """Close the endpoint (connections are refused after) and the upstream client.
@@ -189,8 +186,8 @@ class ModelProxy:
         await finish(self._stop_task)
 
     async def _cleanup(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        if self._server is not None:
+            await self._server.close(timeout=1.0)
         client, self._client = self._client, None
         if isinstance(client, AiohttpUpstream):
             await client.close()
@@ -206,57 +203,54 @@ class ModelProxy:
 
     # -- requests ------------------------------------------------------------------------
 
-    @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "")
+    async def _handle(self, request: Request) -> None:
+        given = request.headers.get("authorization", "")
         scheme, _, value = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             value.strip().encode(), self.token.encode()
         ):
-            return web.json_response(
-                openai_error("invalid or missing session token", "invalid_request_error", "401"),
-                status=401,
-            )
-        return await handler(request)
+            msg = openai_error("invalid or missing session token", "invalid_request_error", "401")
+            return _json(request, 401, msg)
+        route = (request.method, request.path.rstrip("/"))
+        if route == ("POST", "/v1/chat/completions"):
+            return await self._chat(request)
+        if route == ("GET", "/v1/models"):
+            model = {"id": self.spec.model, "object": "model", "created": 0, "owned_by": "episodes"}
+            return _json(request, 200, {"object": "list", "data": [model]})
+        known = route[1] in ("/v1/chat/completions", "/v1/models")
+        status, why = (405, "method not allowed") if known else (404, "not found")
+        _json(request, status, openai_error(why, "invalid_request_error", str(status)))
 
-    async def _models(self, request: web.Request) -> web.Response:
-        model = {"id": self.spec.model, "object": "model", "created": 0, "owned_by": "episodes"}
-        return web.json_response({"object": "list", "data": [model]})
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+    async def _chat(self, request: Request) -> None:
+        raw = request.body
         if text_too_deep(raw):
             # Refused before parsing (json.loads recurses per level) and never forwarded.
-            return web.json_response(
-                openai_error(too_deep_message("the request body"), "invalid_request_error"),
-                status=400,
-            )
+            msg = openai_error(too_deep_message("the request body"), "invalid_request_error")
+            return _json(request, 400, msg)
         try:
             body = json.loads(raw)
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            return web.json_response(
-                openai_error("the request body must be a JSON object", "invalid_request_error"),
-                status=400,
-            )
+            msg = openai_error("the request body must be a JSON object", "invalid_request_error")
+            return _json(request, 400, msg)
         sent = {**body, **self._forced}
         started = time.monotonic()
         if sent.get("stream"):
             # Usage arrives in a last chunk only when asked for; the record needs it.
             sent["stream_options"] = {**(sent.get("stream_options") or {}), "include_usage": True}
             return await self._streamed(request, sent, started)
-        return await self._plain(sent, started)
+        return await self._plain(request, sent, started)
 
-    async def _plain(self, sent: dict[str, Any], started: float) -> web.Response:
+    async def _plain(self, request: Request, sent: dict[str, Any], started: float) -> None:
         try:
             resp, raw, attempts = await self._send(sent, read=True)
         except _Exhausted as e:
-            return await self._fail(sent, started, str(e))
+            return await self._fail(request, sent, started, str(e))
         if text_too_deep(raw):
             # Neither parsed nor recorded nor passed on: the call failed (`model_error`).
             why = too_deep_message("the upstream's answer")
-            return await self._fail(sent, started, f"model call failed: {why}")
+            return await self._fail(request, sent, started, f"model call failed: {why}")
         ctype = resp.headers.get("content-type", "application/json")
         try:
             answer = json.loads(raw)
@@ -266,40 +260,34 @@ class ModelProxy:
         await self._record(
             sent, answer, started, attempts, stream=False, status=resp.status, error=error
         )
-        return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
+        request.respond(resp.status, raw, ctype)
 
-    async def _streamed(
-        self, request: web.Request, sent: dict[str, Any], started: float
-    ) -> web.StreamResponse:
+    async def _streamed(self, request: Request, sent: dict[str, Any], started: float) -> None:
         try:
             resp, _, attempts = await self._send(sent, read=False)
         except _Exhausted as e:
-            return await self._fail(sent, started, str(e))
+            return await self._fail(request, sent, started, str(e))
         if resp.status >= 300:  # a 4xx the harness caused: pass it through
             raw = await self._read_closing(resp)
             await self._record(
                 sent, _error_text(raw), started, attempts, stream=True, status=resp.status
             )
             ctype = resp.headers.get("content-type", "application/json")
-            return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
-        out = web.StreamResponse(
-            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
+            return request.respond(resp.status, raw, ctype)
+        request.start_stream()
         # Bytes pass through as they come; they are parsed once, when the stream ends
         # (nothing per chunk but the read and the write).
         received: list[bytes] = []
         broke: str | None = None
-        gone = False
-        try:
-            await out.prepare(request)
-        except ConnectionError:
-            gone = True  # the harness hung up; nothing left to tell it
+        gone = request.gone  # the harness hung up; nothing left to tell it
         try:
             # The harness's side (the writes) is told apart from the upstream's here.
             async for data in resp.iter_any(self.spec.timeout_s) if not gone else _nothing():
                 received.append(data)
                 try:
-                    await out.write(data)
+                    request.send(data)
+                    if request.paused:
+                        await request.drain()
                 except ConnectionError:
                     gone = True
                     break
@@ -319,7 +307,7 @@ class ModelProxy:
             err = ModelError(self._scrub(broke))
             with contextlib.suppress(ConnectionError):
                 event = json.dumps(openai_error(str(err), "upstream_error", "model_error"))
-                await out.write(f"data: {event}\n\n".encode())
+                request.send(f"data: {event}\n\n".encode())
             await self._report(err)
         await self._record(
             sent,
@@ -329,9 +317,7 @@ class ModelProxy:
             stream=True,
             error=str(broke) if broke else ("harness disconnected" if gone else None),
         )
-        with contextlib.suppress(ConnectionError):
-            await out.write_eof()
-        return out
+        request.end()
 
     # -- upstream ------------------------------------------------------------------------
 
@@ -378,7 +364,9 @@ class ModelProxy:
             self.failure = err
         await _call(self.on_failure, err)
 
-    async def _fail(self, sent: dict[str, Any], started: float, message: str) -> web.Response:
+    async def _fail(
+        self, request: Request, sent: dict[str, Any], started: float, message: str
+    ) -> None:
         err = ModelError(message)
         await self._report(err)
         await self._record(
@@ -390,7 +378,7 @@ class ModelProxy:
             status=502,
             error=message,
         )
-        return web.json_response(openai_error(message, "upstream_error", "model_error"), status=502)
+        _json(request, 502, openai_error(message, "upstream_error", "model_error"))
 
     async def _record(
         self,
@@ -425,6 +413,10 @@ class ModelProxy:
             record["error"] = error
         self.calls += 1
         await _call(self.on_call, record)
+
+
+def _json(request: Request, status: int, value: Any) -> None:
+    request.respond(status, json.dumps(value).encode())
 
 
 async def _nothing() -> Any:
