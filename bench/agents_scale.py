@@ -127,7 +127,7 @@ async def proxy_scale(
     straight to the upstream, through this checkout's proxies (`proxied`) and, with a
     `baseline` checkout, through its proxies (`baseline`), in rotating order."""
     raw: dict[str, list[float]] = {}
-    here = str(Path(__file__).resolve().parent.parent)
+    here = os.environ.get("BENCH_PROXY_TREE") or str(Path(__file__).resolve().parent.parent)
     async with contextlib.AsyncExitStack() as stack:
         base_url = await stack.enter_async_context(upstream_proc(chunks))
         workers = {
@@ -165,7 +165,8 @@ async def proxy_scale(
 async def run(quick: bool = False, repeats: int | None = None) -> dict:
     """Environment knobs: BENCH_AGENTS_SCALE_PARTS (default `proxy,density,record`: the
     parts to run), BENCH_PROXY_BASELINE (a checkout, e.g. a worktree of main: its
-    proxies measured beside this one's in the same run), BENCH_PROXY_SESSIONS."""
+    proxies measured beside this one's in the same run), BENCH_PROXY_TREE (the checkout
+    measured instead of this one), BENCH_PROXY_SESSIONS."""
     repeats = repeats or (1 if quick else 3)
     parts = os.environ.get("BENCH_AGENTS_SCALE_PARTS", "proxy,density,record").split(",")
     baseline = os.environ.get("BENCH_PROXY_BASELINE") or None
