@@ -25,25 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hmac
 import inspect
 import json
 import logging
 import os
 import secrets
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
-
 from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
+from episodes.agents.sender import SESSION_HEADER, Exhausted, Sender, error_text, one_line
 from episodes.agents.serve import HttpServer, Request
 from episodes.agents.stream import SseParser, assemble, parse_chunks
-from episodes.agents.upstream import AiohttpUpstream, Response, Upstream, UpstreamError
+from episodes.agents.upstream import UpstreamError
 from episodes.aio import finish
 from episodes.errors import ModelError
 from episodes.json_depth import text_too_deep, too_deep_message
@@ -56,34 +53,11 @@ Callback = Callable[[Any], Any]  # sync, or returning an awaitable
 # What a harness may send in one request (a long conversation, images inline).
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
-# The session's id on every upstream request, for routers that pin sessions to replicas.
-SESSION_HEADER = "X-Session-ID"
+__all__ = ["SESSION_HEADER", "ModelProxy", "openai_error", "read_upstream_key"]
 
 
 def openai_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _error_text(raw: bytes) -> str:
-    """The message of an upstream error body (OpenAI-style when it is), else its text."""
-    try:
-        if text_too_deep(raw):  # json.loads would recurse per level: read it as text
-            raise ValueError
-        body = json.loads(raw)
-        if isinstance(body, dict):
-            err = body.get("error", body)
-            if isinstance(err, dict) and err.get("message"):
-                return str(err["message"])
-            if isinstance(err, str):
-                return err
-    except ValueError:
-        pass
-    return raw.decode("utf-8", "replace") or "(empty body)"
 
 
 async def _call(cb: Callback | None, arg: Any) -> None:
@@ -96,10 +70,6 @@ async def _call(cb: Callback | None, arg: Any) -> None:
     except Exception:
         # A broken recorder must not break the harness's call; it is the caller's bug.
         log.exception("model proxy: callback %r failed", cb)
-
-
-class _Exhausted(Exception):
-    pass
 
 
 class ModelProxy:
@@ -138,16 +108,9 @@ class ModelProxy:
         # What each call's record extends (see episodes/agents/conversation.py).
         self.conversations = Conversations()
         self._server: HttpServer | None = None
-        self._client: Upstream | AiohttpUpstream | None = None
+        self._sender = Sender(spec, self._key, session_id, backoff_s, max_backoff_s)
         self._stop_task: asyncio.Future[None] | None = None
-        # Built once: what every call sends upstream besides its body.
-        self._forced = spec.enforced()
-        self._url = spec.base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"Content-Type": "application/json"}
-        if self._key:
-            self._headers["Authorization"] = f"Bearer {self._key}"
-        if session_id:
-            self._headers[SESSION_HEADER] = session_id
+        self._forced = spec.enforced()  # over the harness's values, on every call
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -166,9 +129,7 @@ class ModelProxy:
             raise RuntimeError("the model proxy was stopped; make a new one")
         if self._server is not None:
             return
-        via = await asyncio.to_thread(_env_proxy, self._url)
-        # Behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies), own.
-        self._client = AiohttpUpstream(_tls_context(), via) if via else _acquire_client()
+        await self._sender.start()
         self._server = HttpServer(self._handle, max_body=MAX_REQUEST_BYTES)
         sock = tcp_listener()
         self.port = sock.getsockname()[1]
@@ -188,11 +149,7 @@ class ModelProxy:
     async def _cleanup(self) -> None:
         if self._server is not None:
             await self._server.close(timeout=1.0)
-        client, self._client = self._client, None
-        if isinstance(client, AiohttpUpstream):
-            await client.close()
-        elif client is not None:
-            await _release_client()
+        await self._sender.close()
 
     async def __aenter__(self) -> ModelProxy:
         await self.start()
@@ -244,8 +201,8 @@ class ModelProxy:
 
     async def _plain(self, request: Request, sent: dict[str, Any], started: float) -> None:
         try:
-            resp, raw, attempts = await self._send(sent, read=True)
-        except _Exhausted as e:
+            resp, raw, attempts = await self._sender.send(sent, read=True)
+        except Exhausted as e:
             return await self._fail(request, sent, started, str(e))
         if text_too_deep(raw):
             # Neither parsed nor recorded nor passed on: the call failed (`model_error`).
@@ -256,7 +213,7 @@ class ModelProxy:
             answer = json.loads(raw)
         except ValueError:
             answer = raw.decode("utf-8", "replace")
-        error = None if resp.status < 300 else _one_line(_error_text(raw))
+        error = None if resp.status < 300 else one_line(error_text(raw))
         await self._record(
             sent, answer, started, attempts, stream=False, status=resp.status, error=error
         )
@@ -264,47 +221,53 @@ class ModelProxy:
 
     async def _streamed(self, request: Request, sent: dict[str, Any], started: float) -> None:
         try:
-            resp, _, attempts = await self._send(sent, read=False)
-        except _Exhausted as e:
+            resp, _, attempts = await self._sender.send(sent, read=False)
+        except Exhausted as e:
             return await self._fail(request, sent, started, str(e))
         if resp.status >= 300:  # a 4xx the harness caused: pass it through
-            raw = await self._read_closing(resp)
+            raw = await self._sender.read_closing(resp)
             await self._record(
-                sent, _error_text(raw), started, attempts, stream=True, status=resp.status
+                sent, error_text(raw), started, attempts, stream=True, status=resp.status
             )
             ctype = resp.headers.get("content-type", "application/json")
             return request.respond(resp.status, raw, ctype)
         request.start_stream()
-        # Bytes pass through as they come; they are parsed once, when the stream ends
-        # (nothing per chunk but the read and the write).
+        # Bytes pass through as they come, written to the harness's socket from the
+        # upstream socket's read callback; parsed once, when the stream ends.
         received: list[bytes] = []
         broke: str | None = None
         gone = request.gone  # the harness hung up; nothing left to tell it
+
+        def passed(data: bytes) -> None:
+            received.append(data)
+            if request.gone:
+                resp.stop()
+                return
+            request.send(data)
+            if request.paused:  # the harness reads slowly: so does the proxy, upstream
+                resp.pause()
+                request.on_writable(lambda: resp.stop() if request.gone else resp.resume())
+
         try:
             # The harness's side (the writes) is told apart from the upstream's here.
-            async for data in resp.iter_any(self.spec.timeout_s) if not gone else _nothing():
-                received.append(data)
-                try:
-                    request.send(data)
-                    if request.paused:
-                        await request.drain()
-                except ConnectionError:
-                    gone = True
-                    break
+            if not gone:
+                await resp.forward(passed, self.spec.timeout_s)
+            gone = request.gone
         except TimeoutError:
             broke = "model stream broke: upstream ReadTimeout"
         except UpstreamError as e:
             broke = f"model stream broke: upstream {e.kind}"
         finally:
+            request.on_writable(None)
             resp.close()
         chunks, too_deep = parse_chunks(SseParser().feed(b"".join(received)))
-        del received
+        received.clear()
         if too_deep and broke is None:
             # Already passed on; not parsed (recursion) nor recorded: the call failed.
             broke = f"model stream broke: {too_deep_message('a chunk of the upstream stream')}"
         response = assemble(chunks)
         if broke is not None:
-            err = ModelError(self._scrub(broke))
+            err = ModelError(self._sender.scrub(broke))
             with contextlib.suppress(ConnectionError):
                 event = json.dumps(openai_error(str(err), "upstream_error", "model_error"))
                 request.send(f"data: {event}\n\n".encode())
@@ -320,44 +283,6 @@ class ModelProxy:
         request.end()
 
     # -- upstream ------------------------------------------------------------------------
-
-    async def _send(self, body: dict[str, Any], *, read: bool) -> tuple[Response, bytes, int]:
-        """POST upstream with retries: (response, body if `read`, attempts), or _Exhausted."""
-        assert self._client is not None
-        attempts = self.spec.retries + 1
-        last = "no attempt made"
-        data = json.dumps(body).encode()
-        for attempt in range(1, attempts + 1):
-            delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
-            try:
-                resp = await self._client.post(self._url, data, self._headers, self.spec.timeout_s)
-                if resp.status != 429 and resp.status < 500:
-                    raw = await self._read_closing(resp) if read else b""
-                    return resp, raw, attempt
-                raw = await self._read_closing(resp)
-                last = f"upstream HTTP {resp.status}: {_error_text(raw)}"
-                retry_after = resp.headers.get("retry-after", "")
-                if retry_after.replace(".", "", 1).isdigit():
-                    delay = min(max(float(retry_after), delay), self.max_backoff_s)
-            except TimeoutError:
-                last = f"upstream timed out after {self.spec.timeout_s:g} s"
-            except UpstreamError as e:
-                last = f"upstream unreachable ({e.kind})"
-            if attempt < attempts:
-                await asyncio.sleep(delay)
-        raise _Exhausted(self._scrub(f"model call failed after {attempts} attempt(s): {last}"))
-
-    async def _read_closing(self, resp: Response) -> bytes:
-        try:
-            return await resp.read(self.spec.timeout_s)
-        finally:
-            resp.close()
-
-    def _scrub(self, text: str) -> str:
-        text = _one_line(text)
-        if self._key:
-            text = text.replace(self._key, "***")
-        return text
 
     async def _report(self, err: ModelError) -> None:
         if self.failure is None:
@@ -417,59 +342,6 @@ class ModelProxy:
 
 def _json(request: Request, status: int, value: Any) -> None:
     request.respond(status, json.dumps(value).encode())
-
-
-async def _nothing() -> Any:
-    return
-    yield
-
-
-# One upstream client per event loop, shared by every session's proxy on it (a worker's
-# sessions): one connection pool, one TLS context, ~no memory per session. Counted:
-# the last proxy to stop closes it (tests run one loop per test).
-_clients: dict[asyncio.AbstractEventLoop, tuple[Upstream, int]] = {}
-
-
-def _acquire_client() -> Upstream:
-    loop = asyncio.get_running_loop()
-    client, users = _clients.get(loop, (None, 0))
-    if client is None or client.closed:
-        client, users = Upstream(_tls_context()), 0
-    _clients[loop] = (client, users + 1)
-    return client
-
-
-async def _release_client() -> None:
-    loop = asyncio.get_running_loop()
-    client, users = _clients.get(loop, (None, 0))
-    if client is None:
-        return
-    if users > 1:
-        _clients[loop] = (client, users - 1)
-        return
-    del _clients[loop]
-    await client.close()
-
-
-def _env_proxy(url: str) -> dict[str, Any]:
-    """The HTTP(S)_PROXY / NO_PROXY the environment sets for `url` (as httpx read them),
-    as keyword arguments for a request."""
-    from aiohttp.helpers import get_env_proxy_for_url
-    from yarl import URL
-
-    try:
-        proxy, auth = get_env_proxy_for_url(URL(url))
-    except LookupError:
-        return {}
-    return {"proxy": proxy, "proxy_auth": auth}
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """httpx's default verification (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), built
-    once per process: loading the CA bundle costs ~50 ms, which every session's proxy
-    would pay at start. One context is safe to share across clients."""
-    return httpx.create_ssl_context()
 
 
 def read_upstream_key(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
