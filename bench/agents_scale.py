@@ -100,11 +100,13 @@ async def drive_load(
         line = await asyncio.wait_for(proc.stdout.readline(), 300)
         if line.strip() != b"ready":
             raise RuntimeError(f"load process: {line!r}")
-        cpu0 = (await worker.ask("cpu", 60))["cpu_s"] if worker else 0.0
+        before = await worker.ask("cpu", 60) if worker else {"cpu_s": 0.0, "gc_s": 0.0}
         proc.stdin.write(b"go\n")
         await proc.stdin.drain()
         line = await asyncio.wait_for(proc.stdout.readline(), 600)
-        cpu = (await worker.ask("cpu", 60))["cpu_s"] - cpu0 if worker else 0.0
+        after = await worker.ask("cpu", 60) if worker else before
+        cpu = after["cpu_s"] - before["cpu_s"]
+        gc_s = after.get("gc_s", 0.0) - before.get("gc_s", 0.0)
         out = json.loads(line)
         if out["errors"]:
             raise RuntimeError(f"load process: calls failed, e.g. {out['errors']}")
@@ -112,6 +114,7 @@ async def drive_load(
             "calls_per_s": out["calls"] / out["seconds"],
             "calls": out["calls"],
             "cpu_s": cpu,
+            "gc_s": gc_s,
             "harness_cpu_ms_per_call": out["cpu_s"] / out["calls"] * 1e3,
         }
     finally:
@@ -149,6 +152,8 @@ async def proxy_scale(
                     if worker is not None:
                         per_call = res["cpu_s"] / res["calls"]
                         raw.setdefault(f"{key}_cpu_ms_per_call", []).append(per_call * 1e3)
+                        gc_ms = res["gc_s"] / res["calls"] * 1e3
+                        raw.setdefault(f"{key}_gc_ms_per_call", []).append(gc_ms)
                         if stream:
                             raw.setdefault(f"{path}_cpu_us_per_chunk", []).append(
                                 per_call / (chunks + 3) * 1e6
@@ -205,6 +210,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                 med["proxied_cpu_us_per_chunk"], med["baseline_cpu_us_per_chunk"]
             )
         result["spread"] = figures
+        result["raw"] = raw  # every repeat's figure, in the order run
         print(f"agents_scale: {sessions} sessions, {repeats} repeat(s), load {load_start:.2f}")
         for k, v in figures.items():
             print(f"  {k}: {v['median']:.3f} [{v['min']:.3f}..{v['max']:.3f}]")

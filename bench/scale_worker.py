@@ -8,20 +8,33 @@ asked (BENCH_PROXY_BASELINE), one for another checkout, and alternates their cal
 in one run, under the same load. Reads `{"sessions": n, "base_url": url}` on stdin,
 starts n sessions' `AgentServices` (each its own proxy and token; every call
 recorded), prints `{"targets": [[base_url, token], ...]}`; then answers each line:
-`cpu` with its CPU seconds (user + system), `stop` with the number of calls recorded
+`cpu` with its CPU seconds (user + system) and those spent collecting garbage, `stop` with the number of calls recorded
 (after stopping every session).
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import sys
 import time
 from typing import Any
 
+_gc = {"s": 0.0, "t0": 0.0}
+
+
+def _gc_timer(phase: str, info: dict) -> None:
+    """The garbage collector's share of the worker's time (it runs inside allocations:
+    a profile shows it as whatever allocated)."""
+    if phase == "start":
+        _gc["t0"] = time.process_time()
+    else:
+        _gc["s"] += time.process_time() - _gc["t0"]
+
 
 async def main() -> None:
+    gc.callbacks.append(_gc_timer)
     from episodes.agents.services import AgentServices
     from episodes.runtimes.subprocess import SubprocessRuntime
     from episodes.types.model import ModelSpec
@@ -44,7 +57,7 @@ async def main() -> None:
     while True:
         line = (await loop.run_in_executor(None, sys.stdin.readline)).strip()
         if line == "cpu":
-            print(json.dumps({"cpu_s": time.process_time()}), flush=True)
+            print(json.dumps({"cpu_s": time.process_time(), "gc_s": _gc["s"]}), flush=True)
         else:  # "stop", or the benchmark went away
             break
     for s in services:
