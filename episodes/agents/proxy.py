@@ -39,7 +39,7 @@ from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
 from episodes.agents.sender import SESSION_HEADER, Exhausted, Sender, error_text, one_line
 from episodes.agents.serve import HttpServer, Request
-from episodes.agents.stream import SseParser, assemble, parse_chunks
+from episodes.agents.stream import assemble, stream_chunks
 from episodes.agents.upstream import UpstreamError
 from episodes.aio import finish
 from episodes.errors import ModelError
@@ -260,7 +260,7 @@ class ModelProxy:
         finally:
             request.on_writable(None)
             resp.close()
-        chunks, too_deep = parse_chunks(SseParser().feed(b"".join(received)))
+        chunks, too_deep = stream_chunks(b"".join(received))
         received.clear()
         if too_deep and broke is None:
             # Already passed on; not parsed (recursion) nor recorded: the call failed.
