@@ -20,8 +20,10 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
+import math
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -146,6 +148,8 @@ async def proxy_scale(
             for path, worker in paths[shift:] + paths[:shift]:
                 targets = worker.targets if worker else [(base_url, "none")] * sessions
                 for stream, n in ((False, calls), (True, stream_calls)):
+                    if n == 0:
+                        continue
                     res = await drive_load(targets, n, stream, worker)
                     key = f"{path}_{'stream' if stream else 'plain'}"
                     raw.setdefault(f"{key}_calls_per_s", []).append(res["calls_per_s"])
@@ -158,7 +162,8 @@ async def proxy_scale(
                             raw.setdefault(f"{path}_cpu_us_per_chunk", []).append(
                                 per_call / (chunks + 3) * 1e6
                             )
-    want = sessions * (repeats * (calls + stream_calls) + 2 * repeats)
+    kinds = (calls > 0) + (stream_calls > 0)  # each load warms every session with a call
+    want = sessions * (repeats * (calls + stream_calls) + kinds * repeats)
     for path, worker in workers.items():
         if worker.recorded != want:
             raise RuntimeError(
@@ -171,18 +176,22 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     """Environment knobs: BENCH_AGENTS_SCALE_PARTS (default `proxy,density,record`: the
     parts to run), BENCH_PROXY_BASELINE (a checkout, e.g. a worktree of main: its
     proxies measured beside this one's in the same run), BENCH_PROXY_TREE (the checkout
-    measured instead of this one), BENCH_PROXY_SESSIONS."""
+    measured instead of this one), BENCH_PROXY_SESSIONS, BENCH_PROXY_CALLS (`12,2`: plain
+    and streamed calls per session and repeat; 0 skips one kind, for a profile)."""
     repeats = repeats or (1 if quick else 3)
     parts = os.environ.get("BENCH_AGENTS_SCALE_PARTS", "proxy,density,record").split(",")
     baseline = os.environ.get("BENCH_PROXY_BASELINE") or None
     sessions = int(os.environ.get("BENCH_PROXY_SESSIONS") or (16 if quick else 256))
     calls, stream_calls, chunks = (4, 1, 180) if quick else (12, 2, 180)
+    if os.environ.get("BENCH_PROXY_CALLS"):  # "plain,streamed" per session and repeat
+        calls, stream_calls = map(int, os.environ["BENCH_PROXY_CALLS"].split(","))
     load_start = load()
     result: dict[str, Any] = {"figures": {}, "ratios": {}, "parts": parts}
     if "proxy" in parts:
         raw = await proxy_scale(sessions, calls, stream_calls, repeats, chunks, baseline)
         figures: dict[str, Any] = {k: spread(v) for k, v in raw.items()}
-        med = {k: v["median"] for k, v in figures.items()}
+        med: dict[str, float] = collections.defaultdict(lambda: math.nan)  # a kind skipped
+        med.update({k: v["median"] for k, v in figures.items()})
         result["figures"].update(
             {
                 "sessions": sessions,
