@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl
 import zlib
 from collections.abc import AsyncIterator, Callable
@@ -55,7 +56,20 @@ class Response:
         self._forwarding: _Forward | None = None
 
     async def read(self, timeout: float) -> bytes:
-        parts = [p async for p in self.iter_any(timeout)]
+        conn, framing = self._conn, self._framing
+        if conn is not None and not self._done and conn.wire.buf and not self._inflate:
+            # Usually the whole body came with the head: taken without an await.
+            try:
+                data = framing.feed(conn.wire.take())
+            except ValueError as e:
+                raise _read_error(e) from None
+            if framing.done:
+                self._done = True
+                return data
+            parts = [data]
+        else:
+            parts = []
+        parts += [p async for p in self.iter_any(timeout)]
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_any(self, timeout: float) -> AsyncIterator[bytes]:
@@ -254,21 +268,11 @@ class Upstream:
     ) -> Response:
         """Send; the answer once its status and headers are in (the body is yours to read,
         then `close()` it)."""
-        parts = urlsplit(url)
-        https = parts.scheme == "https"
-        host = parts.hostname or "localhost"
-        port = parts.port or (443 if https else 80)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        default = (https and port == 443) or (not https and port == 80)
-        lines = [
-            f"POST {target} HTTP/1.1",
-            f"Host: {host if default else f'{host}:{port}'}",
-            f"Content-Length: {len(body)}",
-            "Accept-Encoding: identity",
-        ]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        pool = self._pools.setdefault((parts.scheme, host, port), _Pool())
+        scheme, host, port, prefix = _prepared(url, tuple(headers.items()))
+        head = prefix + b"Content-Length: %d\r\n\r\n" % len(body)
+        pool = self._pools.get((scheme, host, port))
+        if pool is None:
+            pool = self._pools[scheme, host, port] = _Pool()
         conn = pool.take()
         if conn is not None:
             try:
@@ -276,7 +280,7 @@ class Upstream:
             except UpstreamError as e:
                 if e.kind != "Stale":
                     raise
-        conn = await self._connect(pool, host, port, https, timeout)
+        conn = await self._connect(pool, host, port, scheme == "https", timeout)
         try:
             return await self._exchange(conn, head, body, timeout)
         except UpstreamError as e:
@@ -339,6 +343,25 @@ class Upstream:
             for conn in pool.idle:
                 conn.close()
             pool.idle.clear()
+
+
+@functools.lru_cache(maxsize=1024)
+def _prepared(url: str, headers: tuple[tuple[str, str], ...]) -> tuple[str, str, int, bytes]:
+    """(scheme, host, port, the request's head but its Content-Length) for a URL and
+    headers: built once per session (its headers are its own), not once per call."""
+    parts = urlsplit(url)
+    https = parts.scheme == "https"
+    host = parts.hostname or "localhost"
+    port = parts.port or (443 if https else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    default = (https and port == 443) or (not https and port == 80)
+    lines = [
+        f"POST {target} HTTP/1.1",
+        f"Host: {host if default else f'{host}:{port}'}",
+        "Accept-Encoding: identity",
+    ]
+    lines += [f"{k}: {v}" for k, v in headers]
+    return parts.scheme, host, port, ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
 
 def _reusable(headers: dict[str, str]) -> bool:

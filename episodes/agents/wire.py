@@ -93,6 +93,12 @@ class Wire(asyncio.Protocol):
         finally:
             timer.cancel()
 
+    def take(self) -> bytes:
+        """What is buffered (maybe nothing), without waiting."""
+        data = bytes(self.buf)
+        self.buf.clear()
+        return data
+
     async def read(self, timeout: float) -> bytes:
         """What is buffered, else the next bytes to arrive; b"" at the end. The error
         that ended the connection, if one did and nothing is left."""
@@ -197,6 +203,14 @@ class Dechunker:
         self.extra = False
 
     def feed(self, data: bytes) -> bytes:
+        if not self._buf:  # the usual read of a stream: exactly one whole chunk
+            end = data.find(b"\r\n")
+            if 0 < end < len(data) - 4 and data.endswith(b"\r\n"):
+                line = data[:end]
+                if b";" not in line:
+                    size = int(line, 16)  # ValueError: malformed, as below
+                    if 0 < size == len(data) - end - 4:
+                        return data[end + 2 : -2]
         buf = self._buf + data if self._buf else data
         out: list[bytes] = []
         i, n = 0, len(buf)
