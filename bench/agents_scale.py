@@ -156,8 +156,9 @@ async def proxy_scale(
                     if worker is not None:
                         per_call = res["cpu_s"] / res["calls"]
                         raw.setdefault(f"{key}_cpu_ms_per_call", []).append(per_call * 1e3)
-                        gc_ms = res["gc_s"] / res["calls"] * 1e3
-                        raw.setdefault(f"{key}_gc_ms_per_call", []).append(gc_ms)
+                        if os.environ.get("BENCH_GC_STATS"):
+                            gc_ms = res["gc_s"] / res["calls"] * 1e3
+                            raw.setdefault(f"{key}_gc_ms_per_call", []).append(gc_ms)
                         if stream:
                             raw.setdefault(f"{path}_cpu_us_per_chunk", []).append(
                                 per_call / (chunks + 3) * 1e6
@@ -177,7 +178,9 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     parts to run), BENCH_PROXY_BASELINE (a checkout, e.g. a worktree of main: its
     proxies measured beside this one's in the same run), BENCH_PROXY_TREE (the checkout
     measured instead of this one), BENCH_PROXY_SESSIONS, BENCH_PROXY_CALLS (`12,2`: plain
-    and streamed calls per session and repeat; 0 skips one kind, for a profile)."""
+    and streamed calls per session and repeat; 0 skips one kind, for a profile),
+    BENCH_GC_STATS=1 (the worker's garbage-collection time per call, at ~1 us of CPU
+    per collection)."""
     repeats = repeats or (1 if quick else 3)
     parts = os.environ.get("BENCH_AGENTS_SCALE_PARTS", "proxy,density,record").split(",")
     baseline = os.environ.get("BENCH_PROXY_BASELINE") or None

@@ -8,7 +8,8 @@ asked (BENCH_PROXY_BASELINE), one for another checkout, and alternates their cal
 in one run, under the same load. Reads `{"sessions": n, "base_url": url}` on stdin,
 starts n sessions' `AgentServices` (each its own proxy and token; every call
 recorded), prints `{"targets": [[base_url, token], ...]}`; then answers each line:
-`cpu` with its CPU seconds (user + system) and those spent collecting garbage, `stop` with the number of calls recorded
+`cpu` with its CPU seconds (user + system) and those spent collecting garbage
+(with BENCH_GC_STATS=1), `stop` with the number of calls recorded
 (after stopping every session).
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -34,7 +36,8 @@ def _gc_timer(phase: str, info: dict) -> None:
 
 
 async def main() -> None:
-    gc.callbacks.append(_gc_timer)
+    if os.environ.get("BENCH_GC_STATS"):  # costs ~1 us a collection: only when asked
+        gc.callbacks.append(_gc_timer)
     from episodes.agents.services import AgentServices
     from episodes.runtimes.subprocess import SubprocessRuntime
     from episodes.types.model import ModelSpec
