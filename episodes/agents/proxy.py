@@ -240,13 +240,14 @@ class ModelProxy:
 
         def passed(data: bytes) -> None:
             received.append(data)
-            if request.gone:
-                resp.stop()
-                return
-            request.send(data)
-            if request.paused:  # the harness reads slowly: so does the proxy, upstream
-                resp.pause()
-                request.on_writable(lambda: resp.stop() if request.gone else resp.resume())
+            try:
+                if request.send(data):
+                    return
+            except ConnectionError:  # the harness hung up: read no more
+                return resp.stop()
+            # The harness reads slowly: so does the proxy, upstream.
+            resp.pause()
+            request.on_writable(lambda: resp.stop() if request.gone else resp.resume())
 
         try:
             # The harness's side (the writes) is told apart from the upstream's here.

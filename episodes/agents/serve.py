@@ -82,20 +82,16 @@ class Request:
             % (content_type, b"" if self._keep_alive else b"Connection: close\r\n")
         )
 
-    def send(self, data: bytes) -> None:
-        """One piece of a stream. ConnectionResetError once the client hung up."""
-        if self._conn.closed:
+    def send(self, data: bytes) -> bool:
+        """One piece of a stream; whether the client keeps up (False: it reads slower
+        than we send: wait for `on_writable` before sending more). ConnectionResetError
+        once the client hung up."""
+        conn = self._conn
+        if conn.closed:
             raise ConnectionResetError("the client hung up")
         if data:
-            self._conn.write(b"%x\r\n%b\r\n" % (len(data), data))
-
-    @property
-    def paused(self) -> bool:
-        """The client reads slower than we send: wait (`drain`) before sending more."""
-        return self._conn.paused
-
-    async def drain(self) -> None:
-        await self._conn.drain()
+            conn.transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[union-attr]
+        return not conn.paused
 
     def on_writable(self, callback: Callable[[], Any] | None) -> None:
         """Call `callback` when the client has read enough to send again (or hung up)."""
@@ -149,7 +145,6 @@ class _Conn(asyncio.Protocol):
         self.task: asyncio.Task[None] | None = None
         self.closed = False
         self.paused = False
-        self._drained: asyncio.Future[None] | None = None
         self.on_writable: Callable[[], Any] | None = None
 
     # -- the socket ----------------------------------------------------------------------
@@ -181,16 +176,8 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def _wake(self) -> None:
-        waiter, self._drained = self._drained, None
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
         if self.on_writable is not None:
             self.on_writable()
-
-    async def drain(self) -> None:
-        if self.paused and not self.closed:
-            self._drained = asyncio.get_running_loop().create_future()
-            await self._drained
 
     def write(self, data: bytes) -> None:
         if not self.closed:

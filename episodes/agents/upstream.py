@@ -148,6 +148,8 @@ class _Forward:
         self.resp, self.wire, self.sink, self.timeout = resp, wire, sink, timeout
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[None] = self.loop.create_future()
+        self.finished = False
+        self.framing, self.inflate = resp._framing, resp._inflate
         self.last = self.loop.time()
         self.paused = False
         # One timer for the whole body, moved on lazily: a read only notes its time.
@@ -172,12 +174,14 @@ class _Forward:
                 wire.transport.resume_reading()
 
     def feed(self, raw: bytes) -> None:
-        if self.done.done():
+        if self.finished:
             return
         self.last = self.loop.time()
-        framing = self.resp._framing
+        framing = self.framing
         try:
-            data = self.resp._decoded(framing.feed(raw))
+            data = framing.feed(raw)
+            if self.inflate is not None and data:
+                data = self.inflate.decompress(data)
         except (ValueError, zlib.error) as e:
             return self.finish(_read_error(e))
         if data:
@@ -187,7 +191,7 @@ class _Forward:
             self.finish(None)
 
     def _ended(self) -> None:
-        if self.done.done():
+        if self.finished:
             return
         if self.resp._framing.until_close and self.wire.error is None:
             self.resp._done = True
@@ -196,7 +200,7 @@ class _Forward:
 
     def _check(self) -> None:
         self.timer = None
-        if self.done.done() or self.paused:
+        if self.finished or self.paused:
             return
         due = self.last + self.timeout
         if self.loop.time() >= due:
@@ -205,20 +209,21 @@ class _Forward:
             self.timer = self.loop.call_at(due, self._check)
 
     def finish(self, error: BaseException | None) -> None:
-        if self.done.done():
+        if self.finished:
             return
+        self.finished = True
         if error is None:
             self.done.set_result(None)
         else:
             self.done.set_exception(error)
 
     def pause(self) -> None:
-        if not self.paused and not self.done.done():
+        if not self.paused and not self.finished:
             self.paused = True
             self.wire.transport.pause_reading()
 
     def resume(self) -> None:
-        if self.paused and not self.done.done():
+        if self.paused and not self.finished:
             self.paused = False
             self.last = self.loop.time()  # the upstream's time starts again now
             self.wire.transport.resume_reading()
