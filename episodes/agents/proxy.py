@@ -243,17 +243,21 @@ class ModelProxy:
             try:
                 if request.send(data):
                     return
-            except ConnectionError:  # the harness hung up: read no more
-                return resp.stop()
+            except ConnectionError:
+                return hung_up()
             # The harness reads slowly: so does the proxy, upstream.
             resp.pause()
-            request.on_writable(lambda: resp.stop() if request.gone else resp.resume())
+            request.on_writable(lambda: hung_up() if request.gone else resp.resume())
+
+        def hung_up() -> None:  # the harness hung up: read no more
+            nonlocal gone
+            gone = True
+            resp.stop()
 
         try:
             # The harness's side (the writes) is told apart from the upstream's here.
             if not gone:
                 await resp.forward(passed, self.spec.timeout_s)
-            gone = request.gone
         except TimeoutError:
             broke = "model stream broke: upstream ReadTimeout"
         except UpstreamError as e:
