@@ -25,25 +25,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hmac
 import inspect
 import json
 import logging
 import os
 import secrets
-import ssl
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
-from aiohttp import web
-
 from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
-from episodes.agents.stream import SseParser, assemble, parse_chunks
-from episodes.agents.upstream import AiohttpUpstream, Response, Upstream, UpstreamError
+from episodes.agents.sender import SESSION_HEADER, Exhausted, Sender, error_text, one_line
+from episodes.agents.serve import HttpServer, Request
+from episodes.agents.stream import assemble, stream_chunks
+from episodes.agents.upstream import UpstreamError
 from episodes.aio import finish
 from episodes.errors import ModelError
 from episodes.json_depth import text_too_deep, too_deep_message
@@ -53,34 +50,14 @@ log = logging.getLogger(__name__)
 
 Callback = Callable[[Any], Any]  # sync, or returning an awaitable
 
-# The session's id on every upstream request, for routers that pin sessions to replicas.
-SESSION_HEADER = "X-Session-ID"
+# What a harness may send in one request (a long conversation, images inline).
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+__all__ = ["SESSION_HEADER", "ModelProxy", "openai_error", "read_upstream_key"]
 
 
 def openai_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "code": code, "param": None}}
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _error_text(raw: bytes) -> str:
-    """The message of an upstream error body (OpenAI-style when it is), else its text."""
-    try:
-        if text_too_deep(raw):  # json.loads would recurse per level: read it as text
-            raise ValueError
-        body = json.loads(raw)
-        if isinstance(body, dict):
-            err = body.get("error", body)
-            if isinstance(err, dict) and err.get("message"):
-                return str(err["message"])
-            if isinstance(err, str):
-                return err
-    except ValueError:
-        pass
-    return raw.decode("utf-8", "replace") or "(empty body)"
 
 
 async def _call(cb: Callback | None, arg: Any) -> None:
@@ -93,10 +70,6 @@ async def _call(cb: Callback | None, arg: Any) -> None:
     except Exception:
         # A broken recorder must not break the harness's call; it is the caller's bug.
         log.exception("model proxy: callback %r failed", cb)
-
-
-class _Exhausted(Exception):
-    pass
 
 
 class ModelProxy:
@@ -134,17 +107,10 @@ class ModelProxy:
         self.port: int | None = None
         # What each call's record extends (see episodes/agents/conversation.py).
         self.conversations = Conversations()
-        self._runner: web.AppRunner | None = None
-        self._client: Upstream | AiohttpUpstream | None = None
+        self._server: HttpServer | None = None
+        self._sender = Sender(spec, self._key, session_id, backoff_s, max_backoff_s)
         self._stop_task: asyncio.Future[None] | None = None
-        # Built once: what every call sends upstream besides its body.
-        self._forced = spec.enforced()
-        self._url = spec.base_url.rstrip("/") + "/chat/completions"
-        self._headers = {"Content-Type": "application/json"}
-        if self._key:
-            self._headers["Authorization"] = f"Bearer {self._key}"
-        if session_id:
-            self._headers[SESSION_HEADER] = session_id
+        self._forced = spec.enforced()  # over the harness's values, on every call
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -161,23 +127,15 @@ class ModelProxy:
     async def start(self) -> None:
         if self._stop_task is not None:
             raise RuntimeError("the model proxy was stopped; make a new one")
-        if self._runner is not None:
+        if self._server is not None:
             return
-        via = await asyncio.to_thread(_env_proxy, self._url)
-        # Behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies), own.
-        self._client = AiohttpUpstream(_tls_context(), via) if via else _acquire_client()
-        app = web.Application(middlewares=[self._auth], client_max_size=64 * 1024 * 1024)
-        app.router.add_post("/v1/chat/completions", self._chat)
-        app.router.add_get("/v1/models", self._models)
-        # No access log: a request line is harmless, but nothing here should log at all.
-        runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-        await runner.setup()
-        self._runner = runner
+        await self._sender.start()
+        self._server = HttpServer(self._handle, max_body=MAX_REQUEST_BYTES)
         sock = tcp_listener()
         self.port = sock.getsockname()[1]
-        await web.SockSite(runner, sock).start()
+        await self._server.listen_tcp(sock)
         if self.uds_path is not None:
-            await web.UnixSite(runner, self.uds_path).start()
+            await self._server.listen_unix(self.uds_path)
 
     async def stop(self) -> None:
         """Close the endpoint (connections are refused after) and the upstream client.
@@ -189,13 +147,9 @@ class ModelProxy:
         await finish(self._stop_task)
 
     async def _cleanup(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        client, self._client = self._client, None
-        if isinstance(client, AiohttpUpstream):
-            await client.close()
-        elif client is not None:
-            await _release_client()
+        if self._server is not None:
+            await self._server.close(timeout=1.0)
+        await self._sender.close()
 
     async def __aenter__(self) -> ModelProxy:
         await self.start()
@@ -206,120 +160,122 @@ class ModelProxy:
 
     # -- requests ------------------------------------------------------------------------
 
-    @web.middleware
-    async def _auth(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        given = request.headers.get("Authorization", "")
+    async def _handle(self, request: Request) -> None:
+        given = request.headers.get("authorization", "")
         scheme, _, value = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             value.strip().encode(), self.token.encode()
         ):
-            return web.json_response(
-                openai_error("invalid or missing session token", "invalid_request_error", "401"),
-                status=401,
-            )
-        return await handler(request)
+            msg = openai_error("invalid or missing session token", "invalid_request_error", "401")
+            return _json(request, 401, msg)
+        route = (request.method, request.path.rstrip("/"))
+        if route == ("POST", "/v1/chat/completions"):
+            return await self._chat(request)
+        if route == ("GET", "/v1/models"):
+            model = {"id": self.spec.model, "object": "model", "created": 0, "owned_by": "episodes"}
+            return _json(request, 200, {"object": "list", "data": [model]})
+        known = route[1] in ("/v1/chat/completions", "/v1/models")
+        status, why = (405, "method not allowed") if known else (404, "not found")
+        _json(request, status, openai_error(why, "invalid_request_error", str(status)))
 
-    async def _models(self, request: web.Request) -> web.Response:
-        model = {"id": self.spec.model, "object": "model", "created": 0, "owned_by": "episodes"}
-        return web.json_response({"object": "list", "data": [model]})
-
-    async def _chat(self, request: web.Request) -> web.StreamResponse:
-        raw = await request.read()
+    async def _chat(self, request: Request) -> None:
+        raw = request.body
         if text_too_deep(raw):
             # Refused before parsing (json.loads recurses per level) and never forwarded.
-            return web.json_response(
-                openai_error(too_deep_message("the request body"), "invalid_request_error"),
-                status=400,
-            )
+            msg = openai_error(too_deep_message("the request body"), "invalid_request_error")
+            return _json(request, 400, msg)
         try:
             body = json.loads(raw)
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            return web.json_response(
-                openai_error("the request body must be a JSON object", "invalid_request_error"),
-                status=400,
-            )
+            msg = openai_error("the request body must be a JSON object", "invalid_request_error")
+            return _json(request, 400, msg)
         sent = {**body, **self._forced}
         started = time.monotonic()
         if sent.get("stream"):
             # Usage arrives in a last chunk only when asked for; the record needs it.
             sent["stream_options"] = {**(sent.get("stream_options") or {}), "include_usage": True}
             return await self._streamed(request, sent, started)
-        return await self._plain(sent, started)
+        return await self._plain(request, sent, started)
 
-    async def _plain(self, sent: dict[str, Any], started: float) -> web.Response:
+    async def _plain(self, request: Request, sent: dict[str, Any], started: float) -> None:
         try:
-            resp, raw, attempts = await self._send(sent, read=True)
-        except _Exhausted as e:
-            return await self._fail(sent, started, str(e))
+            resp, raw, attempts = await self._sender.send(sent, read=True)
+        except Exhausted as e:
+            return await self._fail(request, sent, started, str(e))
         if text_too_deep(raw):
             # Neither parsed nor recorded nor passed on: the call failed (`model_error`).
             why = too_deep_message("the upstream's answer")
-            return await self._fail(sent, started, f"model call failed: {why}")
+            return await self._fail(request, sent, started, f"model call failed: {why}")
         ctype = resp.headers.get("content-type", "application/json")
         try:
             answer = json.loads(raw)
         except ValueError:
             answer = raw.decode("utf-8", "replace")
-        error = None if resp.status < 300 else _one_line(_error_text(raw))
+        error = None if resp.status < 300 else one_line(error_text(raw))
         await self._record(
             sent, answer, started, attempts, stream=False, status=resp.status, error=error
         )
-        return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
+        request.respond(resp.status, raw, ctype)
 
-    async def _streamed(
-        self, request: web.Request, sent: dict[str, Any], started: float
-    ) -> web.StreamResponse:
+    async def _streamed(self, request: Request, sent: dict[str, Any], started: float) -> None:
         try:
-            resp, _, attempts = await self._send(sent, read=False)
-        except _Exhausted as e:
-            return await self._fail(sent, started, str(e))
+            resp, _, attempts = await self._sender.send(sent, read=False)
+        except Exhausted as e:
+            return await self._fail(request, sent, started, str(e))
         if resp.status >= 300:  # a 4xx the harness caused: pass it through
-            raw = await self._read_closing(resp)
+            raw = await self._sender.read_closing(resp)
             await self._record(
-                sent, _error_text(raw), started, attempts, stream=True, status=resp.status
+                sent, error_text(raw), started, attempts, stream=True, status=resp.status
             )
             ctype = resp.headers.get("content-type", "application/json")
-            return web.Response(body=raw, status=resp.status, headers={"Content-Type": ctype})
-        out = web.StreamResponse(
-            status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
-        )
-        # Bytes pass through as they come; they are parsed once, when the stream ends
-        # (nothing per chunk but the read and the write).
+            return request.respond(resp.status, raw, ctype)
+        request.start_stream()
+        # Bytes pass through as they come, written to the harness's socket from the
+        # upstream socket's read callback; parsed once, when the stream ends.
         received: list[bytes] = []
         broke: str | None = None
-        gone = False
-        try:
-            await out.prepare(request)
-        except ConnectionError:
-            gone = True  # the harness hung up; nothing left to tell it
+        gone = request.gone  # the harness hung up; nothing left to tell it
+
+        def passed(data: bytes) -> None:
+            received.append(data)
+            try:
+                if request.send(data):
+                    return
+            except ConnectionError:
+                return hung_up()
+            # The harness reads slowly: so does the proxy, upstream.
+            resp.pause()
+            request.on_writable(lambda: hung_up() if request.gone else resp.resume())
+
+        def hung_up() -> None:  # the harness hung up: read no more
+            nonlocal gone
+            gone = True
+            resp.stop()
+
         try:
             # The harness's side (the writes) is told apart from the upstream's here.
-            async for data in resp.iter_any(self.spec.timeout_s) if not gone else _nothing():
-                received.append(data)
-                try:
-                    await out.write(data)
-                except ConnectionError:
-                    gone = True
-                    break
+            if not gone:
+                await resp.forward(passed, self.spec.timeout_s)
         except TimeoutError:
             broke = "model stream broke: upstream ReadTimeout"
         except UpstreamError as e:
             broke = f"model stream broke: upstream {e.kind}"
         finally:
+            request.on_writable(None)
             resp.close()
-        chunks, too_deep = parse_chunks(SseParser().feed(b"".join(received)))
-        del received
+        chunks, too_deep = stream_chunks(b"".join(received))
+        received.clear()
         if too_deep and broke is None:
             # Already passed on; not parsed (recursion) nor recorded: the call failed.
             broke = f"model stream broke: {too_deep_message('a chunk of the upstream stream')}"
         response = assemble(chunks)
         if broke is not None:
-            err = ModelError(self._scrub(broke))
+            err = ModelError(self._sender.scrub(broke))
             with contextlib.suppress(ConnectionError):
                 event = json.dumps(openai_error(str(err), "upstream_error", "model_error"))
-                await out.write(f"data: {event}\n\n".encode())
+                request.send(f"data: {event}\n\n".encode())
             await self._report(err)
         await self._record(
             sent,
@@ -329,56 +285,18 @@ class ModelProxy:
             stream=True,
             error=str(broke) if broke else ("harness disconnected" if gone else None),
         )
-        with contextlib.suppress(ConnectionError):
-            await out.write_eof()
-        return out
+        request.end()
 
     # -- upstream ------------------------------------------------------------------------
-
-    async def _send(self, body: dict[str, Any], *, read: bool) -> tuple[Response, bytes, int]:
-        """POST upstream with retries: (response, body if `read`, attempts), or _Exhausted."""
-        assert self._client is not None
-        attempts = self.spec.retries + 1
-        last = "no attempt made"
-        data = json.dumps(body).encode()
-        for attempt in range(1, attempts + 1):
-            delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
-            try:
-                resp = await self._client.post(self._url, data, self._headers, self.spec.timeout_s)
-                if resp.status != 429 and resp.status < 500:
-                    raw = await self._read_closing(resp) if read else b""
-                    return resp, raw, attempt
-                raw = await self._read_closing(resp)
-                last = f"upstream HTTP {resp.status}: {_error_text(raw)}"
-                retry_after = resp.headers.get("retry-after", "")
-                if retry_after.replace(".", "", 1).isdigit():
-                    delay = min(max(float(retry_after), delay), self.max_backoff_s)
-            except TimeoutError:
-                last = f"upstream timed out after {self.spec.timeout_s:g} s"
-            except UpstreamError as e:
-                last = f"upstream unreachable ({e.kind})"
-            if attempt < attempts:
-                await asyncio.sleep(delay)
-        raise _Exhausted(self._scrub(f"model call failed after {attempts} attempt(s): {last}"))
-
-    async def _read_closing(self, resp: Response) -> bytes:
-        try:
-            return await resp.read(self.spec.timeout_s)
-        finally:
-            resp.close()
-
-    def _scrub(self, text: str) -> str:
-        text = _one_line(text)
-        if self._key:
-            text = text.replace(self._key, "***")
-        return text
 
     async def _report(self, err: ModelError) -> None:
         if self.failure is None:
             self.failure = err
         await _call(self.on_failure, err)
 
-    async def _fail(self, sent: dict[str, Any], started: float, message: str) -> web.Response:
+    async def _fail(
+        self, request: Request, sent: dict[str, Any], started: float, message: str
+    ) -> None:
         err = ModelError(message)
         await self._report(err)
         await self._record(
@@ -390,7 +308,7 @@ class ModelProxy:
             status=502,
             error=message,
         )
-        return web.json_response(openai_error(message, "upstream_error", "model_error"), status=502)
+        _json(request, 502, openai_error(message, "upstream_error", "model_error"))
 
     async def _record(
         self,
@@ -427,57 +345,8 @@ class ModelProxy:
         await _call(self.on_call, record)
 
 
-async def _nothing() -> Any:
-    return
-    yield
-
-
-# One upstream client per event loop, shared by every session's proxy on it (a worker's
-# sessions): one connection pool, one TLS context, ~no memory per session. Counted:
-# the last proxy to stop closes it (tests run one loop per test).
-_clients: dict[asyncio.AbstractEventLoop, tuple[Upstream, int]] = {}
-
-
-def _acquire_client() -> Upstream:
-    loop = asyncio.get_running_loop()
-    client, users = _clients.get(loop, (None, 0))
-    if client is None or client.closed:
-        client, users = Upstream(_tls_context()), 0
-    _clients[loop] = (client, users + 1)
-    return client
-
-
-async def _release_client() -> None:
-    loop = asyncio.get_running_loop()
-    client, users = _clients.get(loop, (None, 0))
-    if client is None:
-        return
-    if users > 1:
-        _clients[loop] = (client, users - 1)
-        return
-    del _clients[loop]
-    await client.close()
-
-
-def _env_proxy(url: str) -> dict[str, Any]:
-    """The HTTP(S)_PROXY / NO_PROXY the environment sets for `url` (as httpx read them),
-    as keyword arguments for a request."""
-    from aiohttp.helpers import get_env_proxy_for_url
-    from yarl import URL
-
-    try:
-        proxy, auth = get_env_proxy_for_url(URL(url))
-    except LookupError:
-        return {}
-    return {"proxy": proxy, "proxy_auth": auth}
-
-
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """httpx's default verification (certifi, or SSL_CERT_FILE / SSL_CERT_DIR), built
-    once per process: loading the CA bundle costs ~50 ms, which every session's proxy
-    would pay at start. One context is safe to share across clients."""
-    return httpx.create_ssl_context()
+def _json(request: Request, status: int, value: Any) -> None:
+    request.respond(status, json.dumps(value).encode())
 
 
 def read_upstream_key(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:

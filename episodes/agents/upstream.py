@@ -13,23 +13,23 @@ coming), and one retry on a fresh connection when a pooled one turns out closed
 before any answer (the server dropped it while idle: nothing was processed).
 
 An upstream reached through an HTTP(S)_PROXY of the environment goes through aiohttp
-instead (`AiohttpUpstream`), which speaks to proxies; same interface.
+instead (`AiohttpUpstream`, episodes/agents/upstream_aiohttp.py), which speaks to
+proxies; same interface.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ssl
 import zlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
-import aiohttp
+from episodes.agents.wire import Framing, Wire, parse_head
 
 MAX_HEADER_BYTES = 64 * 1024
-_READ = 256 * 1024
 
 
 class UpstreamError(Exception):
@@ -42,60 +42,206 @@ class UpstreamError(Exception):
 
 
 class Response:
-    """An answer's status and headers; its body read whole or streamed, once."""
+    """An answer's status and headers; its body read whole, streamed or forwarded, once."""
 
     def __init__(self, conn: _Conn | None, status: int, headers: dict[str, str]) -> None:
         self.status = status
         self.headers = headers  # names in lower case
         self._conn = conn
         self._done = False
+        self._framing = Framing(status, headers)  # ValueError: a bad Content-Length
         encoding = headers.get("content-encoding", "").lower()
         wbits = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}.get(encoding)
         self._inflate = zlib.decompressobj(wbits) if wbits else None
+        self._forwarding: _Forward | None = None
 
     async def read(self, timeout: float) -> bytes:
-        parts = [p async for p in self.iter_any(timeout)]
-        return b"".join(parts)
+        conn, framing = self._conn, self._framing
+        if conn is not None and not self._done and conn.wire.buf and not self._inflate:
+            # Usually the whole body came with the head: taken without an await.
+            try:
+                data = framing.feed(conn.wire.take())
+            except ValueError as e:
+                raise _read_error(e) from None
+            if framing.done:
+                self._done = True
+                return data
+            parts = [data]
+        else:
+            parts = []
+        parts += [p async for p in self.iter_any(timeout)]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def iter_any(self, timeout: float) -> AsyncIterator[bytes]:
         """The body's bytes as they arrive (each read within `timeout` s)."""
         conn = self._conn
         assert conn is not None and not self._done, "a body is read once"
+        wire, framing = conn.wire, self._framing
         try:
-            async for raw in _body(conn.reader, self.status, self.headers, timeout):
-                data = self._inflate.decompress(raw) if self._inflate else raw
+            while not framing.done:
+                raw = await wire.read(timeout)
+                if not raw:
+                    if framing.until_close:
+                        break
+                    raise asyncio.IncompleteReadError(b"", None)
+                data = self._decoded(framing.feed(raw))
                 if data:
                     yield data
         except TimeoutError:  # an OSError too: not a ReadError
             raise
         except (asyncio.IncompleteReadError, ValueError, OSError, zlib.error) as e:
-            raise UpstreamError(
-                "RemoteProtocolError" if not isinstance(e, OSError) else "ReadError"
-            ) from None
+            raise _read_error(e) from None
         self._done = True
+
+    async def forward(self, sink: Callable[[bytes], None], timeout: float) -> None:
+        """Hand the body's bytes to `sink` as they arrive, from the connection's own read
+        callback (no task, await or timer per read); return when the body ended or
+        `stop()` was called. TimeoutError when nothing came for `timeout` s (not while
+        `pause()`d), UpstreamError when the connection broke."""
+        conn = self._conn
+        assert conn is not None and not self._done, "a body is read once"
+        self._forwarding = fwd = _Forward(self, conn.wire, sink, timeout)
+        try:
+            await fwd.run()
+        finally:
+            self._forwarding = None
+
+    def pause(self) -> None:
+        """Stop reading the upstream (the one `forward` feeds cannot keep up)."""
+        if self._forwarding is not None:
+            self._forwarding.pause()
+
+    def resume(self) -> None:
+        if self._forwarding is not None:
+            self._forwarding.resume()
+
+    def stop(self) -> None:
+        """End `forward` now (the rest of the body is not read: the connection closes)."""
+        if self._forwarding is not None:
+            self._forwarding.finish(None)
+
+    def _decoded(self, data: bytes) -> bytes:
+        return self._inflate.decompress(data) if self._inflate and data else data
 
     def close(self) -> None:
         """Give the connection back when the body was read whole and it may be reused."""
         conn, self._conn = self._conn, None
         if conn is None:
             return
-        if self._done and _reusable(self.headers):
+        framing = self._framing
+        if self._done and not (framing.extra or framing.until_close) and _reusable(self.headers):
             conn.pool.put(conn)
         else:
             conn.close()
 
 
+def _read_error(e: BaseException) -> UpstreamError:
+    return UpstreamError("ReadError" if isinstance(e, OSError) else "RemoteProtocolError")
+
+
+class _Forward:
+    """One body forwarded from a connection's read callback (see `Response.forward`)."""
+
+    def __init__(
+        self, resp: Response, wire: Wire, sink: Callable[[bytes], None], timeout: float
+    ) -> None:
+        self.resp, self.wire, self.sink, self.timeout = resp, wire, sink, timeout
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[None] = self.loop.create_future()
+        self.finished = False
+        self.framing, self.inflate = resp._framing, resp._inflate
+        self.last = self.loop.time()
+        self.paused = False
+        # One timer for the whole body, moved on lazily: a read only notes its time.
+        self.timer: asyncio.TimerHandle | None = self.loop.call_at(self.last + timeout, self._check)
+
+    async def run(self) -> None:
+        wire = self.wire
+        pending = bytes(wire.buf)
+        wire.buf.clear()
+        wire.sink, wire.on_end = self.feed, self._ended
+        try:
+            if pending:
+                self.feed(pending)
+            if wire.eof:
+                self._ended()
+            await self.done
+        finally:
+            wire.sink = wire.on_end = None
+            if self.timer is not None:
+                self.timer.cancel()
+            if self.paused and not wire.eof:
+                wire.transport.resume_reading()
+
+    def feed(self, raw: bytes) -> None:
+        if self.finished:
+            return
+        self.last = self.loop.time()
+        framing = self.framing
+        try:
+            data = framing.feed(raw)
+            if self.inflate is not None and data:
+                data = self.inflate.decompress(data)
+        except (ValueError, zlib.error) as e:
+            return self.finish(_read_error(e))
+        if data:
+            self.sink(data)
+        if framing.done:
+            self.resp._done = True
+            self.finish(None)
+
+    def _ended(self) -> None:
+        if self.finished:
+            return
+        if self.resp._framing.until_close and self.wire.error is None:
+            self.resp._done = True
+            return self.finish(None)
+        self.finish(_read_error(self.wire.error or asyncio.IncompleteReadError(b"", None)))
+
+    def _check(self) -> None:
+        self.timer = None
+        if self.finished or self.paused:
+            return
+        due = self.last + self.timeout
+        if self.loop.time() >= due:
+            self.finish(TimeoutError())
+        else:
+            self.timer = self.loop.call_at(due, self._check)
+
+    def finish(self, error: BaseException | None) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        if error is None:
+            self.done.set_result(None)
+        else:
+            self.done.set_exception(error)
+
+    def pause(self) -> None:
+        if not self.paused and not self.finished:
+            self.paused = True
+            self.wire.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.paused and not self.finished:
+            self.paused = False
+            self.last = self.loop.time()  # the upstream's time starts again now
+            self.wire.transport.resume_reading()
+            if self.timer is None:
+                self.timer = self.loop.call_at(self.last + self.timeout, self._check)
+
+
 class _Conn:
-    def __init__(self, pool: _Pool, reader: asyncio.StreamReader, writer: Any) -> None:
-        self.pool, self.reader, self.writer = pool, reader, writer
+    def __init__(self, pool: _Pool, wire: Wire) -> None:
+        self.pool, self.wire = pool, wire
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
-            self.writer.close()
+            self.wire.close()
 
     @property
     def alive(self) -> bool:
-        return not self.reader.at_eof() and not self.writer.is_closing()
+        return self.wire.alive
 
 
 class _Pool:
@@ -127,21 +273,11 @@ class Upstream:
     ) -> Response:
         """Send; the answer once its status and headers are in (the body is yours to read,
         then `close()` it)."""
-        parts = urlsplit(url)
-        https = parts.scheme == "https"
-        host = parts.hostname or "localhost"
-        port = parts.port or (443 if https else 80)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        default = (https and port == 443) or (not https and port == 80)
-        lines = [
-            f"POST {target} HTTP/1.1",
-            f"Host: {host if default else f'{host}:{port}'}",
-            f"Content-Length: {len(body)}",
-            "Accept-Encoding: identity",
-        ]
-        lines += [f"{k}: {v}" for k, v in headers.items()]
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        pool = self._pools.setdefault((parts.scheme, host, port), _Pool())
+        scheme, host, port, prefix = _prepared(url, tuple(headers.items()))
+        head = prefix + b"Content-Length: %d\r\n\r\n" % len(body)
+        pool = self._pools.get((scheme, host, port))
+        if pool is None:
+            pool = self._pools[scheme, host, port] = _Pool()
         conn = pool.take()
         if conn is not None:
             try:
@@ -149,7 +285,7 @@ class Upstream:
             except UpstreamError as e:
                 if e.kind != "Stale":
                     raise
-        conn = await self._connect(pool, host, port, https, timeout)
+        conn = await self._connect(pool, host, port, scheme == "https", timeout)
         try:
             return await self._exchange(conn, head, body, timeout)
         except UpstreamError as e:
@@ -158,47 +294,44 @@ class Upstream:
     async def _connect(
         self, pool: _Pool, host: str, port: int, https: bool, timeout: float
     ) -> _Conn:
+        loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_connection(
+                _, wire = await loop.create_connection(
+                    Wire,
                     host,
                     port,
                     ssl=self._tls if https else None,
                     server_hostname=host if https else None,
-                    limit=MAX_HEADER_BYTES,
                 )
         except TimeoutError:
             raise
         except (OSError, ssl.SSLError):
             raise UpstreamError("ConnectError") from None
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            import socket
-
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return _Conn(pool, reader, writer)
+        # TCP_NODELAY: asyncio sets it on every TCP transport.
+        return _Conn(pool, wire)
 
     async def _exchange(self, conn: _Conn, head: bytes, body: bytes, timeout: float) -> Response:
         """Write the request, read the status and headers. A pooled connection closed
         before any byte of an answer raises UpstreamError("Stale") (safe to resend)."""
         got_any = False
+        wire = conn.wire
         try:
-            conn.writer.write(head + body if len(body) < 65536 else head)
+            wire.write(head + body if len(body) < 65536 else head)
             if len(body) >= 65536:
-                conn.writer.write(body)
-            async with asyncio.timeout(timeout):
-                await conn.writer.drain()
-                while True:
-                    try:
-                        raw = await conn.reader.readuntil(b"\r\n\r\n")
-                    except asyncio.IncompleteReadError as e:
-                        got_any = got_any or bool(e.partial)
-                        raise
-                    got_any = True
-                    status, headers = _parse_head(raw)
-                    if status >= 200 or status == 101:
-                        break  # 1xx (100 Continue, 103 Early Hints) come before the answer
+                wire.write(body)
+            await wire.drain(timeout)
+            while True:
+                try:
+                    raw = await wire.readuntil(b"\r\n\r\n", MAX_HEADER_BYTES, timeout)
+                except asyncio.IncompleteReadError as e:
+                    got_any = got_any or bool(e.partial)
+                    raise
+                got_any = True
+                status, headers = parse_head(raw)
+                if status >= 200 or status == 101:
+                    break  # 1xx (100 Continue, 103 Early Hints) come before the answer
+            return Response(conn, status, headers)
         except TimeoutError:
             conn.close()
             raise
@@ -208,7 +341,6 @@ class Upstream:
         except (asyncio.LimitOverrunError, ValueError, OSError):
             conn.close()
             raise UpstreamError("RemoteProtocolError") from None
-        return Response(conn, status, headers)
 
     async def close(self) -> None:
         self.closed = True
@@ -218,157 +350,24 @@ class Upstream:
             pool.idle.clear()
 
 
-def _parse_head(raw: bytes) -> tuple[int, dict[str, str]]:
-    lines = raw.decode("latin-1").split("\r\n")
-    version, status, *_ = lines[0].split(" ", 2)
-    if not version.startswith("HTTP/1."):
-        raise ValueError(f"not HTTP/1.x: {lines[0][:40]!r}")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        if line:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-    if version == "HTTP/1.0" and "connection" not in headers:
-        headers["connection"] = "close"
-    return int(status), headers
+@functools.lru_cache(maxsize=1024)
+def _prepared(url: str, headers: tuple[tuple[str, str], ...]) -> tuple[str, str, int, bytes]:
+    """(scheme, host, port, the request's head but its Content-Length) for a URL and
+    headers: built once per session (its headers are its own), not once per call."""
+    parts = urlsplit(url)
+    https = parts.scheme == "https"
+    host = parts.hostname or "localhost"
+    port = parts.port or (443 if https else 80)
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    default = (https and port == 443) or (not https and port == 80)
+    lines = [
+        f"POST {target} HTTP/1.1",
+        f"Host: {host if default else f'{host}:{port}'}",
+        "Accept-Encoding: identity",
+    ]
+    lines += [f"{k}: {v}" for k, v in headers]
+    return parts.scheme, host, port, ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
 
 def _reusable(headers: dict[str, str]) -> bool:
     return "close" not in headers.get("connection", "").lower()
-
-
-async def _body(
-    reader: asyncio.StreamReader, status: int, headers: dict[str, str], timeout: float
-) -> AsyncIterator[bytes]:
-    if status in (204, 304) or 100 <= status < 200:
-        return
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        # Decoded per network read, not per HTTP chunk: a stream of small chunks costs
-        # one await (and one write downstream) per read, however many chunks it held.
-        dechunk = _Dechunker()
-        while not dechunk.done:
-            async with asyncio.timeout(timeout):
-                raw = await reader.read(_READ)
-            if not raw:
-                raise asyncio.IncompleteReadError(b"", None)
-            data = dechunk.feed(raw)
-            if data:
-                yield data
-        if dechunk.extra:
-            headers["connection"] = "close"  # bytes past the body: not ours to reuse
-        return
-    length = headers.get("content-length")
-    if length is not None:
-        left = int(length)
-        while left > 0:
-            async with asyncio.timeout(timeout):
-                data = await reader.read(min(left, _READ))
-            if not data:
-                raise asyncio.IncompleteReadError(b"", left)
-            left -= len(data)
-            yield data
-        return
-    headers["connection"] = "close"  # the body ends with the connection
-    while True:
-        async with asyncio.timeout(timeout):
-            data = await reader.read(_READ)
-        if not data:
-            return
-        yield data
-
-
-class _Dechunker:
-    """Incremental `Transfer-Encoding: chunked` decoding (RFC 9112 7.1), whole chunks at
-    a time: a chunk's data is passed on once all of it is in (an SSE chunk is one event,
-    of no use to the harness in part), so a read costs a few C calls per chunk."""
-
-    def __init__(self) -> None:
-        self._buf = b""
-        self.done = False
-        self.extra = False
-
-    def feed(self, data: bytes) -> bytes:
-        buf = self._buf + data if self._buf else data
-        out: list[bytes] = []
-        i, n = 0, len(buf)
-        while True:
-            end = buf.find(b"\r\n", i)
-            if end < 0:
-                if n - i > 1024:
-                    raise ValueError("chunk size line too long")
-                break
-            line = buf[i:end]
-            size = int(line.split(b";", 1)[0] if b";" in line else line, 16)
-            if size == 0:
-                if buf.startswith(b"\r\n", end + 2):
-                    stop = end + 4  # no trailers
-                else:
-                    trailers = buf.find(b"\r\n\r\n", end)
-                    if trailers < 0:
-                        break
-                    stop = trailers + 4
-                self.done, self.extra, i = True, stop < n, stop
-                break
-            start = end + 2
-            stop = start + size
-            if stop + 2 > n:
-                break
-            if buf[stop : stop + 2] != b"\r\n":
-                raise ValueError("chunk not followed by CRLF")
-            out.append(buf[start:stop])
-            i = stop + 2
-        self._buf = b"" if self.done else buf[i:]
-        return out[0] if len(out) == 1 else b"".join(out)
-
-
-class AiohttpUpstream:
-    """The same interface over aiohttp, for an upstream behind the environment's
-    HTTP(S)_PROXY (which aiohttp speaks to); one per proxy that needs it."""
-
-    def __init__(self, tls: ssl.SSLContext, via: dict[str, Any]) -> None:
-        self._via = via
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, ssl=tls),
-            # No cookies: a sticky-routing cookie of one session must not ride on another's.
-            cookie_jar=aiohttp.DummyCookieJar(),
-        )
-        self.closed = False
-
-    async def post(self, url: str, body: bytes, headers: dict[str, str], timeout: float) -> Any:
-        limits = aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout)
-        try:
-            resp = await self._session.post(
-                url, data=body, headers=headers, timeout=limits, **self._via
-            )
-        except aiohttp.ClientConnectorError:
-            raise UpstreamError("ConnectError") from None
-        except aiohttp.ClientError as e:
-            raise UpstreamError(type(e).__name__) from None
-        return _AiohttpResponse(resp)
-
-    async def close(self) -> None:
-        self.closed = True
-        await self._session.close()
-
-
-class _AiohttpResponse:
-    def __init__(self, resp: aiohttp.ClientResponse) -> None:
-        self._resp = resp
-        self.status = resp.status
-        self.headers = {k.lower(): v for k, v in resp.headers.items()}
-
-    async def read(self, timeout: float) -> bytes:
-        try:
-            return await self._resp.read()
-        except aiohttp.ClientError as e:
-            raise UpstreamError(type(e).__name__) from None
-
-    async def iter_any(self, timeout: float) -> AsyncIterator[bytes]:
-        try:
-            async for data in self._resp.content.iter_any():
-                yield data
-        except aiohttp.ClientError as e:
-            raise UpstreamError(type(e).__name__) from None
-
-    def close(self) -> None:
-        self._resp.close()

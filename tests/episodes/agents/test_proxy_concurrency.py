@@ -23,7 +23,8 @@ pytestmark = pytest.mark.timeout(120)
 SESSIONS, CALLS = 24, 8
 
 
-async def test_concurrent_sessions_record_their_own_calls_once_in_order(runtime):
+@pytest.mark.parametrize("stream", [False, True])
+async def test_concurrent_sessions_record_their_own_calls_once_in_order(runtime, stream):
     async with ScriptedUpstream(policy=echo_policy) as upstream:
         spec = ModelSpec(base_url=upstream.base_url, model="m")
         services = [AgentServices(None, spec, session_id=f"sess-{i}") for i in range(SESSIONS)]
@@ -45,10 +46,20 @@ async def test_concurrent_sessions_record_their_own_calls_once_in_order(runtime)
                     for j in range(CALLS):
                         messages.append({"role": "user", "content": f"s{i} c{j}"})
                         sent[i].append([dict(m) for m in messages])
-                        answer = await client.chat.completions.create(model="x", messages=messages)
-                        messages.append(
-                            {"role": "assistant", "content": answer.choices[0].message.content}
-                        )
+                        if stream:  # forwarded from the upstream's socket, piece by piece
+                            text = ""
+                            async for chunk in await client.chat.completions.create(
+                                model="x", messages=messages, stream=True
+                            ):
+                                if chunk.choices and chunk.choices[0].delta.content:
+                                    text += chunk.choices[0].delta.content
+                        else:
+                            answer = await client.chat.completions.create(
+                                model="x", messages=messages
+                            )
+                            text = answer.choices[0].message.content or ""
+                        assert text == f"you said: s{i} c{j}"
+                        messages.append({"role": "assistant", "content": text})
                         await asyncio.sleep(0)
 
             await asyncio.gather(*(agent(i) for i in range(SESSIONS)))
@@ -74,7 +85,7 @@ async def test_concurrent_sessions_record_their_own_calls_once_in_order(runtime)
         calls = resolve_model_calls(events)
         assert len(events) == len(calls) == CALLS  # each call once, nothing else
         assert [c.messages for c in calls] == sent[i]  # in order, its own conversation
-        assert all(c.ok for c in calls)
+        assert all(c.ok and c.stream is stream for c in calls)
     by_session: dict[str, list[str]] = {}
     for r in upstream.chat_requests:
         last = r["body"]["messages"][-1]["content"]
