@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from episodes.errors import EnvironmentFailed
 from episodes.runtimes.box import Box
 from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
 
@@ -232,3 +233,21 @@ class EnvCalls:
             return await self(fn, *args, **kwargs)
 
         return tool
+
+
+async def score_transcript(
+    env: Environment, transcript: Transcript, calls: EnvCalls | None = None
+) -> ScoreResult:
+    """Score with the env's rubric (outside the harness's control); `calls`: the env's
+    (a fresh env: its own). Whatever the env raises (its box gone, its rubric broken,
+    or a result that is no ScoreResult) is `EnvironmentFailed`: the episode ends
+    `env_error`."""
+    try:
+        result = await (calls or EnvCalls())(env.score, transcript)
+        if result is None:
+            result = ScoreResult()
+        elif not isinstance(result, ScoreResult):
+            result = ScoreResult.model_validate(result)
+    except Exception as e:
+        raise EnvironmentFailed("score", e) from e
+    return result

@@ -14,22 +14,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import sys
 import time
 from contextlib import AsyncExitStack
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from episodes.agents.proxy import read_upstream_key
 from episodes.agents.services import AgentServices
-from episodes.envs.base import EnvCalls, Environment, call
+from episodes.envs.base import EnvCalls, Environment, call, score_transcript
 from episodes.errors import EnvironmentFailed, SpecError, TurnOutOfOrder
 from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
-from episodes.runtimes import Runtime, make_runtime
+from episodes.runtimes import Runtime
 from episodes.runtimes.box import Box
 from episodes.secret_values import Scrubber, resolve_secrets
+from episodes.session.launch import (
+    acquire_runtime,
+    box_config,
+    harness_argv,
+    harness_env,
+    upstream_key,
+)
 from episodes.session.restore import restore_session
 from episodes.truncate import fit_result
 from episodes.types.results import (
@@ -41,7 +44,6 @@ from episodes.types.results import (
     TurnRecord,
     TurnResult,
 )
-from episodes.types.runtime import RuntimeConfig, SubprocessConfig
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
@@ -64,29 +66,6 @@ def _disarm(event: Any) -> Any:
     if isinstance(event, dict) and event.get("kind") in _SERVICE_KINDS:
         event["kind"] = f"harness:{event['kind']}"
     return event
-
-
-def harness_argv(spec: EpisodeSpec, runtime: Runtime | None = None) -> list[str]:
-    """The harness command with `{python}` and `{episodes}` resolved for the runtime it
-    runs in: its Python, and the folder holding this package's stdlib-only files there
-    (`Runtime.box_python`, `Runtime.box_episodes`; a Docker box with the runtime bundle
-    has both whatever its image)."""
-    if runtime is not None:
-        python, root = runtime.box_python, runtime.box_episodes
-    else:
-        local = isinstance(spec.harness.runtime, SubprocessConfig)
-        python = sys.executable if local else "python3"
-        root = str(Path(__file__).resolve().parents[1]) if local else "/opt/episodes"
-    return [p.replace("{python}", python).replace("{episodes}", root) for p in spec.harness.command]
-
-
-def harness_env(spec: EpisodeSpec, secrets: dict[str, str] | None = None) -> dict[str, str]:
-    """The harness's whole environment: what the spec sets, host variables it names and
-    its secrets (`resolve_secrets(spec)`, read on this worker; resolved here if not given)."""
-    env = {k: os.environ[k] for k in spec.harness.inherit_env if k in os.environ}
-    env.update(spec.harness.env)
-    env.update(resolve_secrets(spec) if secrets is None else secrets)
-    return env
 
 
 class LiveSession:
@@ -148,15 +127,17 @@ class LiveSession:
         env = load_env(self.spec.env, self.spec.env_args)
         try:
             secrets = resolve_secrets(self.spec)
-            self.scrubber = Scrubber([*secrets.values(), self._upstream_key()])
+            self.scrubber = Scrubber([*secrets.values(), upstream_key(self.spec)])
             try:
                 # The env may say what box its task needs (a Harbor task's image).
-                config = await self.env_calls(env.box_config, self.task, self._box_config())
+                config = await self.env_calls(env.box_config, self.task, box_config(self.spec))
             except SpecError:
                 raise
             except Exception as e:
                 raise EnvironmentFailed("box_config", e) from e
-            self.runtime = await self._acquire_runtime(config)
+            self.runtime, self.pool_hit = await acquire_runtime(
+                self._box, config, self._pool, self.spec, self.task, self.sample, self.labels
+            )
             env.box = Box(self.runtime)
             try:
                 tools = self.env_calls.tools(env.tools())
@@ -200,49 +181,9 @@ class LiveSession:
         if self.harness is not None and self._stopping is None:
             self._stopping = asyncio.ensure_future(self.harness.stop())
 
-    def _upstream_key(self) -> str | None:
-        """The model proxy's upstream key, to scrub (a missing one fails in the proxy)."""
-        from episodes.errors import ModelError
-
-        if self.spec.model is None:
-            return None
-        try:
-            return read_upstream_key(self.spec.model)
-        except ModelError:
-            return None
-
     def scrub_error(self, e: BaseException) -> str:
         """An exception's message with known secrets masked: what may leave the worker."""
         return self.scrubber.text(str(e))
-
-    def _box_config(self) -> RuntimeConfig:
-        """The spec's runtime config; a sandbox also gets the harness command's own files
-        bound read-only (a script named by its path), so a spec need not repeat them."""
-        config = self.spec.harness.runtime
-        if not isinstance(config, SubprocessConfig) or config.isolation != "sandbox":
-            return config
-        from episodes.runtimes.sandbox import command_files
-
-        extra = [f for f in command_files(harness_argv(self.spec)) if f not in config.ro_paths]
-        if not extra:
-            return config
-        return config.model_copy(update={"ro_paths": [*config.ro_paths, *extra]})
-
-    async def _acquire_runtime(self, config: RuntimeConfig) -> Runtime:
-        """A parked or fresh box, entered into `_box` so close() gives it back (or stops it)."""
-        if self._pool is not None and self.spec.reuse_key:
-            from episodes.runtimes.pool import render_reuse_key
-
-            key = render_reuse_key(self.spec.reuse_key, self.task, self.sample)
-            lease = self._pool.lease(key, config, labels=self.labels)
-            runtime = await self._box.enter_async_context(lease)
-            self.pool_hit = lease.hit
-            return runtime
-        runtime = make_runtime(config, labels=self.labels)
-        # Registered before start: a box that failed half-way is still stopped.
-        self._box.push_async_callback(runtime.stop)
-        await runtime.start()
-        return runtime
 
     async def close(self, *, failed: bool = False) -> None:
         """Stop the harness and release the box. Idempotent; finishes even if cancelled."""
@@ -457,21 +398,3 @@ class LiveSession:
         # late (the drive bounds the whole score by score_timeout_s: score_ended).
         with self.env.box.deadline_in(self.spec.score_timeout_s * 0.8):
             return await score_transcript(self.env, self.transcript(termination), self.env_calls)
-
-
-async def score_transcript(
-    env: Environment, transcript: Transcript, calls: EnvCalls | None = None
-) -> ScoreResult:
-    """Score with the env's rubric (outside the harness's control); `calls`: the env's
-    (a fresh env: its own). Whatever the env raises (its box gone, its rubric broken,
-    or a result that is no ScoreResult) is `EnvironmentFailed`: the episode ends
-    `env_error`."""
-    try:
-        result = await (calls or EnvCalls())(env.score, transcript)
-        if result is None:
-            result = ScoreResult()
-        elif not isinstance(result, ScoreResult):
-            result = ScoreResult.model_validate(result)
-    except Exception as e:
-        raise EnvironmentFailed("score", e) from e
-    return result

@@ -1,0 +1,95 @@
+"""How a session starts its harness: the box's config and the box itself (a pool
+lease or a runtime of its own), the harness's argv and environment, the secrets to
+scrub. Functions of the spec, for `LiveSession.open`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from episodes.agents.proxy import read_upstream_key
+from episodes.runtimes import Runtime, make_runtime
+from episodes.secret_values import resolve_secrets
+from episodes.types.results import Task
+from episodes.types.runtime import RuntimeConfig, SubprocessConfig
+from episodes.types.spec import EpisodeSpec
+
+if TYPE_CHECKING:
+    from episodes.runtimes.pool import RuntimePool
+
+
+def harness_argv(spec: EpisodeSpec, runtime: Runtime | None = None) -> list[str]:
+    """The harness command with `{python}` and `{episodes}` resolved for the runtime it
+    runs in: its Python, and the folder holding this package's stdlib-only files there
+    (`Runtime.box_python`, `Runtime.box_episodes`; a Docker box with the runtime bundle
+    has both whatever its image)."""
+    if runtime is not None:
+        python, root = runtime.box_python, runtime.box_episodes
+    else:
+        local = isinstance(spec.harness.runtime, SubprocessConfig)
+        python = sys.executable if local else "python3"
+        root = str(Path(__file__).resolve().parents[1]) if local else "/opt/episodes"
+    return [p.replace("{python}", python).replace("{episodes}", root) for p in spec.harness.command]
+
+
+def harness_env(spec: EpisodeSpec, secrets: dict[str, str] | None = None) -> dict[str, str]:
+    """The harness's whole environment: what the spec sets, host variables it names and
+    its secrets (`resolve_secrets(spec)`, read on this worker; resolved here if not given)."""
+    env = {k: os.environ[k] for k in spec.harness.inherit_env if k in os.environ}
+    env.update(spec.harness.env)
+    env.update(resolve_secrets(spec) if secrets is None else secrets)
+    return env
+
+
+def upstream_key(spec: EpisodeSpec) -> str | None:
+    """The model proxy's upstream key, to scrub (a missing one fails in the proxy)."""
+    from episodes.errors import ModelError
+
+    if spec.model is None:
+        return None
+    try:
+        return read_upstream_key(spec.model)
+    except ModelError:
+        return None
+
+
+def box_config(spec: EpisodeSpec) -> RuntimeConfig:
+    """The spec's runtime config; a sandbox also gets the harness command's own files
+    bound read-only (a script named by its path), so a spec need not repeat them."""
+    config = spec.harness.runtime
+    if not isinstance(config, SubprocessConfig) or config.isolation != "sandbox":
+        return config
+    from episodes.runtimes.sandbox import command_files
+
+    extra = [f for f in command_files(harness_argv(spec)) if f not in config.ro_paths]
+    if not extra:
+        return config
+    return config.model_copy(update={"ro_paths": [*config.ro_paths, *extra]})
+
+
+async def acquire_runtime(
+    box: AsyncExitStack,
+    config: RuntimeConfig,
+    pool: RuntimePool | None,
+    spec: EpisodeSpec,
+    task: Task,
+    sample: int,
+    labels: dict[str, str],
+) -> tuple[Runtime, bool | None]:
+    """A parked or fresh box, entered into `box` so closing it gives the box back (or
+    stops it); and whether it came from the pool (None: no pool asked)."""
+    if pool is not None and spec.reuse_key:
+        from episodes.runtimes.pool import render_reuse_key
+
+        key = render_reuse_key(spec.reuse_key, task, sample)
+        lease = pool.lease(key, config, labels=labels)
+        runtime = await box.enter_async_context(lease)
+        return runtime, lease.hit
+    runtime = make_runtime(config, labels=labels)
+    # Registered before start: a box that failed half-way is still stopped.
+    box.push_async_callback(runtime.stop)
+    await runtime.start()
+    return runtime, None
