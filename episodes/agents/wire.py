@@ -18,6 +18,16 @@ def _expire(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(TimeoutError())
 
 
+async def _within(waiter: asyncio.Future[None], timeout: float) -> None:
+    """Await `waiter`, a future the protocol's callbacks resolve; TimeoutError (by
+    `_expire`) after `timeout` s."""
+    timer = asyncio.get_running_loop().call_later(timeout, _expire, waiter)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+
+
 class Wire(asyncio.Protocol):
     def __init__(self) -> None:
         self.transport: Any = None
@@ -85,13 +95,8 @@ class Wire(asyncio.Protocol):
 
     async def _wait(self, timeout: float) -> None:
         """Until more bytes, the end, or `timeout` s (TimeoutError)."""
-        loop = asyncio.get_running_loop()
-        self._waiter = waiter = loop.create_future()
-        timer = loop.call_later(timeout, _expire, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
+        self._waiter = waiter = asyncio.get_running_loop().create_future()
+        await _within(waiter, timeout)
 
     def take(self) -> bytes:
         """What is buffered (maybe nothing), without waiting."""
@@ -108,9 +113,7 @@ class Wire(asyncio.Protocol):
                     raise self.error
                 return b""
             await self._wait(timeout)
-        data = bytes(self.buf)
-        self.buf.clear()
-        return data
+        return self.take()
 
     async def readuntil(self, sep: bytes, limit: int, timeout: float) -> bytes:
         """Up to and with `sep`. IncompleteReadError at the end, LimitOverrunError past
@@ -140,13 +143,8 @@ class Wire(asyncio.Protocol):
             raise self.error
         if not self._paused:
             return
-        loop = asyncio.get_running_loop()
-        self._drained = waiter = loop.create_future()
-        timer = loop.call_later(timeout, _expire, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
+        self._drained = waiter = asyncio.get_running_loop().create_future()
+        await _within(waiter, timeout)
 
     def close(self) -> None:
         if self.transport is not None:
