@@ -146,6 +146,11 @@ class _Conn(asyncio.Protocol):
         self.closed = False
         self.paused = False
         self.on_writable: Callable[[], Any] | None = None
+        # A request whose head is parsed and whose body is still arriving: its head,
+        # and where its body ends (Content-Length) or how far its chunks are read.
+        self._head: tuple[str, str, bool, dict[str, str], int] | None = None
+        self._need = 0  # bytes the buffer must hold before parsing is worth trying
+        self._chunks: _Dechunker | None = None
 
     # -- the socket ----------------------------------------------------------------------
 
@@ -159,8 +164,15 @@ class _Conn(asyncio.Protocol):
         self._wake()
 
     def data_received(self, data: bytes) -> None:
+        # Hazard: the harness is untrusted, and a body may come in thousands of reads.
+        # Each read costs what it adds: the head is parsed once, a Content-Length body
+        # is waited for by its size, a chunked one is read on from where it stopped.
+        seen = len(self.buf)
         self.buf += data
-        if self.task is None:
+        if self.task is None and (
+            len(self.buf) >= self._need
+            or (self._head is None and b"\r\n\r\n" in self.buf[max(0, seen - 3) :])
+        ):
             self._next()
         elif len(self.buf) > MAX_HEAD + self.server.max_body:
             self.transport.pause_reading()  # type: ignore[union-attr]  # pipelined too far
@@ -206,28 +218,34 @@ class _Conn(asyncio.Protocol):
         if self.closed:
             return
         buf = self.buf
-        end = buf.find(b"\r\n\r\n")
-        if end < 0:
-            if len(buf) > MAX_HEAD:
-                self._refuse(431)
-            return
-        if end > MAX_HEAD:
-            return self._refuse(431)
-        try:
-            method, path, keep_alive, headers = _parse_head(bytes(buf[:end]))
-        except ValueError:
-            return self._refuse(400)
-        start = end + 4
+        if self._head is None:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buf) > MAX_HEAD:
+                    self._refuse(431)
+                self._need = MAX_HEAD + 1  # or a blank line (data_received looks)
+                return
+            if end > MAX_HEAD:
+                return self._refuse(431)
+            try:
+                method, path, keep_alive, headers = _parse_head(bytes(buf[:end]))
+            except ValueError:
+                return self._refuse(400)
+            self._head = (method, path, keep_alive, headers, end + 4)
+        method, path, keep_alive, headers, start = self._head
         if "transfer-encoding" in headers:
             if headers["transfer-encoding"].lower() != "chunked" or "content-length" in headers:
                 return self._refuse(400)
+            if self._chunks is None:
+                self._chunks = _Dechunker(start, self.server.max_body)
             try:
-                got = _dechunk(buf, start, self.server.max_body)
+                got = self._chunks.read(buf)
             except OverflowError:
                 return self._refuse(413)
             except ValueError:
                 return self._refuse(400)
             if got is None:
+                self._need = len(buf) + 1  # any new bytes: read on from where it stopped
                 return self._await_body(headers)
             body, stop = got
         else:
@@ -239,9 +257,11 @@ class _Conn(asyncio.Protocol):
                 return self._refuse(413)
             stop = start + size
             if len(buf) < stop:
+                self._need = stop
                 return self._await_body(headers)
             body = bytes(buf[start:stop])
         del buf[:stop]
+        self._head, self._chunks, self._need = None, None, 0
         request = Request(self, method, path, headers, body, keep_alive)
         self.task = asyncio.get_running_loop().create_task(self._serve(request))
 
@@ -299,33 +319,43 @@ def _parse_head(head: bytes) -> tuple[str, str, bool, dict[str, str]]:
     return method, target.partition("?")[0], keep_alive, headers
 
 
-def _dechunk(buf: bytearray, start: int, limit: int) -> tuple[bytes, int] | None:
-    """A chunked body from `start`: (body, where it ends), or None if not all in yet.
-    OverflowError if it exceeds `limit`, ValueError if malformed."""
-    parts: list[bytes] = []
-    total = 0
-    i = start
-    while True:
-        end = buf.find(b"\r\n", i)
-        if end < 0:
-            if len(buf) - i > 1024:
-                raise ValueError("chunk size line too long")
-            return None
-        size = int(bytes(buf[i:end]).split(b";", 1)[0].strip(), 16)  # ValueError: malformed
-        if size < 0:
-            raise ValueError("negative chunk size")
-        if size == 0:
-            trailers = buf.find(b"\r\n\r\n", end)
-            if trailers < 0:
+class _Dechunker:
+    """A chunked body read as it arrives: each `read` goes on from the last whole chunk,
+    so a body in many reads costs its length once, not once per read."""
+
+    def __init__(self, start: int, limit: int) -> None:
+        self.i = start  # where the next chunk's size line starts
+        self.limit = limit
+        self.parts: list[bytes] = []
+        self.total = 0
+
+    def read(self, buf: bytearray) -> tuple[bytes, int] | None:
+        """(body, where it ends), or None if not all in yet. OverflowError past the
+        limit, ValueError if malformed."""
+        while True:
+            i = self.i
+            end = buf.find(b"\r\n", i, i + 1026)
+            if end < 0:
+                if len(buf) - i > 1024:
+                    raise ValueError("chunk size line too long")
                 return None
-            return b"".join(parts), trailers + 4
-        total += size
-        if total > limit:
-            raise OverflowError("body too large")
-        stop = end + 2 + size
-        if len(buf) < stop + 2:
-            return None
-        if buf[stop : stop + 2] != b"\r\n":
-            raise ValueError("chunk not followed by CRLF")
-        parts.append(bytes(buf[end + 2 : stop]))
-        i = stop + 2
+            size = int(bytes(buf[i:end]).split(b";", 1)[0].strip(), 16)  # ValueError
+            if size < 0:
+                raise ValueError("negative chunk size")
+            if size == 0:
+                trailers = buf.find(b"\r\n\r\n", end)
+                if trailers < 0:
+                    if len(buf) - end > MAX_HEAD:
+                        raise ValueError("trailers too long")
+                    return None
+                return b"".join(self.parts), trailers + 4
+            if self.total + size > self.limit:
+                raise OverflowError("body too large")
+            stop = end + 2 + size
+            if len(buf) < stop + 2:
+                return None
+            if buf[stop : stop + 2] != b"\r\n":
+                raise ValueError("chunk not followed by CRLF")
+            self.parts.append(bytes(buf[end + 2 : stop]))
+            self.total += size
+            self.i = stop + 2

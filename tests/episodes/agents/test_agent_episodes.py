@@ -125,12 +125,12 @@ async def test_acp_agent_uses_the_bridge_and_the_proxy_across_turns(
     """On a local box, and on Modal and Prime boxes (their SDK fakes, in this
     process's worker), where the bridge and the proxy are reached through the tunnel."""
     if box != "subprocess":
-        import episodes.session.live
+        import episodes.session.launch
         from tests.support.backends import modal_fake, prime_fake
 
         backend = {"modal": modal_fake, "prime": prime_fake}[box]
         monkeypatch.setattr(
-            episodes.session.live, "make_runtime", lambda *a, **k: backend.make_runtime()
+            episodes.session.launch, "make_runtime", lambda *a, **k: backend.make_runtime()
         )
     agent = [sys.executable, str(ROOT / "tests" / "support" / "harnesses" / "acp_agent.py"), "ok"]
     async with ScriptedUpstream(["the answer is 42"], key=UPSTREAM_KEY) as upstream:

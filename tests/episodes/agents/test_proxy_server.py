@@ -72,6 +72,33 @@ async def test_pipelined_requests_on_one_connection_are_answered_in_order(server
     writer.close()
 
 
+async def test_requests_arriving_a_byte_at_a_time_are_parsed_once_each(server, monkeypatch):
+    # An untrusted harness may send a request in as many pieces as it likes: each head
+    # is parsed once (not once per read), a chunked body read on from where it stopped.
+    from episodes.agents import serve
+
+    heads = []
+    parse = serve._parse_head
+    monkeypatch.setattr(serve, "_parse_head", lambda head: heads.append(head) or parse(head))
+    reader, writer = await asyncio.open_connection("127.0.0.1", server)
+    wire = (
+        b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
+        b"POST /b HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"2\r\nhi\r\n3;ext=1\r\nyou\r\n0\r\n\r\n"
+        b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n"
+    )
+    for i in range(len(wire)):
+        writer.write(wire[i : i + 1])
+        await writer.drain()
+        await asyncio.sleep(0)
+    (s1, b1), (s2, b2), (s3, b3) = await _answers(reader, 3)
+    assert (s1, json.loads(b1)["n"]) == (200, 3)
+    assert (s2, json.loads(b2)) == (200, {"path": "/b", "method": "POST", "n": 5})
+    assert (s3, b3) == (200, b"data: 1\n\ndata: 2\n\n")
+    assert len(heads) == 3, heads
+    writer.close()
+
+
 async def test_expect_100_continue_then_connection_close(server):
     reader, writer = await asyncio.open_connection("127.0.0.1", server)
     writer.write(

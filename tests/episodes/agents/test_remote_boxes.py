@@ -154,11 +154,11 @@ async def test_an_in_box_end_that_cannot_start_is_one_clear_error(backend, monke
 async def test_a_kv_agent_episode_on_a_remote_box(backend, monkeypatch):
     """The whole session (LLM harness, env tools, model) in a fake remote box: the
     reward comes from the env's own store, which only the tunnelled tool calls fill."""
-    import episodes.session.live
+    import episodes.session.launch
 
     kind = backend.NAME.split("-")[0]
     monkeypatch.setattr(
-        episodes.session.live, "make_runtime", lambda *a, **k: backend.make_runtime()
+        episodes.session.launch, "make_runtime", lambda *a, **k: backend.make_runtime()
     )
     monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:
