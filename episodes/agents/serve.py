@@ -151,6 +151,7 @@ class _Conn(asyncio.Protocol):
         self._head: tuple[str, str, bool, dict[str, str], int] | None = None
         self._need = 0  # bytes the buffer must hold before parsing is worth trying
         self._chunks: _Dechunker | None = None
+        self._continued = False  # its `100 Continue` is sent
 
     # -- the socket ----------------------------------------------------------------------
 
@@ -261,13 +262,13 @@ class _Conn(asyncio.Protocol):
                 return self._await_body(headers)
             body = bytes(buf[start:stop])
         del buf[:stop]
-        self._head, self._chunks, self._need = None, None, 0
+        self._head, self._chunks, self._need, self._continued = None, None, 0, False
         request = Request(self, method, path, headers, body, keep_alive)
         self.task = asyncio.get_running_loop().create_task(self._serve(request))
 
     def _await_body(self, headers: dict[str, str]) -> None:
-        if headers.get("expect", "").lower() == "100-continue" and not headers.get("_continued"):
-            headers["_continued"] = "1"  # parsed again with more bytes: said once
+        if headers.get("expect", "").lower() == "100-continue" and not self._continued:
+            self._continued = True  # looked at again with more bytes: said once
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     async def _serve(self, request: Request) -> None:

@@ -171,7 +171,9 @@ async def test_sigkill_mid_provision_retries_the_provision_on_another_worker(
         assert await wait_until(
             lambda: _provisions_started_on(chaos_client, ids, a.worker_id), timeout=30
         )
-        assert a.children(), "worker A should be starting harnesses"
+        # The server marks a provision started when A takes its task, a moment before A
+        # spawns its box: wait for the harnesses (each sleeps start_s before it is ready).
+        assert await wait_until(a.children, timeout=30), "worker A should be starting harnesses"
         await b.start().ready()
         killed = time.time()
         a.signal(signal.SIGKILL)
