@@ -31,10 +31,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
     FixedSizeSlotSupplier,
     Interceptor,
+    UnsandboxedWorkflowRunner,
     Worker,
     WorkerDeploymentConfig,
     WorkerTuner,
+    WorkflowRunner,
 )
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities import telemetry
 from activities.batch import await_episode
@@ -85,6 +88,9 @@ class WorkerOptions:
     # Worker Versioning (both or neither): docs/operations/drain.md.
     deployment_name: str | None = None
     build_id: str | None = None
+    # Run the workflows in the SDK's sandbox; off, they run as plain code (see
+    # `workflow_runner`).
+    workflow_sandbox: bool = False
 
 
 class EpisodeWorker:
@@ -97,7 +103,8 @@ class EpisodeWorker:
     ):
         self.client = client
         self.options = opts = options or WorkerOptions()
-        precompile_workflows()
+        if opts.workflow_sandbox:
+            precompile_workflows()
         self.worker_id = opts.worker_id or (
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
@@ -144,6 +151,7 @@ class EpisodeWorker:
             workflows=WORKFLOWS,
             activities=[score_transcript_activity],
             no_remote_activities=True,
+            workflow_runner=workflow_runner(opts.workflow_sandbox),
             max_concurrent_workflow_tasks=opts.max_concurrent_workflow_tasks,
             sticky_queue_schedule_to_start_timeout=_seconds(opts.sticky_timeout_s),
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
@@ -356,6 +364,21 @@ def deployment_config(opts: WorkerOptions) -> WorkerDeploymentConfig | None:
         use_worker_versioning=True,
         default_versioning_behavior=VersioningBehavior.PINNED,
     )
+
+
+def workflow_runner(sandboxed: bool) -> WorkflowRunner:
+    """How the worker runs this package's workflows.
+
+    The SDK's sandbox imports a workflow's modules afresh for every workflow run and
+    enters itself again for each payload's serialization context: a quarter of the
+    worker's CPU per episode and ~20 ms of a 1-turn episode (bench/README.md, issue
+    22). These workflows are this package's own code, not a user's: they import only
+    models (tests/test_layering.py), keep no module state, and the sandbox still
+    checks them where it catches what it exists for, replaying the saved histories
+    (tests/workflows/test_replay.py) and in the workflow-logic tests. `workflow_sandbox`
+    turns it back on for a worker.
+    """
+    return SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
 
 
 def precompile_workflows() -> None:

@@ -218,6 +218,14 @@ CONFIG_OPTIONS: dict[str, Any] = {
         str | None,
         typer.Option(help="Worker Versioning: this worker's build id.", rich_help_panel=_SET),
     ],
+    "workflow_sandbox": Annotated[
+        bool | None,
+        typer.Option(
+            "--workflow-sandbox/--no-workflow-sandbox",
+            help="Run the workflows in the Temporal SDK's sandbox (slower).",
+            rich_help_panel=_SET,
+        ),
+    ],
 }
 _TEMPORAL_FLAGS = (
     "address",

@@ -44,6 +44,7 @@ async def run_worker(cfg: Config) -> None:
                 pool_max_idle=s.pool_max_idle,
                 deployment_name=s.deployment_name,
                 build_id=s.build_id,
+                workflow_sandbox=s.workflow_sandbox,
             ),
         )
         loop = asyncio.get_running_loop()

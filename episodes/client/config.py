@@ -62,6 +62,9 @@ class Settings(BaseModel):
     metrics_host: str = "127.0.0.1"
     deployment_name: str | None = Field(None, min_length=1)
     build_id: str | None = Field(None, min_length=1)
+    workflow_sandbox: bool = False
+    """Run the workflows in the Temporal SDK's sandbox (slower; they are checked in it
+    by the test suite either way)."""
 
     @model_validator(mode="before")
     @classmethod
