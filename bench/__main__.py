@@ -36,6 +36,7 @@ BENCHMARKS = {
     "viewer": "bench.viewer",
     "blocking_score": "bench.blocking_score",
     "events": "bench.driver_events",
+    "workflow_runner": "bench.workflow_runner",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }

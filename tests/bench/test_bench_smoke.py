@@ -74,3 +74,25 @@ async def test_driver_events_measure() -> None:
 
     assert await driver_events._session_us_per_event(2, 50) > 0
     assert driver_events._decoder_us_per_event(50, 1) > 0
+
+
+async def test_workflow_runner_bench_measures(client, dev_server) -> None:  # type: ignore[no-untyped-def]
+    """bench/workflow_runner.py's 1-turn part on the session's server, one episode each way."""
+    import psutil
+
+    from bench import workflow_runner
+    from bench.common import running
+    from episodes.client import EpisodesClient
+    from workers.worker import EpisodeWorker, WorkerOptions
+
+    queues = {n: f"wr-smoke-{n}-{uuid.uuid4().hex[:6]}" for n in workflow_runner.RUNNERS}
+    workers = {
+        n: EpisodeWorker(client, WorkerOptions(task_queue=q, workflow_sandbox=n == "sandbox"))
+        for n, q in queues.items()
+    }
+    async with running(workers["sandbox"]), running(workers["plain"]):
+        eps = {n: EpisodesClient(client, task_queue=q) for n, q in queues.items()}
+        pid = psutil.Process(dev_server.process.pid).pid
+        one = await workflow_runner._one_turn(eps, pid, 1)
+    for n in workflow_runner.RUNNERS:
+        assert one[n]["worker_cpu_ms_per_episode"] > 0
