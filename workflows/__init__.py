@@ -4,9 +4,10 @@ Workflow modules import only temporalio, the standard library and models
 (`episodes.types`, `episodes.contract`, `episodes.search_attributes`), and pass only
 those through the sandbox (`tests/test_layering.py`).
 
-The names below load on first use: the sandbox imports a workflow's module afresh for
-every workflow run, and an `EpisodeWorkflow` run should not execute the interactive
-and batch modules too (issue 13: that was a third of the worker's workflow CPU).
+The names below load on first use: the SDK's sandbox (the replay tests', and a worker's
+with `workflow_sandbox` on) imports a workflow's module afresh for every workflow run,
+and an `EpisodeWorkflow` run should not execute the interactive and batch modules too
+(issue 13: that was a third of the worker's workflow CPU).
 """
 
 from __future__ import annotations
