@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -20,6 +21,21 @@ SCRIPTED = ROOT / "tests" / "support" / "harnesses" / "scripted_harness.py"
 def scripted_command(mode: str, *args: str) -> list[str]:
     """argv for the misbehaving harness in `mode`, runnable from any cwd."""
     return [sys.executable, str(SCRIPTED), mode, *args]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_box_ledgers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Cloud-box ledgers of this test run go to a directory of its own, not ~/.cache: for
+    every test (the session's worker reaps from it too), not only the runtimes'."""
+    from episodes.runtimes import ledger
+
+    saved = os.environ.get(ledger.DIR_ENV)
+    os.environ[ledger.DIR_ENV] = str(tmp_path_factory.mktemp("box-ledgers"))
+    yield
+    if saved is None:
+        os.environ.pop(ledger.DIR_ENV, None)
+    else:
+        os.environ[ledger.DIR_ENV] = saved
 
 
 @pytest.fixture(scope="session")

@@ -20,7 +20,6 @@ sets it, so a broken engine or image build cannot pass as "skipped").
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType
 
@@ -59,20 +58,6 @@ async def shared_box(backend: ModuleType) -> AsyncIterator[Runtime]:
         yield runtime
     finally:
         await runtime.stop()
-
-
-@pytest.fixture(scope="session", autouse=True)
-def private_box_ledgers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Cloud-box ledgers of this test run go to a directory of its own, not ~/.cache."""
-    from episodes.runtimes import ledger
-
-    saved = os.environ.get(ledger.DIR_ENV)
-    os.environ[ledger.DIR_ENV] = str(tmp_path_factory.mktemp("box-ledgers"))
-    yield
-    if saved is None:
-        os.environ.pop(ledger.DIR_ENV, None)
-    else:
-        os.environ[ledger.DIR_ENV] = saved
 
 
 @pytest.fixture(scope="session", autouse=True)
