@@ -18,6 +18,7 @@ import psutil
 from temporalio.api.enums.v1 import EventType
 
 from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, spread, table
+from bench.designs.models import GroupInput
 from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
 from episodes.local import run_episode_local
@@ -28,6 +29,8 @@ from workers.worker import EpisodeWorker, WorkerOptions
 
 # BENCH_EAGER_START=0 measures the lever off (the first workflow task dispatched).
 EAGER = os.environ.get("BENCH_EAGER_START", "1") != "0"
+# Episodes per workflow in the `grouped` variant (bench/designs/group.py).
+GROUP = int(os.environ.get("BENCH_GROUP", "10"))
 
 # name -> (workflow type, runs on the design worker?); None: in-process, no Temporal.
 VARIANTS: dict[str, tuple[str | None, bool]] = {
@@ -36,6 +39,7 @@ VARIANTS: dict[str, tuple[str | None, bool]] = {
     "c1s": ("UpdateLagEpisode", True),
     "b": ("ChildLocalEpisode", True),
     "turn_activity": ("EpisodeWorkflow:activity", False),
+    "grouped": ("GroupEpisodes", True),
     "in_process": (None, False),
 }
 LABELS = {
@@ -45,15 +49,15 @@ LABELS = {
     "shipped": "shipped EpisodeWorkflow (drive)",
     "c1s": "(c'1s) drive + batched Updates",
     "b": "(b) child, local-activity turns",
+    "grouped": f"grouped: one workflow per {GROUP} episodes (not shipped)",
 }
 
 
 def _counts(f: dict) -> str:
     if "events_per_episode" not in f:
         return "-"
-    return (
-        f"{f['events_per_episode']['median']:.0f} / {f['workflow_tasks_per_episode']['median']:.0f}"
-    )
+    events, tasks = f["events_per_episode"]["median"], f["workflow_tasks_per_episode"]["median"]
+    return f"{events:.3g} / {tasks:.3g}"
 
 
 def _cpu(proc: psutil.Process) -> float:
@@ -97,6 +101,8 @@ async def _batch(client, workflow: str | None, queue: str, episodes: int, turns:
             episodes,
             turns,
         )
+    if workflow == "GroupEpisodes":
+        return await _groups(client, spec, queue, episodes, turns, started)
     handles = await asyncio.gather(
         *(
             client.start_workflow(
@@ -115,6 +121,29 @@ async def _batch(client, workflow: str | None, queue: str, episodes: int, turns:
     results = await asyncio.gather(*(h.result() for h in handles))
     row = _rates(results, started, workflow, episodes, turns)
     row.update(await _history_counts(handles[0]))
+    return row
+
+
+async def _groups(client, spec, queue: str, episodes: int, turns: int, started: float) -> dict:
+    """The `grouped` variant: GROUP tasks a workflow, each group one activity."""
+    groups = [spec.tasks[i : i + GROUP] for i in range(0, len(spec.tasks), GROUP)]
+    handles = await asyncio.gather(
+        *(
+            client.start_workflow(
+                "GroupEpisodes",
+                GroupInput(spec=spec, tasks=tasks),
+                id=f"{spec.name}.g{n}",
+                task_queue=queue,
+                result_type=list[EpisodeResult],
+                request_eager_start=EAGER,
+            )
+            for n, tasks in enumerate(groups)
+        )
+    )
+    results = [r for rs in await asyncio.gather(*(h.result() for h in handles)) for r in rs]
+    row = _rates(results, started, "GroupEpisodes", episodes, turns)
+    counts = await _history_counts(handles[0])
+    row.update({k: v / len(groups[0]) for k, v in counts.items()})  # per episode
     return row
 
 

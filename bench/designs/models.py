@@ -60,3 +60,10 @@ class DriveResult(Model):
     termination: Termination
     error: str | None = None
     score: ScoreResult | None = None
+
+
+class GroupInput(Model):
+    """A group of episodes (one spec, several tasks) run by one activity (`group.py`)."""
+
+    spec: EpisodeSpec
+    tasks: list[Task]

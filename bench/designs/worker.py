@@ -32,6 +32,7 @@ from bench.designs.child import (
     SessionLoop,
 )
 from bench.designs.floor import FloorWorkflow, floor_noop
+from bench.designs.group import GroupEpisodes, run_group
 from bench.designs.updates import (
     UpdateAhead1Episode,
     UpdateAhead32Episode,
@@ -56,6 +57,7 @@ SHARED_WORKFLOWS = [
     UpdateLingerEpisode,
     UpdateLagEpisode,
     FloorWorkflow,
+    GroupEpisodes,
 ]
 
 
@@ -82,7 +84,7 @@ class DesignWorker:
             client,
             task_queue=task_queue,
             workflows=SHARED_WORKFLOWS,
-            activities=[acts.provision, score_transcript_activity, floor_noop],
+            activities=[acts.provision, score_transcript_activity, floor_noop, run_group],
             tuner=WorkerTuner.create_composite(
                 workflow_supplier=FixedSizeSlotSupplier(100),
                 activity_supplier=SessionSlots(self.registry),

@@ -96,3 +96,19 @@ async def test_workflow_runner_bench_measures(client, dev_server) -> None:  # ty
         one = await workflow_runner._one_turn(eps, pid, 1)
     for n in workflow_runner.RUNNERS:
         assert one[n]["worker_cpu_ms_per_episode"] > 0
+
+
+async def test_grouped_variant_runs(client) -> None:  # type: ignore[no-untyped-def]
+    """bench/designs/group.py through the throughput benchmark's batch: 2 groups of 2."""
+    from bench import throughput
+
+    queue = f"bench-group-{uuid.uuid4().hex[:6]}"
+    worker = DesignWorker(client, queue)
+    group, throughput.GROUP = throughput.GROUP, 2
+    try:
+        async with worker.running():
+            row = await throughput._batch(client, "GroupEpisodes", queue, 4, 2)
+    finally:
+        throughput.GROUP = group
+    assert row["turns_per_s"] > 0
+    assert row["workflow_tasks_per_episode"] < 3  # one workflow's tasks shared by 2
