@@ -371,7 +371,7 @@ def workflow_runner(sandboxed: bool) -> WorkflowRunner:
 
     The SDK's sandbox imports a workflow's modules afresh for every workflow run and
     enters itself again for each payload's serialization context: a quarter of the
-    worker's CPU per episode and ~20 ms of a 1-turn episode (bench/README.md, issue
+    worker's CPU per episode and 5-23 ms of a 1-turn episode (bench/README.md, issue
     22). These workflows are this package's own code, not a user's: they import only
     models (tests/test_layering.py), keep no module state, and the sandbox still
     checks them where it catches what it exists for, replaying the saved histories
