@@ -18,8 +18,6 @@ import statistics
 import time
 import uuid
 
-import psutil
-
 from bench.common import ECHO, cpu_seconds, dev_server, load, ratio, running, script_spec, table
 from bench.throughput import _batch
 from episodes.client import EpisodesClient
@@ -72,7 +70,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     load_start = load()
     with dev_server() as server:
         assert server.process is not None
-        server_pid = psutil.Process(server.process.pid).pid
+        server_pid = server.process.pid
         client = await connect(server.address, timeout_s=30)
         queues = {name: f"wr-{name}-{uuid.uuid4().hex[:6]}" for name in RUNNERS}
         workers = {

@@ -78,8 +78,6 @@ async def test_driver_events_measure() -> None:
 
 async def test_workflow_runner_bench_measures(client, dev_server) -> None:  # type: ignore[no-untyped-def]
     """bench/workflow_runner.py's 1-turn part on the session's server, one episode each way."""
-    import psutil
-
     from bench import workflow_runner
     from bench.common import running
     from episodes.client import EpisodesClient
@@ -92,8 +90,7 @@ async def test_workflow_runner_bench_measures(client, dev_server) -> None:  # ty
     }
     async with running(workers["sandbox"]), running(workers["plain"]):
         eps = {n: EpisodesClient(client, task_queue=q) for n, q in queues.items()}
-        pid = psutil.Process(dev_server.process.pid).pid
-        one = await workflow_runner._one_turn(eps, pid, 1)
+        one = await workflow_runner._one_turn(eps, dev_server.process.pid, 1)
     for n in workflow_runner.RUNNERS:
         assert one[n]["worker_cpu_ms_per_episode"] > 0
 
