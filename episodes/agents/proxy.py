@@ -100,8 +100,6 @@ class ModelProxy:
         self.on_failure = on_failure
         self.uds_path = uds_path
         self.session_id = session_id
-        self.backoff_s = backoff_s
-        self.max_backoff_s = max_backoff_s
         self.failure: ModelError | None = None
         self.calls = 0  # finished calls handed to on_call
         self.port: int | None = None
