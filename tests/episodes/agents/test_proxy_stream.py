@@ -5,6 +5,7 @@ breaks, and the aiohttp path behind an environment proxy. Each call recorded onc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 
@@ -88,15 +89,22 @@ def _proxy(base_url: str, calls: list, **spec: object) -> ModelProxy:
     return proxy
 
 
-async def _stream_text(http: httpx.AsyncClient, proxy: ModelProxy) -> str:
-    """A whole streamed call through the proxy: the content it carried."""
-    text = ""
-    async with http.stream(
+def _streamed_call(
+    http: httpx.AsyncClient, proxy: ModelProxy
+) -> contextlib.AbstractAsyncContextManager[httpx.Response]:
+    """A streamed chat call through the proxy (an `async with` of its response)."""
+    return http.stream(
         "POST",
         f"{proxy.base_url}/chat/completions",
         json={"messages": [{"role": "user", "content": "hi"}], "stream": True},
         headers={"Authorization": f"Bearer {proxy.token}"},
-    ) as r:
+    )
+
+
+async def _stream_text(http: httpx.AsyncClient, proxy: ModelProxy) -> str:
+    """A whole streamed call through the proxy: the content it carried."""
+    text = ""
+    async with _streamed_call(http, proxy) as r:
         async for line in r.aiter_lines():
             if line.startswith("data: {"):
                 event = json.loads(line[6:])
@@ -116,12 +124,7 @@ async def test_a_harness_that_hangs_up_mid_stream_is_recorded_once_and_the_upstr
     calls: list = []
     async with upstream as base_url:
         async with _proxy(base_url, calls) as proxy, httpx.AsyncClient() as http:
-            async with http.stream(
-                "POST",
-                f"{proxy.base_url}/chat/completions",
-                json={"messages": [{"role": "user", "content": "hi"}], "stream": True},
-                headers={"Authorization": f"Bearer {proxy.token}"},
-            ) as r:
+            async with _streamed_call(http, proxy) as r:
                 async for _ in r.aiter_bytes():
                     break  # hang up after the first piece
             await proxy.recorded.wait()  # type: ignore[attr-defined]
