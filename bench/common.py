@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import math
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -118,6 +119,12 @@ def ratio(a: float, b: float) -> float:
 def load() -> float:
     """1-minute load average: how noisy the machine was while we measured."""
     return os.getloadavg()[0]
+
+
+def self_cpu() -> float:
+    """This process's user+system CPU seconds (getrusage: finer than psutil's ticks)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def cpu_seconds(pid: int | None = None) -> float:

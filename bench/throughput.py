@@ -17,7 +17,7 @@ import uuid
 import psutil
 from temporalio.api.enums.v1 import EventType
 
-from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, spread, table
+from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, self_cpu, spread, table
 from bench.designs.models import GroupInput
 from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
@@ -67,11 +67,6 @@ def _cpu(proc: psutil.Process) -> float:
 
 def _harness_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
-
-
-def _self_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
 
 
@@ -184,11 +179,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                 order = list(VARIANTS.items())
                 order = order[r % len(order) :] + order[: r % len(order)]
                 for name, (wf, on_design) in order:
-                    cpu0 = (_self_cpu(), _harness_cpu(), _cpu(server_proc))
+                    cpu0 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
                     row = await _batch(
                         client, wf, q_design if on_design else q_current, episodes, turns
                     )
-                    cpu1 = (_self_cpu(), _harness_cpu(), _cpu(server_proc))
+                    cpu1 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
                     row["worker_cpu_s"] = cpu1[0] - cpu0[0]
                     row["harness_cpu_s"] = cpu1[1] - cpu0[1]
                     row["server_cpu_s"] = cpu1[2] - cpu0[2]

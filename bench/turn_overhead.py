@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import resource
 import statistics
 import time
 import uuid
@@ -34,6 +33,7 @@ from bench.common import (
     ratio,
     running,
     script_spec,
+    self_cpu,
     spread,
     summary,
     table,
@@ -56,12 +56,12 @@ async def _one_turn(client, queue: str, server_proc, n: int) -> dict[str, dict[s
         await run_episode_local(spec, spec.tasks[0])
         direct.append((time.perf_counter() - t0) * 1000)
         spec = script_spec(1, ECHO, name="one")
-        cpu0 = (_self_cpu(), cpu_seconds(server_proc.pid))
+        cpu0 = (self_cpu(), cpu_seconds(server_proc.pid))
         t0 = time.perf_counter()
         result = await episodes.run_episode(spec, spec.tasks[0])
         temporal.append((time.perf_counter() - t0) * 1000)
         await asyncio.sleep(0.05)  # the server's trailing work (the close) lands here
-        cpu1 = (_self_cpu(), cpu_seconds(server_proc.pid))
+        cpu1 = (self_cpu(), cpu_seconds(server_proc.pid))
         worker_cpu.append((cpu1[0] - cpu0[0]) * 1000)
         server_cpu.append((cpu1[1] - cpu0[1]) * 1000)
         assert result.turns == 1, result
@@ -74,11 +74,6 @@ async def _one_turn(client, queue: str, server_proc, n: int) -> dict[str, dict[s
             "worker_cpu_ms_per_episode": med(worker_cpu),
         },
     }
-
-
-def _self_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 async def run(quick: bool = False, repeats: int | None = None) -> dict:

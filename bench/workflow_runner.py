@@ -13,12 +13,21 @@ default (`UnsandboxedWorkflowRunner`). Side by side in one run:
 from __future__ import annotations
 
 import asyncio
-import resource
 import statistics
 import time
 import uuid
 
-from bench.common import ECHO, cpu_seconds, dev_server, load, ratio, running, script_spec, table
+from bench.common import (
+    ECHO,
+    cpu_seconds,
+    dev_server,
+    load,
+    ratio,
+    running,
+    script_spec,
+    self_cpu,
+    table,
+)
 from bench.throughput import _batch
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
@@ -26,11 +35,6 @@ from episodes.local import run_episode_local
 from workers.worker import EpisodeWorker, WorkerOptions
 
 RUNNERS = ("sandbox", "plain")
-
-
-def _self_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 async def _one_turn(eps: dict[str, EpisodesClient], server_pid: int, n: int) -> dict:
@@ -43,12 +47,12 @@ async def _one_turn(eps: dict[str, EpisodesClient], server_pid: int, n: int) -> 
         ms["in_process"].append((time.perf_counter() - t0) * 1000)
         for name in RUNNERS if i % 2 else RUNNERS[::-1]:
             spec = script_spec(1, ECHO, name="one")
-            c0 = (_self_cpu(), cpu_seconds(server_pid))
+            c0 = (self_cpu(), cpu_seconds(server_pid))
             t0 = time.perf_counter()
             result = await eps[name].run_episode(spec, spec.tasks[0])
             ms[name].append((time.perf_counter() - t0) * 1000)
             await asyncio.sleep(0.05)  # the server's trailing work (the close) lands here
-            c1 = (_self_cpu(), cpu_seconds(server_pid))
+            c1 = (self_cpu(), cpu_seconds(server_pid))
             cpu[name].append(((c1[0] - c0[0]) * 1000, (c1[1] - c0[1]) * 1000))
             assert result.turns == 1, result
     med = statistics.median
