@@ -132,7 +132,14 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
             spec = script_spec(
                 2,
                 name="dense",
-                harness={"command": GATE, "env": {"GATE_FILE": str(gate)}, "ready_timeout_s": 300},
+                harness={
+                    "command": GATE,
+                    "env": {"GATE_FILE": str(gate)},
+                    "ready_timeout_s": 300,
+                    # The default runtime is a sandbox: the gate's directory is bound in
+                    # (read-only), or the harness would wait for a file it cannot see.
+                    "runtime": {"type": "subprocess", "ro_paths": [tmp]},
+                },
                 turn_timeout_s=1800,
                 worker_lost_timeout_s=60,
             )
