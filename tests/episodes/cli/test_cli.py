@@ -152,3 +152,31 @@ async def test_a_bad_setting_in_a_file_keeps_its_section_in_the_message(tmp_path
     p.write_text("[episodes]\ndrain_timeout_s = -1\n")
     code, _, stderr = await episodes("worker", "--config", str(p), timeout=60)
     assert code == 2 and "bad.toml [episodes] drain_timeout_s: Input should be" in stderr, stderr
+
+
+async def test_show_prints_each_message_once_code_as_text_and_the_score(
+    tmp_path, dev_server, worker
+) -> None:
+    code_msg = {"code": "def f():\n    return 1", "lang": "python"}
+    markup = "[bold]not markup[/]"
+    name = f"show-{uuid.uuid4().hex[:6]}"
+    data = good_spec(name)
+    data["samples"] = 1
+    data["tasks"] = [
+        {"id": "a", "data": {"messages": [code_msg, markup], "expected": ["x", markup]}}
+    ]
+    spec = write_spec(tmp_path, data)
+    code, _, stderr = await episodes(
+        "run", str(spec), "--address", dev_server.address, "--task-queue", "episodes-test"
+    )
+    assert code == 0, stderr
+    code, stdout, stderr = await episodes("show", f"{name}.a.s0", "--address", dev_server.address)
+    assert code == 0, stderr
+    # Turn 0 carries the first message: shown there (message, then the echoed reply),
+    # not once more above it.
+    assert stdout.count("def f():") == 2, stdout
+    # A string holding code is text, its lines as they are, not JSON's escapes.
+    assert "\\n" not in stdout and "    return 1" in stdout, stdout
+    assert markup in stdout  # a message is text, never rich markup
+    # The score's details without --json.
+    assert "matches" in stdout and "[false, true]" in stdout.replace("\n", " "), stdout
