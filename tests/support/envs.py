@@ -144,6 +144,17 @@ class ScriptedToolbox(ScriptEnv):
         return [put]
 
 
+class ForgivingScript(ScriptEnv):
+    """The `script` env that takes a failed turn as a reply it cannot use (None) and
+    sends the next scripted message (`step_error`)."""
+
+    def step_error(self, error: Any) -> StepOutcome:
+        return self.step(None)
+
+
+FORGIVING_SCRIPT = f"{__name__}:ForgivingScript"
+
+
 class BoxWork(Environment):
     """Grades work done in the box: reset writes `task.txt` there; the harness's reply is
     a shell command the env runs in the box (as an agent would have); score reads
