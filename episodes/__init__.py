@@ -50,6 +50,7 @@ _FACE: dict[str, tuple[str, str]] = {
     "Environment": ("episodes.envs.base", "Environment"),
     "StepOutcome": ("episodes.types.results", "StepOutcome"),
     "ScoreResult": ("episodes.types.results", "ScoreResult"),
+    "TurnError": ("episodes.types.results", "TurnError"),
     # errors
     "EpisodesError": ("episodes.errors", "EpisodesError"),
     "SpecError": ("episodes.errors", "SpecError"),
@@ -83,6 +84,7 @@ __all__ = [
     "Task",
     "Termination",
     "Transcript",
+    "TurnError",
     "TurnRecord",
     "connect",
     "load_spec",
@@ -131,6 +133,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; never executed
         Task,
         Termination,
         Transcript,
+        TurnError,
         TurnRecord,
     )
     from episodes.types.spec import EpisodeSpec, parse_spec

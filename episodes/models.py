@@ -17,6 +17,7 @@ from episodes.types.results import (
     Task,
     Termination,
     Transcript,
+    TurnError,
     TurnRecord,
     TurnResult,
 )
@@ -31,6 +32,7 @@ __all__ = [
     "Task",
     "Termination",
     "Transcript",
+    "TurnError",
     "TurnRecord",
     "TurnResult",
 ]

@@ -15,9 +15,11 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from episodes.client.config import flag
 from episodes.errors import EpisodesError
 from episodes.types.results import INFRA_TERMINATIONS, EpisodeResult
 
@@ -29,7 +31,8 @@ err_console = Console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    # Escaped: a message is text, not markup ("[episodes]" in a config error is kept).
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -164,16 +167,25 @@ CONFIG_OPTIONS: dict[str, Any] = {
     "max_sessions": Annotated[
         int | None, typer.Option(help="Live sessions a worker holds.", rich_help_panel=_SET)
     ],
+    "env_threads": Annotated[
+        int | None,
+        typer.Option(
+            help="Sync env calls (reset, step, score, plain tools) a worker runs at once.",
+            rich_help_panel=_SET,
+        ),
+    ],
     "session_idle_ttl_s": Annotated[
         float | None,
         typer.Option(
-            "--session-idle-ttl", help="Stop a session idle this long (s).", rich_help_panel=_SET
+            flag("session_idle_ttl_s"),
+            help="Stop a session idle this long (s).",
+            rich_help_panel=_SET,
         ),
     ],
     "drain_timeout_s": Annotated[
         float | None,
         typer.Option(
-            "--drain-timeout-s",
+            flag("drain_timeout_s"),
             help="On SIGTERM/SIGINT: how long live sessions may finish before they are "
             "abandoned (a second signal abandons them at once).",
             rich_help_panel=_SET,
@@ -190,7 +202,9 @@ CONFIG_OPTIONS: dict[str, Any] = {
     "pool_ttl_s": Annotated[
         float | None,
         typer.Option(
-            "--pool-ttl", help="Longest a pooled box idles on a worker (s).", rich_help_panel=_SET
+            flag("pool_ttl_s"),
+            help="Longest a pooled box idles on a worker (s).",
+            rich_help_panel=_SET,
         ),
     ],
     "pool_max_idle": Annotated[

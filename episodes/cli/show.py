@@ -17,7 +17,48 @@ from episodes.payloads.settings import configured_data_converter, existing_dev_s
 
 
 def _fmt(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, indent=1, ensure_ascii=False)
+    """A value as a reader wants it: a string as its text; a dict or a list key by key
+    (item by item), each value as compact JSON, except a string holding lines (code, a
+    diff), shown as its lines under `key |`, never as one line of `\\n` escapes."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list)) and value:
+        return "\n".join(_lines(value, ""))
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _lines(value: dict[Any, Any] | list[Any], pad: str) -> list[str]:
+    items = (
+        [(f"{k}:", v) for k, v in value.items()]
+        if isinstance(value, dict)
+        else [("-", v) for v in value]
+    )
+    out = []
+    for label, v in items:
+        if isinstance(v, str) and "\n" in v:
+            out.append(f"{pad}{label} |")
+            out.extend(f"{pad}  {line}" for line in v.split("\n"))
+        elif isinstance(v, (dict, list)) and v and _has_lines(v):
+            inner = _lines(v, pad + "  ")
+            if label == "-":  # a list's item starts on the dash's line
+                inner[0] = f"{pad}- {inner[0][len(pad) + 2 :]}"
+                out.extend(inner)
+            else:
+                out.append(f"{pad}{label}")
+                out.extend(inner)
+        else:
+            out.append(f"{pad}{label} {json.dumps(v, ensure_ascii=False)}")
+    return out
+
+
+def _has_lines(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\n" in value
+    if isinstance(value, dict):
+        return any(_has_lines(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_lines(v) for v in value)
+    return False
 
 
 def _fmt_event(ev: Any) -> str:
@@ -43,7 +84,9 @@ def _fmt_event(ev: Any) -> str:
             f"{usage.get('prompt_tokens', '?')}+{usage.get('completion_tokens', '?')} tokens, "
             f"{escape(said)} [dim]{ev.get('ms', 0):.1f} ms[/]"
         )
-    return f"[dim]event[/] {escape(_fmt(ev))}"
+    if _has_lines(ev):
+        return f"[dim]event[/]\n{escape(_fmt(ev))}"
+    return f"[dim]event[/] {escape(json.dumps(ev, ensure_ascii=False))}"
 
 
 def _short(value: Any, limit: int = 120) -> str:
@@ -64,17 +107,27 @@ async def show_episode(workflow_id: str, *, cfg: Config, as_json: bool) -> None:
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return
-    if data["session"]:
-        console.print(Panel(_fmt(data["session"]["first_message"]), title="first message"))
-    for t in data["turns"]:
+    print_transcript(data)
+
+
+def print_transcript(data: dict[str, Any]) -> None:
+    """`load_transcript`'s data, turn by turn, for a terminal; every value as text."""
+    turns = data["turns"]
+    first = data["session"]["first_message"] if data["session"] else None
+    # Turn 0 sends the first message (unless a trainer wrote its own): shown there once.
+    if data["session"] and not (
+        turns and turns[0]["record"]["turn"] == 0 and turns[0]["record"]["message"] == first
+    ):
+        console.print(Panel(escape(_fmt(first)), title="first message"))
+    for t in turns:
         rec = t["record"]
-        body = [f"[bold]message[/]\n{_fmt(rec['message'])}"]
+        body = [f"[bold]message[/]\n{escape(_fmt(rec['message']))}"]
         for ev in rec["events"]:
             body.append(_fmt_event(ev))
         if rec["error"]:
-            body.append(f"[red]{rec['error_type']}[/]\n{rec['error']}")
+            body.append(f"[red]{rec['error_type']}[/]\n{escape(rec['error'])}")
         else:
-            body.append(f"[bold]reply[/]\n{_fmt(rec['reply'])}")
+            body.append(f"[bold]reply[/]\n{escape(_fmt(rec['reply']))}")
         obs = t["observation"]
         if obs.get("reward") is not None or obs.get("done"):
             body.append(f"[dim]done={obs['done']} reward={obs.get('reward')}[/]")
@@ -83,9 +136,11 @@ async def show_episode(workflow_id: str, *, cfg: Config, as_json: bool) -> None:
         )
     r = data["result"]
     if r:
+        if r.get("score_details"):
+            console.print(Panel(escape(_fmt(r["score_details"])), title="score details"))
         console.print(
             f"[bold]{r['termination']}[/] after {r['turns']} turns, reward {r['reward']}, "
-            f"{r['duration_s']:.2f} s" + (f"\n[red]{r['error']}[/]" if r["error"] else "")
+            f"{r['duration_s']:.2f} s" + (f"\n[red]{escape(r['error'])}[/]" if r["error"] else "")
         )
     else:
         console.print("[yellow]still running[/]")

@@ -87,8 +87,14 @@ def env_var(name: str) -> str:
     return f"EPISODES_{name.upper()}"
 
 
+# Flags that are not their setting's name with dashes (as they shipped).
+_FLAGS = {"session_idle_ttl_s": "--session-idle-ttl", "pool_ttl_s": "--pool-ttl"}
+
+
 def flag(name: str) -> str:
-    return "--" + name.removesuffix("_s").replace("_", "-")
+    """A setting's command-line flag, as every command declares it (`episodes.cli.common`),
+    so an error names a flag that exists."""
+    return _FLAGS.get(name) or "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ An environment instance lives for one episode. Methods may be sync or async.
     class MyEnv(Environment):
         def reset(self, task):            # -> the first message sent to the harness
         def step(self, reply):            # -> StepOutcome(message=..., done=..., reward=...)
+        def step_error(self, error):      # -> StepOutcome, or None: end `harness_error` (optional)
         def score(self, transcript):      # -> ScoreResult(reward=..., details={...})
         def tools(self):                  # -> callables or a fastmcp.FastMCP (optional)
 
@@ -43,7 +44,14 @@ from typing import TYPE_CHECKING, Any
 
 from episodes.errors import EnvironmentFailed
 from episodes.runtimes.box import Box
-from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
+from episodes.types.results import (
+    ScoreResult,
+    StepOutcome,
+    Task,
+    Transcript,
+    TurnError,
+    TurnRecord,
+)
 
 if TYPE_CHECKING:  # fastmcp is only needed by envs that hand over a server of their own
     from fastmcp import FastMCP
@@ -92,6 +100,19 @@ class Environment:
 
     def step(self, reply: Any) -> StepOutcome | Awaitable[StepOutcome]:
         raise NotImplementedError
+
+    def step_error(self, error: TurnError) -> StepOutcome | Awaitable[StepOutcome | None] | None:
+        """A turn the harness answered with an `error` packet (an ACP agent: an error to
+        its prompt) instead of a reply: `step` for a failed turn. The harness is still
+        running and the failed turn is in the transcript either way.
+
+        Return a `StepOutcome` to go on (its `message` is the next turn's, as from
+        `step`; `done` ends the episode `env_done`), or None to end the episode
+        `harness_error`. Default: None. An env that tolerates failed turns counts them
+        itself (say, give up after three in a row); `max_turns` bounds the episode
+        whatever it does. Raising ends it `env_error`, as from `step`.
+        """
+        return None
 
     def score(self, transcript: Transcript) -> ScoreResult | Awaitable[ScoreResult]:
         """Grade the episode: once, after the last turn, bounded by the spec's
@@ -233,6 +254,34 @@ class EnvCalls:
             return await self(fn, *args, **kwargs)
 
         return tool
+
+
+async def step_turn(
+    env: Environment,
+    record: TurnRecord,
+    reply: Any,
+    calls: EnvCalls,
+    scrub: Callable[[str], str] = str,
+) -> StepOutcome | None:
+    """What the env makes of a turn: `step(reply)`, or for a turn the harness answered
+    with `error`, `step_error` with the error (`scrub`bed of known secrets); None: it
+    does not go on. Raises EnvironmentFailed for env code that raised or returned no
+    StepOutcome (the episode ends `env_error`)."""
+    method = "step"
+    try:
+        if record.error_type == "harness_error":
+            method = "step_error"
+            error = TurnError(turn=record.turn, error=scrub(record.error or ""))
+            outcome = await calls(env.step_error, error)
+            if outcome is None:
+                return None
+        else:
+            outcome = await calls(env.step, reply)
+        if not isinstance(outcome, StepOutcome):
+            outcome = StepOutcome.model_validate(outcome)
+    except Exception as e:
+        raise EnvironmentFailed(method, e) from e
+    return outcome
 
 
 async def score_transcript(

@@ -61,9 +61,11 @@ class CommandResult:
 
     @property
     def ok(self) -> bool:
+        """It exited with code 0."""
         return self.exit_code == 0
 
     def text(self, stream: str = "stdout") -> str:
+        """`stdout` (or `"stderr"`) decoded as UTF-8, undecodable bytes replaced."""
         data = self.stdout if stream == "stdout" else self.stderr
         return data.decode("utf-8", errors="replace")
 
@@ -117,8 +119,25 @@ class Box:
     ) -> CommandResult:
         """Run `argv` (a string runs under `/bin/sh -c`) to its end or its timeout.
 
-        `env` is added to what the box itself defines (its image's variables); nothing
-        of the worker's environment goes in. Raises `BoxGone` when the box is gone.
+        Args:
+            argv: The command; a bare name is looked up on the box's `PATH`.
+            cwd: Where it runs. Default: the box's working directory, the one the
+                harness starts in: the runtime's `workdir` (`/work` by default) on
+                docker, modal and prime; on the subprocess runtime (sandboxed or not)
+                a temporary directory made for this box (`episodes-<id>-...`, at the
+                same path inside the sandbox), removed with it.
+            env: Added to what the box itself defines, over it; nothing of the
+                worker's environment goes in. On docker, modal and prime the box
+                defines its image's variables (`PATH` among them) and the runtime's
+                `env`; on the subprocess runtime nothing, so the command sees `env`
+                alone, with `PATH=/usr/local/bin:/usr/bin:/bin` unless `env` sets one.
+            timeout_s: Past it the command's process group is killed and the result
+                says `timed_out` (within `score()`: never past the score's deadline).
+            input: Bytes written to its stdin, which is then closed.
+            max_output_bytes: What each stream keeps (default: the box's, 1 MiB).
+
+        Returns:
+            Its `CommandResult`. Raises `BoxGone` when the box is gone.
         """
         if isinstance(argv, str):
             argv = ["/bin/sh", "-c", argv]

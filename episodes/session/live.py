@@ -19,7 +19,7 @@ from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from episodes.agents.services import AgentServices
-from episodes.envs.base import EnvCalls, Environment, call, score_transcript
+from episodes.envs.base import EnvCalls, Environment, call, score_transcript, step_turn
 from episodes.errors import EnvironmentFailed, SpecError, TurnOutOfOrder
 from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
@@ -298,13 +298,16 @@ class LiveSession:
                     observation=StepOutcome(done=True),
                     termination="model_error",
                 )
-            elif record.error_type:
+            elif record.error_type and record.error_type != "harness_error":
+                # Crashed, timed out, broke the protocol: the driver stopped the harness.
                 result = TurnResult(
                     record=record,
                     observation=StepOutcome(done=True),
                     termination=record.error_type,
                 )
             else:
+                # A reply, or an `error` packet (that turn failed, the harness runs on):
+                # the env says what comes next.
                 result = await self._step_env(record, full_reply)
             result = fit_result(
                 self.scrubber.model(result),
@@ -326,18 +329,20 @@ class LiveSession:
             self.last_used = time.monotonic()
 
     async def _step_env(self, record: TurnRecord, reply: Any) -> TurnResult:
-        """The env's verdict on a reply; an env that raises ends the episode `env_error`."""
+        """The env's verdict on a turn (`step_turn`); an env that raises ends the episode
+        `env_error`, one that declines a harness's error ends it `harness_error`."""
         assert self.env is not None
         try:
-            outcome = await self.env_calls(self.env.step, reply)
-            if not isinstance(outcome, StepOutcome):
-                outcome = StepOutcome.model_validate(outcome)
-        except Exception as e:
-            failure = EnvironmentFailed("step", e)
+            outcome = await step_turn(self.env, record, reply, self.env_calls, self.scrubber.text)
+        except EnvironmentFailed as failure:
             return TurnResult(
                 record=record.model_copy(update={"error": str(failure)}),
                 observation=StepOutcome(done=True),
                 termination="env_error",
+            )
+        if outcome is None:
+            return TurnResult(
+                record=record, observation=StepOutcome(done=True), termination="harness_error"
             )
         self._pending = outcome.message
         return TurnResult(
@@ -364,8 +369,8 @@ class LiveSession:
         n = result.record.turn
         if n != self._next_turn or self._inflight:
             raise TurnOutOfOrder(f"recorded turn {n} restored, next is {self._next_turn}")
-        if result.record.error_type is None:
-            self._pending = result.observation.message
+        if result.record.error_type is None or not result.observation.done:
+            self._pending = result.observation.message  # a failed turn the env went on from
         self._results[n] = result
         self._next_turn += 1
         self.last_used = time.monotonic()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from episodes.errors import EnvironmentFailed, HarnessFailure, TurnOutOfOrder
+from episodes.envs.base import step_turn
+from episodes.errors import HarnessFailure, TurnOutOfOrder
 from episodes.truncate import fit_result
 from episodes.types.results import StepOutcome, TurnRecord, TurnResult
 
@@ -34,7 +35,8 @@ async def restore_session(
     A harness whose `ready` said `resume: true` gets the recorded turns in one
     `resume` packet; any other is sent each recorded message again, in order, and
     its replies are compared with the recorded ones (the divergent turn indices are
-    returned). The env always steps on the *recorded* replies, so its state follows
+    returned). The env always steps on the *recorded* replies (`step_error` on the
+    recorded errors of the failed turns it went on from), so its state follows
     the recorded run whatever the new harness answers. Tools the replaying harness
     calls act on this fresh env (once each); what a tool or the harness did outside
     the box and the env (a network call, a model call) happens again.
@@ -70,12 +72,13 @@ async def restore_session(
             if (new.reply, new.error_type) != (rec.reply, rec.error_type):
                 divergent.append(rec.turn)
         observation = StepOutcome(done=True)
-        if rec.error_type is None:
-            try:
-                observation = await session.env_calls(session.env.step, rec.reply)
-                if not isinstance(observation, StepOutcome):
-                    observation = StepOutcome.model_validate(observation)
-            except Exception as e:
-                raise EnvironmentFailed("step", e) from e
+        if rec.error_type in (None, "harness_error"):
+            # A recorded `error` the env went on from: `step_error` again, with the error.
+            observation = (
+                await step_turn(
+                    session.env, rec, rec.reply, session.env_calls, session.scrubber.text
+                )
+                or observation
+            )
         session.adopt(TurnResult(record=rec, observation=observation))
     return divergent, resumed

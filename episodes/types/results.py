@@ -120,6 +120,17 @@ class StepOutcome(Model):
     reward: float | None = None
 
 
+class TurnError(Model):
+    """A turn the harness answered with an `error` packet (an ACP agent: a JSON-RPC error
+    to its prompt): that turn failed, and the harness is still running. What
+    `Environment.step_error` gets in place of a reply; the turn's record keeps it too
+    (`error`, `error_type: harness_error`)."""
+
+    turn: int
+    error: str
+    """What the harness reported, then the tail of its stderr (known secrets masked)."""
+
+
 class TurnResult(Model):
     """What one turn activity returns to the workflow: the record plus the observation."""
 

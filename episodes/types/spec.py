@@ -197,13 +197,15 @@ class EpisodeSpec(Model):
             dupes = sorted({i for i in ids if ids.count(i) > 1})
             if dupes:
                 raise ValueError(f"task ids must be unique; repeated: {', '.join(dupes)}")
-        # The drive's deadline is max_turns turns of turn_timeout_s (EpisodeWorkflow):
-        # it must fit a protobuf Duration, or the workflow task fails for good.
+        # The drive's deadline is max_turns turns of turn_timeout_s, each with room to
+        # stop a harness twice and 30 s more (EpisodeWorkflow): it must fit a protobuf
+        # Duration, or the workflow task fails for good.
         drive_s = self.max_turns * (self.turn_timeout_s + 2 * self.harness.stop_timeout_s + 30)
         if drive_s > MAX_DRIVE_S:
             raise ValueError(
-                f"max_turns x turn_timeout_s is {drive_s:.3g} s, more than a workflow "
-                f"deadline may be ({MAX_DRIVE_S:.3g} s): lower max_turns or turn_timeout_s"
+                "max_turns x (turn_timeout_s + 2 x harness.stop_timeout_s + 30 s) is "
+                f"{drive_s:.3g} s, more than a workflow deadline may be ({MAX_DRIVE_S:.3g} s):"
+                " lower max_turns, turn_timeout_s or harness.stop_timeout_s"
             )
         return self
 
@@ -260,11 +262,13 @@ def describe_validation(e: ValidationError, *, unknown: str = "unknown field") -
     `unknown` says what an extra field is (a spec's typo, a task file's unsupported key)."""
     parts = []
     for err in e.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = unknown
-        parts.append(f"{loc}: {msg}")
+        # A check across fields (a model validator) has no location: its message names
+        # the fields itself.
+        parts.append(f"{loc}: {msg}" if loc else msg.removeprefix("Value error, "))
     return "; ".join(parts)
 
 

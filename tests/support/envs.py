@@ -63,6 +63,38 @@ class Faulty(Environment):
 FAULTY = f"{__name__}:Faulty"
 
 
+class Forgiving(Environment):
+    """Takes a harness's `error` for a turn in its stride (`step_error`): the next
+    message names the failed turn, and the episode goes on. Done after `done_at` turns
+    (default 4), errors included; the score's details list the turns that failed.
+    env_args: `give_up`: decline every error (`step_error` returns None)."""
+
+    def reset(self, task: Task) -> Any:
+        self.n = 0
+        self.failed: list[int] = []
+        return "m0"
+
+    def step(self, reply: Any) -> StepOutcome:
+        self.n += 1
+        return StepOutcome(message=f"m{self.n}", done=self.n >= self.env_args.get("done_at", 4))
+
+    def step_error(self, error: Any) -> StepOutcome | None:
+        if self.env_args.get("give_up"):
+            return None
+        self.n += 1
+        self.failed.append(error.turn)
+        done = self.n >= self.env_args.get("done_at", 4)
+        return StepOutcome(message=f"after the error in turn {error.turn}", done=done)
+
+    def score(self, transcript: Transcript) -> ScoreResult:
+        errors = [t.turn for t in transcript.turns if t.error_type == "harness_error"]
+        stepped = getattr(self, "failed", None)  # a fresh instance (worker lost): never reset
+        return ScoreResult(reward=1.0, details={"stepped_errors": stepped, "errors": errors})
+
+
+FORGIVING = f"{__name__}:Forgiving"
+
+
 class Toolbox(Environment):
     """Tools for the bridge's error path: `explode` raises, `note` records a note.
     Done when the agent says "done"; reward 1.0 once a note was taken."""
@@ -110,6 +142,17 @@ class ScriptedToolbox(ScriptEnv):
             return f"stored {key!r}"
 
         return [put]
+
+
+class ForgivingScript(ScriptEnv):
+    """The `script` env that takes a failed turn as a reply it cannot use (None) and
+    sends the next scripted message (`step_error`)."""
+
+    def step_error(self, error: Any) -> StepOutcome:
+        return self.step(None)
+
+
+FORGIVING_SCRIPT = f"{__name__}:ForgivingScript"
 
 
 class BoxWork(Environment):

@@ -126,3 +126,57 @@ async def test_bad_yaml_is_one_line(tmp_path) -> None:
     code, stdout, stderr = await episodes("run", str(p), "--address", "127.0.0.1:1")
     assert code == 2 and "cannot parse" in stderr and str(p) in stderr
     assert "Traceback" not in stderr + stdout
+
+
+async def test_a_bad_setting_names_the_flag_that_exists(tmp_path) -> None:
+    # `--drain-timeout-s` was blamed as `--drain-timeout`, a flag no command has.
+    code, stdout, stderr = await episodes("worker", "--drain-timeout-s", "-1", timeout=60)
+    assert code == 2 and "--drain-timeout-s: Input should be greater" in stderr, stderr
+    assert "Traceback" not in stderr + stdout
+
+
+def test_every_setting_is_blamed_on_an_option_the_cli_has() -> None:
+    from typer.main import get_command
+
+    from episodes.cli.main import app
+    from episodes.client.config import SETTINGS, flag
+
+    worker = get_command(app).commands["worker"]  # type: ignore[attr-defined]
+    options = {opt for param in worker.params for opt in param.opts}
+    assert {name: flag(name) for name in SETTINGS if flag(name) not in options} == {}
+
+
+async def test_a_bad_setting_in_a_file_keeps_its_section_in_the_message(tmp_path) -> None:
+    # Rich read "[episodes]" as markup and printed "bad.toml  drain_timeout_s".
+    p = tmp_path / "bad.toml"
+    p.write_text("[episodes]\ndrain_timeout_s = -1\n")
+    code, _, stderr = await episodes("worker", "--config", str(p), timeout=60)
+    assert code == 2 and "bad.toml [episodes] drain_timeout_s: Input should be" in stderr, stderr
+
+
+async def test_show_prints_each_message_once_code_as_text_and_the_score(
+    tmp_path, dev_server, worker
+) -> None:
+    code_msg = {"code": "def f():\n    return 1", "lang": "python"}
+    markup = "[bold]not markup[/]"
+    name = f"show-{uuid.uuid4().hex[:6]}"
+    data = good_spec(name)
+    data["samples"] = 1
+    data["tasks"] = [
+        {"id": "a", "data": {"messages": [code_msg, markup], "expected": ["x", markup]}}
+    ]
+    spec = write_spec(tmp_path, data)
+    code, _, stderr = await episodes(
+        "run", str(spec), "--address", dev_server.address, "--task-queue", "episodes-test"
+    )
+    assert code == 0, stderr
+    code, stdout, stderr = await episodes("show", f"{name}.a.s0", "--address", dev_server.address)
+    assert code == 0, stderr
+    # Turn 0 carries the first message: shown there (message, then the echoed reply),
+    # not once more above it.
+    assert stdout.count("def f():") == 2, stdout
+    # A string holding code is text, its lines as they are, not JSON's escapes.
+    assert "\\n" not in stdout and "    return 1" in stdout, stdout
+    assert markup in stdout  # a message is text, never rich markup
+    # The score's details without --json.
+    assert "matches" in stdout and "[false, true]" in stdout.replace("\n", " "), stdout

@@ -7,10 +7,13 @@ from __future__ import annotations
 import time
 import uuid
 
+import pytest
+
 from episodes.client.core import EpisodesClient
 from episodes.envs.base import Environment
 from episodes.errors import BoxGone
 from episodes.local import run_episode_local
+from episodes.runtimes.subprocess import MINIMAL_PATH
 from tests.support.envs import BOX_WORK
 from tests.support.helpers import spec
 
@@ -59,3 +62,26 @@ def test_an_env_without_a_session_has_no_box() -> None:
 
     with pytest.raises(BoxGone, match="not opened by a session"):
         asyncio.run(Environment().box.run(["true"]))
+
+
+@pytest.mark.parametrize("name", ["subprocess", "sandbox"])
+async def test_box_run_defaults_are_what_its_docstring_says(name: str) -> None:
+    """`Box.run`'s documented defaults on the subprocess runtime: the box's own working
+    directory, and PATH=/usr/local/bin:/usr/bin:/bin unless `env` sets one."""
+    from episodes.runtimes.box import Box
+    from tests.support import backends
+
+    backend = next(b for b in backends.discover() if b.NAME == name)
+    if backend.skip_reason():
+        pytest.skip(backend.skip_reason())
+    runtime = backend.make_runtime()
+    await runtime.start()
+    try:
+        box = Box(runtime)
+        r = await box.run('pwd; echo "$PATH"; echo "${HOME-unset}"')
+        assert r.text().split("\n")[:3] == [runtime.workdir, MINIMAL_PATH, "unset"], r
+        r = await box.run('echo "$PATH"', env={"PATH": "/opt/x:/usr/bin:/bin"})
+        assert r.text().strip() == "/opt/x:/usr/bin:/bin"
+        assert (await box.run("pwd", cwd="/")).text().strip() == "/"
+    finally:
+        await runtime.stop()

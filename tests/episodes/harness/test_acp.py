@@ -218,6 +218,42 @@ async def test_error_answer_is_harness_error_and_the_agent_stays_usable(runtime)
         assert (await s.turn(2, "fine", timeout_s=10)).reply["text"].endswith("seen=fine")
 
 
+async def test_an_error_answer_the_env_takes_goes_on_with_the_same_agent():
+    """An ACP error to a prompt fails that turn; an env with `step_error` goes on and
+    the same agent process, its memory intact, answers the next prompt."""
+    from episodes.session.live import LiveSession
+    from episodes.types.spec import parse_spec
+    from tests.support.envs import FORGIVING_SCRIPT
+
+    spec = parse_spec(
+        {
+            "name": "acp-forgiven",
+            "env": FORGIVING_SCRIPT,
+            "tasks": [{"id": "t", "data": {"messages": ["hi", "error", "again"]}}],
+            "harness": {
+                "command": [sys.executable, AGENT, "ok"],
+                "protocol": "acp",
+                "ready_timeout_s": 15,
+                "stop_timeout_s": 1,
+                "runtime": {"type": "subprocess", "isolation": "none"},
+            },
+        }
+    )
+    session = LiveSession(spec, spec.tasks[0], 0, "s-acp-forgiven")
+    try:
+        await session.open()
+        first = await session.turn(0)
+        failed = await session.turn(1)
+        assert failed.record.error_type == "harness_error" and failed.termination is None
+        last = await session.turn(2)
+        assert last.termination == "env_done" and last.record.message == "again"
+        # The same process, which remembers turn 0 (the failed prompt added nothing).
+        pid = first.record.reply["text"].split(";")[0]
+        assert last.record.reply["text"].startswith(f"{pid};count=2;seen=hi|again")
+    finally:
+        await session.close()
+
+
 async def test_crash_mid_turn_is_harness_crashed_with_stderr(runtime):
     async with started(runtime) as s:
         assert (await s.turn(1, "first", timeout_s=10)).error is None

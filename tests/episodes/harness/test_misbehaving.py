@@ -80,6 +80,29 @@ async def test_mode_ends_in_named_outcome(client, worker, argv, termination, nee
     assert await wait_until(lambda: not _procs_with(tag), timeout=10), _procs_with(tag)
 
 
+async def test_a_reported_error_the_env_handles_is_one_failed_turn(client, worker) -> None:
+    """An `error` packet fails its turn, not the episode, when the env takes it
+    (`step_error`): the same harness gets the next turn, and the history records the
+    failed turn (both turn modes)."""
+    from tests.support.envs import FORGIVING
+
+    s = spec(
+        name=f"forgiven-{uuid.uuid4().hex[:6]}",
+        env=FORGIVING,
+        env_args={"done_at": 4},
+        command=scripted_command("error-reply", "turn=1"),
+        tasks=[{"id": "t0"}],
+    )
+    c = EpisodesClient(client, task_queue=QUEUE)
+    handle = await c.start_episode(s, s.tasks[0])
+    result = await handle.result()
+    assert (result.termination, result.turns, result.error) == ("env_done", 4, None)
+    assert result.score_details == {"stepped_errors": [1], "errors": [1]}
+    transcript = await c.transcript(handle.id)
+    assert [t.error_type for t in transcript.turns] == [None, "harness_error", None, None]
+    assert transcript.turns[2].message == transcript.turns[2].reply == "after the error in turn 1"
+
+
 async def test_a_harness_streaming_past_its_turn_budget_ends_protocol_error(client, worker):
     """400 events of 1 MiB in one turn were all accepted: the episode ended `env_done`
     and the worker grew to 933 MB (issue 19). The default budget is 64 MiB a turn."""

@@ -73,3 +73,37 @@ async def test_replay_counts_replies_that_differ_from_the_record() -> None:
         assert (await session.turn(2)).record.reply["received"] == 3
     finally:
         await session.close()
+
+
+async def test_a_handled_harness_error_is_stepped_again_on_restore() -> None:
+    # A recorded turn whose harness sent `error` and whose env went on (`step_error`):
+    # the restored env is told of the same error, so its next message is the recorded
+    # run's, and the new harness erring again on the replay is no failure.
+    from tests.conftest import scripted_command
+    from tests.support.envs import FORGIVING
+
+    spec = parse_spec(
+        {
+            "name": "restore-error",
+            "env": FORGIVING,
+            "tasks": [{"id": "t"}],
+            "harness": {"command": scripted_command("error-reply", "turn=1"), "stop_timeout_s": 1},
+        }
+    )
+    original = LiveSession(spec, spec.tasks[0], 0, "s-err-original")
+    try:
+        await original.open()
+        records = [(await original.turn(i)).record for i in range(2)]
+    finally:
+        await original.close()
+    assert records[1].error_type == "harness_error"
+    session = LiveSession(spec, spec.tasks[0], 0, "s-err-restored")
+    try:
+        await session.open()
+        divergent, _ = await session.restore(records)
+        assert divergent == []
+        nxt = await session.turn(2)
+        assert nxt.record.message == nxt.record.reply == "after the error in turn 1"
+        assert session.transcript().turns[:2] == records
+    finally:
+        await session.close()

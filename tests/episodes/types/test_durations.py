@@ -116,6 +116,20 @@ def test_every_duration_field_refuses_infinity() -> None:
 
 def test_max_turns_times_turn_timeout_must_fit_a_workflow_deadline() -> None:
     # Each is within bounds; their product (the drive's deadline) would not fit.
-    with pytest.raises(SpecError, match="max_turns x turn_timeout_s"):
+    with pytest.raises(SpecError) as e:
         parse_spec({**BASE, "max_turns": 10**6, "turn_timeout_s": 30 * 86400})
+    # The message states the formula the check uses, naming every field in it, and
+    # blames no "(top level)" (issue 27).
+    formula = "max_turns x (turn_timeout_s + 2 x harness.stop_timeout_s + 30 s)"
+    assert formula in str(e.value) and "top level" not in str(e.value), str(e.value)
     parse_spec({**BASE, "max_turns": 10**4, "turn_timeout_s": 86400})
+    # The stop timeouts and the 30 s count: turn_timeout_s alone would fit here.
+    with pytest.raises(SpecError, match=r"harness\.stop_timeout_s"):
+        parse_spec(
+            {
+                **BASE,
+                "max_turns": 10**6,
+                "turn_timeout_s": 1,
+                "harness": {"command": ["x"], "stop_timeout_s": 30 * 86400},
+            }
+        )
