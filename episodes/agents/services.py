@@ -262,7 +262,8 @@ async def _relay_missing(runtime: Runtime, proc: RuntimeProcess) -> HarnessStart
         f"harness.runtime.image {image or '(the box)'!r} cannot run the in-box relay that "
         f"connects the harness to the session's tools and model ({why or 'no output'}): "
         f"it needs python3 on the PATH and {RELAY_IN_BOX}; use an image built by "
-        "scripts/build-image.sh, or one made FROM it"
+        "scripts/build-image.sh, or one made FROM it, or any other image with the runtime "
+        "bundle (runtime_bundle, made from that script's image: docs/runtimes.md)"
     )
 
 

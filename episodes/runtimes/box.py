@@ -9,7 +9,8 @@ Built once over the `Runtime` interface (`open_process` and nothing else), so ev
 backend (subprocess, sandbox, Docker, Modal, Prime) has it and the runtime self-check
 (`episodes.runtimes.selfcheck_box`) holds each to it. What the box must have: `/bin/sh`
 and `cat`/`mkdir` (any image with a shell; busybox will do); `copy_in` uses `tar` when
-the box has it, else one write per file.
+the box has it, else one write per file (and `ln -s` per link: links are copied as
+links, never followed on the worker; `box_copy`).
 
 Bounds, because the box is the agent's and what runs there is untrusted:
 - every command has a timeout (`timeout_s`, default 60 s); past it the process group is
@@ -24,8 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import tarfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from episodes.errors import BoxGone
+from episodes.runtimes.box_copy import read_tree, tar_of
 
 if TYPE_CHECKING:
     from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess
@@ -224,28 +224,34 @@ class Box:
 
     async def copy_in(self, source: str | Path, dest: str) -> None:
         """Copy the host directory `source` to `dest` in the box (made if missing; files
-        there of the same names are replaced). Modes are kept; owners are the box user's."""
+        there of the same names are replaced). Modes are kept; owners are the box user's.
+
+        Links under `source` are copied as links, never followed on the worker
+        (`box_copy`): task content must not read the worker's files into the box."""
         src = Path(source)
-        if not src.is_dir():
-            raise NotADirectoryError(f"{src}: not a directory")
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.add(src, arcname=".", filter=_portable)
+        entries = await asyncio.to_thread(read_tree, src)
         script = 'mkdir -p -- "$1" && command -v tar >/dev/null || exit 127; exec tar -xf - -C "$1"'
-        r = await self.run(["/bin/sh", "-c", script, "sh", dest], input=buf.getvalue())
+        r = await self.run(["/bin/sh", "-c", script, "sh", dest], input=tar_of(entries))
         if r.ok:
             return
         if r.exit_code != _NOT_FOUND:
             raise OSError(f"copying {src} to {dest} in the box failed: {_why(r)}")
-        # No tar in the box: one write per file (directories first, so empty ones exist).
-        for path in sorted(src.rglob("*")):
-            target = f"{dest.rstrip('/')}/{path.relative_to(src).as_posix()}"
-            if path.is_dir():
+        # No tar in the box: one command per entry (parents first, so empty dirs exist).
+        made = await self.run(["mkdir", "-p", "--", dest])
+        if not made.ok:
+            raise OSError(f"making {dest} in the box failed: {_why(made)}")
+        for e in entries:
+            target = f"{dest.rstrip('/')}/{e.rel}"
+            if e.kind == "dir":
                 made = await self.run(["mkdir", "-p", "--", target])
                 if not made.ok:
                     raise OSError(f"making {target} in the box failed: {_why(made)}")
-            elif path.is_file():
-                await self.write_file(target, path.read_bytes(), mode=path.stat().st_mode & 0o777)
+            elif e.kind == "link":
+                linked = await self.run(["ln", "-sfn", "--", e.target, target])
+                if not linked.ok:
+                    raise OSError(f"making the link {target} in the box failed: {_why(linked)}")
+            else:
+                await self.write_file(target, e.data, mode=e.mode)
 
 
 async def _drain(stream: ByteStream, limit: int) -> tuple[bytes, bool]:
@@ -260,12 +266,6 @@ async def _drain(stream: ByteStream, limit: int) -> tuple[bytes, bool]:
         else:
             kept += chunk
     return bytes(kept), cut
-
-
-def _portable(info: tarfile.TarInfo) -> tarfile.TarInfo:
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
 
 
 def _why(r: CommandResult) -> str:

@@ -4,7 +4,8 @@ A task's image is arbitrary (a Harbor task may be busybox, Alpine's musl, a dist
 with no Python at all), but some things must run in its box: the in-box relay that
 serves the tools and the model, the stdio tunnel's end, the built-in `oracle` and
 `nop` harnesses. The Docker runtime mounts this bundle read-only at
-`/opt/episodes-runtime` (`DockerConfig.runtime_bundle`), and runs them with it:
+`/opt/episodes-runtime` in every box whose image is not the project's own
+(`DockerConfig.runtime_bundle`, `bundle_for`), and runs them with it:
 
     /opt/episodes-runtime/python3 -I PROGRAM     # a /bin/sh wrapper that runs
     <bundle>/lib/ld-linux-*.so.2 --library-path <bundle>/lib <bundle>/bin/python3 ...
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import os
 import shutil
 import tempfile
@@ -32,7 +34,12 @@ from pathlib import Path
 
 from episodes.errors import ImageMissing, RuntimeUnavailable
 
+log = logging.getLogger(__name__)
+
 BUNDLE_IN_BOX = "/opt/episodes-runtime"
+# What scripts/build-image.sh labels its images with (and images FROM them inherit):
+# they have their own python3 and /opt/episodes, and need no bundle.
+PROJECT_IMAGE_LABEL = "episodes.harness.hash"
 SOURCE_IMAGE = os.environ.get("EPISODES_BUNDLE_IMAGE", "episodes-harness:latest")
 # The package's stdlib-only programs the box may run, relative to the package's parent.
 IN_BOX_FILES = (
@@ -67,6 +74,23 @@ _WRAPPER = """#!/bin/sh
 d=${0%/*}
 exec "$d/lib/LOADER" --library-path "$d/lib" "$d/bin/python3" "$@"
 """
+
+
+def bundle_for(setting: bool | None, image_labels: dict[str, str] | None) -> Path | None:
+    """The bundle to mount in a box of an image with these labels, per
+    `DockerConfig.runtime_bundle` (None: any image but the project's). Blocking.
+
+    Unasked (None) and not to be had (no SOURCE_IMAGE on the engine), the box goes
+    without: its harness may need no relay; one that does fails to start naming it."""
+    if setting is False or (setting is None and PROJECT_IMAGE_LABEL in (image_labels or {})):
+        return None
+    try:
+        return ensure_bundle()
+    except ImageMissing as e:
+        if setting:
+            raise
+        log.warning("no runtime bundle for this box: %s", e)
+        return None
 
 
 def cache_dir() -> Path:

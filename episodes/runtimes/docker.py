@@ -121,7 +121,7 @@ class DockerRuntime(Runtime):
         client = shared_client()
         cfg = self.config
         try:
-            client.images.get(cfg.image)
+            image = client.images.get(cfg.image)
         except docker.errors.ImageNotFound:
             how = (
                 "build it with scripts/build-image.sh"
@@ -144,10 +144,11 @@ class DockerRuntime(Runtime):
             # Anonymous, so the engine seeds it from the image's workdir (its files and
             # owner) and removes it with the container (v=True).
             mounts.append(docker.types.Mount(cfg.workdir, None, type="volume"))
-        if cfg.runtime_bundle:
-            from episodes.runtimes.bundle import BUNDLE_IN_BOX, ensure_bundle
+        from episodes.runtimes.bundle import BUNDLE_IN_BOX, bundle_for
 
-            bundle = ensure_bundle()  # once per host; a lock keeps concurrent boxes waiting
+        # Made once per host (a lock keeps concurrent boxes waiting); any image but ours.
+        bundle = bundle_for(cfg.runtime_bundle, image.labels)
+        if bundle is not None:
             mounts.append(
                 docker.types.Mount(BUNDLE_IN_BOX, str(bundle), type="bind", read_only=True)
             )

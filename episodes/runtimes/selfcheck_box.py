@@ -108,6 +108,8 @@ async def box_copies_a_directory_in(s: Subject) -> None:
         (src / "run.sh").write_text("#!/bin/sh\necho ran $1\n")
         (src / "run.sh").chmod(0o755)
         (src / "sub" / "deeper" / "data.bin").write_bytes(bytes(range(256)))
+        # Task content is untrusted: a link is copied as a link, never followed here.
+        (src / "environ").symlink_to("/proc/self/environ")
         dest = _dir()
         await within(box.copy_in(src, dest))
     ran = await within(box.run([f"./{dest}/run.sh", "ok"]))
@@ -116,6 +118,10 @@ async def box_copies_a_directory_in(s: Subject) -> None:
     equal(data, bytes(range(256)), "a copied nested file")
     empty = await within(box.run(["test", "-d", f"{dest}/empty"]))
     equal(empty.exit_code, 0, "a copied empty directory exists")
+    link = await within(
+        box.run(["/bin/sh", "-c", 'test -L "$1" && echo link', "sh", f"{dest}/environ"])
+    )
+    equal(link.stdout, b"link\n", "a copied link is a link in the box, not the file it names")
 
 
 BOX_CHECKS = [

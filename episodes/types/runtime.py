@@ -88,11 +88,14 @@ class DockerConfig(_Config):
     """The image's filesystem is read-only; `workdir` (a volume seeded from the
     image's copy) and /tmp (a tmpfs) stay writable. False: the whole container is
     writable."""
-    runtime_bundle: bool = False
+    runtime_bundle: bool | None = None
     """Mount the runtime bundle (a Python with its own loader and libraries, and this
     package's in-box programs) read-only at /opt/episodes-runtime: the relay, the
-    tunnel end and `{python}` harnesses then run in an image without Python
-    (episodes/runtimes/bundle.py). Harbor tasks set it."""
+    tunnel end and `{python}` harnesses then run in any image, with or without a
+    Python of its own (episodes/runtimes/bundle.py). None (the default): every image
+    but the project's own (scripts/build-image.sh's, and images FROM them, which
+    carry its `episodes.harness.hash` label and their own Python); true: always;
+    false: never."""
     capabilities: Literal["minimal", "default"] = "minimal"
     """`minimal`: every capability dropped but KILL (for the worker's control execs).
     `default`: the engine's default set, as `docker run` gives, for images whose own

@@ -21,6 +21,7 @@ from aiohttp import web
 from temporalio.client import Client
 
 from episodes.viewer import visibility
+from episodes.viewer.hosts import host_check
 from episodes.viewer.search import MAX_EPISODES, MAX_HITS, search_batch
 from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound, clip
@@ -181,8 +182,11 @@ def ui_link(settings: dict[str, Any], workflow_id: str) -> str:
     return f"{ui}/namespaces/{quote(ns, safe='')}/workflows/{quote(workflow_id, safe='')}"
 
 
-def make_app(client: Client, *, ui_address: str = DEFAULT_UI) -> web.Application:
-    app = web.Application(middlewares=[_errors])
+def make_app(
+    client: Client, *, ui_address: str = DEFAULT_UI, host: str = "127.0.0.1"
+) -> web.Application:
+    """`host`: the address it serves on; requests for any other Host get 403 (hosts.py)."""
+    app = web.Application(middlewares=[host_check(host), _errors])
     app[CLIENT] = client
     app[EPISODES] = Episodes(client)
     app[SETTINGS] = {"ui_address": ui_address, "namespace": client.namespace}
@@ -218,7 +222,8 @@ async def serve(
     client: Client, *, host: str = "127.0.0.1", port: int = 0, ui_address: str = DEFAULT_UI
 ) -> AsyncIterator[Running]:
     """Serve the viewer until the block ends (`port` 0: any free port)."""
-    runner = web.AppRunner(make_app(client, ui_address=ui_address), access_log=None)
+    app = make_app(client, ui_address=ui_address, host=host)
+    runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from episodes.envs.base import Environment
+from episodes.envs.harbor import reward as reward_file
 from episodes.envs.harbor.task import HarborTask, Step, load_task
 from episodes.errors import SpecError
 from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
@@ -156,31 +157,20 @@ class HarborEnv(Environment):
         return verdict
 
     async def _reward(self, box: Any) -> dict[str, Any]:
+        """The verdict's reward; RewardError (the episode's env_error) when the verifier
+        wrote one that is not a finite number (`reward.py`)."""
         try:
-            text = (await box.read_file(f"{VERIFIER_DIR}/reward.txt", max_bytes=4096)).decode()
+            raw = await box.read_file(f"{VERIFIER_DIR}/reward.txt", max_bytes=4096)
         except FileNotFoundError:
             pass
         else:
-            try:
-                return {"reward": float(text.strip())}
-            except ValueError:
-                return {"reward": None, "error": f"reward.txt is not a number: {text[:100]!r}"}
+            return {"reward": reward_file.parse_txt(raw, f"{VERIFIER_DIR}/reward.txt")}
         try:
             raw = await box.read_file(f"{VERIFIER_DIR}/reward.json", max_bytes=1024 * 1024)
         except FileNotFoundError:
             return {"reward": None, "error": "the tests wrote no reward.txt or reward.json"}
-        try:
-            data = json.loads(raw)
-        except json.JSONDecodeError as e:
-            return {"reward": None, "error": f"reward.json is not JSON ({e.msg})"}
-        if not isinstance(data, dict):
-            return {"reward": None, "error": "reward.json is not an object"}
-        numbers = {k: v for k, v in data.items() if isinstance(v, int | float)}
-        if "reward" in numbers:
-            reward = float(numbers["reward"])
-        elif len(numbers) == 1:
-            reward = float(next(iter(numbers.values())))
-        else:
+        reward, data = reward_file.parse_json(raw, f"{VERIFIER_DIR}/reward.json")
+        if reward is None:
             return {"reward": None, "rewards": data, "error": "reward.json has no 'reward' key"}
         return {"reward": reward, "rewards": data}
 
@@ -220,7 +210,7 @@ def _meets(verdict: dict[str, Any], minimum: float | dict[str, float] | None) ->
     if isinstance(minimum, dict):
         rewards = verdict.get("rewards") or {"reward": verdict["reward"]}
         return all(
-            isinstance(rewards.get(k), int | float) and rewards[k] >= v for k, v in minimum.items()
+            reward_file.finite(rewards.get(k)) and rewards[k] >= v for k, v in minimum.items()
         )
     return verdict["reward"] is not None and verdict["reward"] >= minimum
 

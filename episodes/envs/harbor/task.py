@@ -167,7 +167,7 @@ def load_task(path: Path) -> HarborTask:
     """Read and check one task directory; HarborTaskError names what is wrong."""
     path = path.resolve()
     where = f"harbor task {path.name} ({path})"
-    toml = path / "task.toml"
+    toml = _inside(path / "task.toml", path, where)
     if not toml.is_file():
         raise HarborTaskError(f"{where}: task.toml is missing")
     try:
@@ -184,6 +184,8 @@ def load_task(path: Path) -> HarborTask:
     except ValueError as e:
         raise HarborTaskError(f"{where}: task.toml: {e}") from None
     env = config.environment
+    for name in ("environment", "environment/Dockerfile", "instruction.md", "tests", "solution"):
+        _inside(path / name, path, where)
     if env.docker_image is None and not (path / "environment" / "Dockerfile").is_file():
         raise HarborTaskError(
             f"{where}: environment/Dockerfile is missing (or set [environment].docker_image)"
@@ -213,6 +215,8 @@ def load_task(path: Path) -> HarborTask:
             raise HarborTaskError(f"{where}: [[steps]] names repeat: {names}")
         for s in config.steps:
             sdir = path / "steps" / s.name
+            for sub in ("", "instruction.md", "tests", "solution"):
+                _inside(sdir / sub if sub else sdir, path, where)
             if not sdir.is_dir():
                 raise HarborTaskError(f"{where}: step {s.name!r}: steps/{s.name}/ is missing")
             agent = s.agent or config.agent
@@ -244,6 +248,23 @@ def task_dirs(path: Path) -> list[Path]:
     if not found:
         raise HarborTaskError(f"harbor: {path} holds no task directory (none has a task.toml)")
     return found
+
+
+def _inside(path: Path, root: Path, where: str) -> Path:
+    """`path`, once sure that it, its links followed, stays in the task directory `root`:
+    task content is untrusted, and a `tests -> ~/.ssh` or `instruction.md ->
+    /proc/self/environ` must not read the worker's files (links *inside* tests/ and
+    solution/ are copied as links: `episodes.runtimes.box_copy`)."""
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError) as e:  # a link loop
+        raise HarborTaskError(f"{where}: {path.relative_to(root)}: {e}") from None
+    if real != root and root not in real.parents:
+        raise HarborTaskError(
+            f"{where}: {path.relative_to(root)} is a link to {real}, outside the task "
+            "directory; make it a file or directory of the task"
+        )
+    return path
 
 
 def _read(path: Path, where: str) -> str:

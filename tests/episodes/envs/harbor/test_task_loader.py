@@ -3,6 +3,7 @@ error naming it; no Docker needed."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -96,3 +97,41 @@ def test_spec_errors_name_the_field() -> None:
                 "harness": {"command": ["x"], "runtime": {"type": "modal"}},
             }
         )
+
+
+@pytest.mark.parametrize(
+    "name", ["instruction.md", "task.toml", "tests", "solution", "environment", "steps/create"]
+)
+def test_a_task_file_that_links_out_of_the_task_is_refused(tmp_path: Path, name: str) -> None:
+    # Task content is untrusted: instruction.md -> a worker file would send the file to
+    # the model as the task's instruction; tests -> ~/.ssh would copy the keys in a box.
+    task = _copy(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("canary-" + name)
+    if name == "steps/create":  # a multi-step task's step directory
+        task = _copy(tmp_path, "multi-step")
+        shutil.rmtree(task / name)
+        (task / name).symlink_to(outside, target_is_directory=True)
+    else:
+        original = task / name
+        if original.is_dir():
+            shutil.copytree(original, outside, dirs_exist_ok=True)
+            shutil.rmtree(original)
+            original.symlink_to(outside, target_is_directory=True)
+        else:
+            (outside / name).write_text(original.read_text())
+            original.unlink()
+            original.symlink_to(outside / name)
+    with pytest.raises(
+        HarborTaskError, match=rf"{re.escape(name)} is a link to .*outside the task"
+    ):
+        load_task(task)
+
+
+def test_links_inside_the_task_are_fine(tmp_path: Path) -> None:
+    task = _copy(tmp_path)
+    (task / "docs").mkdir()
+    (task / "instruction.md").rename(task / "docs" / "instruction.md")
+    (task / "instruction.md").symlink_to("docs/instruction.md")
+    assert "hello" in load_task(task).steps[0].instruction.lower()
