@@ -32,7 +32,7 @@ from episodes.client.history import load_transcript, transcript_of
 from episodes.contract import group_id
 from episodes.errors import EpisodesError
 from episodes.training.export import Episode, check_out, export_rows, write_rows
-from episodes.training.samples import samples_of
+from episodes.training.samples import no_model_calls, samples_of
 from episodes.types.attempts import member_id
 from episodes.types.results import EpisodeResult
 
@@ -82,13 +82,8 @@ async def export_batch(
             f"{named}{more}. --skip-incomplete exports the others",
             code=1,
         )
-    if done and not any(s.samples or s.incomplete or s.unanswered for _, s in done):
-        fail(
-            f"batch {batch}: no episode made model calls, nothing written: samples are the "
-            "model calls the proxy records, so the spec needs a `model` (its harness calls "
-            "the model through the proxy)",
-            code=1,
-        )
+    if done and not any(s.made_calls for _, s in done):
+        fail(f"{no_model_calls(f'batch {batch}')}; nothing written", code=1)
     rows = export_rows(batch, done, normalize_std=normalize_std)
     if not rows:
         fail(f"batch {batch}: no complete episode left to export, nothing written", code=1)

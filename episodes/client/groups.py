@@ -38,7 +38,7 @@ from episodes import contract
 from episodes.client.dispatch import Member, Outcome, cancel_episode, dispatch_spec, run_member
 from episodes.errors import EpisodesError
 from episodes.training.export import advantages
-from episodes.training.samples import EpisodeSamples, samples_of
+from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of
 from episodes.types.results import EpisodeResult, Transcript
 from episodes.types.spec import EpisodeSpec
 
@@ -87,13 +87,18 @@ class Group(BaseModel):
 
     async def samples(self) -> list[EpisodeSamples]:
         """Per result, its training samples (`episodes.training.samples`), from the
-        transcripts read back from history on first use."""
+        transcripts read back from history on first use. EpisodesError when no member
+        made a model call (no `model` in the spec): there is nothing to train on."""
         if self._samples is None:
             if self._fetch is None:
                 raise EpisodesError(f"group {self.group_id}: not from a client, no history")
             fetch = self._fetch
             transcripts = await asyncio.gather(*(fetch(r.workflow_id) for r in self.results))
             self._samples = [samples_of(t) for t in transcripts]
+        if not any(s.made_calls for s in self._samples):
+            # Never a silent empty list: a trainer would step on nothing.
+            ended = ", ".join(sorted({r.termination for r in self.results}))
+            raise EpisodesError(f"{no_model_calls(f'group {self.group_id}')} (they ended {ended})")
         return self._samples
 
 
