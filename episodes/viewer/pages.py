@@ -163,7 +163,7 @@ def _batch(data: dict[str, Any]) -> str:
             _a(_episode_link(r["id"]), r["id"]),
             _e(r.get("task")),
             _e(r.get("sample")),
-            _pill(r),
+            _pill(r) + ("" if r.get("final", True) else ' <span class="small">replaced</span>'),
             _num(r.get("reward")),
             _signed(r.get("advantage")),
             _e(r["turns"] if r.get("turns") is not None else "-"),

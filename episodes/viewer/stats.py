@@ -108,16 +108,18 @@ def _started(row: dict[str, Any]) -> datetime | None:
 
 
 def batch_stats(rows: list[dict[str, Any]], threshold: float = 1.0) -> dict[str, Any]:
-    """The batch page's figures; sets `advantage` (reward minus its task's mean) and
-    `side` on each row in place."""
+    """The batch page's figures; sets `advantage` (reward minus its task's mean), `side`
+    and `final` (whether it is its (task, sample)'s final attempt) on each row in place."""
     final = latest_attempts(rows)
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in final:
         by_task[r.get("task") or "?"].append(r)
     terminations: dict[str, int] = defaultdict(int)
     sides: dict[str, int] = defaultdict(int)
+    finals = {id(r) for r in final}
     for r in rows:
         r["side"] = side(r.get("termination"))
+        r["final"] = id(r) in finals  # False: a later attempt replaced it in the figures
     for r in final:
         terminations[r.get("termination") or "running"] += 1
         sides[r["side"]] += 1

@@ -77,7 +77,8 @@ async def test_every_page_is_served_with_its_first_view(client, worker, viewer) 
     assert "0.500 pass@1" in batch and "0 infra failures" in batch
     assert "solved 1/1 1.000 s0 1.00 (±0.000)" in batch  # task, passed, mean, the sample
     assert f"{solved.workflow_id} solved 0 env_done 1.000 ±0.000 2" in batch
-    assert f"{name}.solved.s0.r1 solved 0 workflow_failed" in batch  # the attempts, listed
+    # Every attempt is listed; those a later one replaced say so.
+    assert f"{name}.solved.s0.r1 solved 0 workflow_failed replaced" in batch
     # Both episodes took 2 turns: one bin, labelled 2 (it read 2..3).
     turns = batch_html[batch_html.index("<h2>Turns") :]
     assert '<div class="axis"><span>2</span><span></span></div>' in turns[:2000]

@@ -85,6 +85,7 @@ def test_the_final_attempt_is_the_one_started_last() -> None:
     ]
     s = batch_stats(rows)
     assert (s["episodes"], s["attempts"], s["mean_reward"]) == (2, 5, 0.5)
+    assert [r["final"] for r in rows] == [False, False, True, False, True]
     assert s["sides"] == {"ok": 2} and s["pass_at_k"][1] == 0.5
 
 
