@@ -2,10 +2,10 @@
 
 Pages are plain addresses (`/`, `/batch/<id>`, `/episode/<workflow id>`, `/compare`),
 each a static HTML file served with its first view rendered in (`episodes.viewer.pages`:
-headless tools and slow machines see content) whose script then reads its address and
-fetches the API for the live page; the API
-(all GET, under `/api/`) reads visibility, histories through the client's data
-converter, and the `progress` query: nothing is stored here.
+headless tools and slow machines see content), whose script then reads its address
+and fetches the API for the live page. The API (all GET, under `/api/`) reads
+visibility, histories through the client's data converter, and the `progress` query:
+nothing is stored here.
 """
 
 from __future__ import annotations

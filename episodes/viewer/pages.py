@@ -34,7 +34,7 @@ async def batch_view(client: Client, name: str, threshold: float = 1.0) -> dict[
     if not rows:
         raise NotFound(f"no episodes in batch {name!r}")
     stats = batch_stats(rows, threshold)
-    rows.sort(key=lambda r: (r.get("task") or "", r.get("sample") or 0, r.get("attempt") or 0))
+    rows.sort(key=lambda r: (r.get("task") or "", r.get("sample") or 0, r.get("start") or ""))
     return {"batch": name, "stats": stats, "episodes": rows, "truncated": truncated}
 
 
