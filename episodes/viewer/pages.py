@@ -52,7 +52,10 @@ async def first_view(
             return "episodes", await _index(client, query), 200
         if page == "batch":
             name = match["id"]
-            threshold = float(query.get("threshold") or 1.0)
+            try:
+                threshold = float(query.get("threshold") or 1.0)
+            except ValueError:
+                raise visibility.BadQuery("threshold must be a number") from None
             return f"{name} · episodes", _batch(await batch_view(client, name, threshold)), 200
         if page == "episode":
             wid = match["id"]
@@ -67,7 +70,7 @@ async def first_view(
         return "compare · episodes", _compare(ids, pages), 200
     except NotFound as e:
         return "episodes", _banner(str(e)), 404
-    except (visibility.BadQuery, ValueError) as e:
+    except visibility.BadQuery as e:
         return "episodes", _banner(str(e)), 400
     except Exception as e:  # a failed RPC: the page says so, the script may do better
         log.exception("viewer page %s failed", page)

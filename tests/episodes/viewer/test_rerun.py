@@ -92,3 +92,5 @@ async def test_every_page_is_served_with_its_first_view(client, worker, viewer) 
     gone = _text(await page("/episode/no-such-episode", status=404))
     assert "no episode" in gone
     assert "compare needs two episodes" in _text(await page("/compare", status=400))
+    bad = _text(await page("/batch/" + quote(name, safe="") + "?threshold=most", status=400))
+    assert "threshold must be a number" in bad
