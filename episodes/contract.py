@@ -17,6 +17,7 @@ from typing import Literal
 
 from temporalio import activity
 
+from episodes.types.attempts import retry_id as retry_id  # the naming lives with its parsing
 from episodes.types.io import (
     DriveInput,
     DriveResult,
@@ -170,11 +171,6 @@ def episode_id(batch: str, task_id: str, sample: int) -> str:
 def session_workflow_id(batch: str, task_id: str, sample: int) -> str:
     """An interactive session's workflow id."""
     return f"{episode_id(batch, task_id, sample)}.session"
-
-
-def retry_id(workflow_id: str, attempt: int) -> str:
-    """A batch's fresh episode after an infrastructure failure: `<id>.r<attempt>`."""
-    return workflow_id if attempt == 0 else f"{workflow_id}.r{attempt}"
 
 
 def group_id(batch: str, task_id: str) -> str:

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from episodes.client.config import flag
 from episodes.errors import EpisodesError
+from episodes.types.attempts import attempt_of, final_attempts
 from episodes.types.results import INFRA_TERMINATIONS, EpisodeResult
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Table:
+    # One row of figures per (task, sample): its final attempt, as every batch figure.
+    results = final_attempts(results, workflow_id=lambda r: r.workflow_id)
     rewards = [r.reward for r in results if r.reward is not None]
     durations = [r.duration_s for r in results]
     turns = sum(r.turns for r in results)
@@ -74,7 +77,8 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
     # is not the agent's outcome; `.r<n>` episodes are the batch's fresh re-runs.
     infra = sum(r.termination in INFRA_TERMINATIONS for r in results)
     table.add_row("infrastructure failures", f"{infra} (after retries)")
-    table.add_row("retried as fresh episodes", str(sum(_is_retry(r.workflow_id) for r in results)))
+    retried = sum(attempt_of(r.workflow_id) for r in results)  # `.r<n>`: n fresh episodes
+    table.add_row("retried as fresh episodes", str(retried))
     restarts = sum(r.restarts for r in results)
     if restarts:
         table.add_row("worker-lost restarts", str(restarts))
@@ -88,11 +92,6 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
             f"{percentile(durations, 0.5):.2f} s / {percentile(durations, 0.95):.2f} s",
         )
     return table
-
-
-def _is_retry(workflow_id: str) -> bool:
-    last = workflow_id.rsplit(".", 1)[-1]
-    return last[:1] == "r" and last[1:].isdigit()
 
 
 def progress_bar() -> Progress:

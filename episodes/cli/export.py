@@ -1,31 +1,39 @@
 """`episodes export BATCH --out FILE.parquet`: a batch's training samples, one row each.
 
 The batch's episodes are found as `episodes run --out` finds them (the EpisodeBatch
-search attribute, `episodes.client.batches.episode_ids`); each one's chain of runs is
+search attribute, `episodes.client.batches.final_episodes`: the final attempt of each
+(task, sample), so an attempt a re-run replaced is no member); each one's chain of runs is
 read as `episodes show` reads it (`episodes.client.history.load_transcript`, through
 the same converter), its model calls become samples (`episodes.training.samples`) and
 the rows are written by `episodes.training.export`. No worker is needed.
 
-Fails closed: an episode whose calls lack token data makes the command exit 1 naming
-it, and nothing is written, unless `--skip-incomplete` (then it says how many it left
-out). Episodes still running, or whose workflow failed, have no reward: left out, and
-said so.
+Fails closed, exit 1 and nothing written: a group (a task's samples) with a member
+without a result (still running, or its workflow failed: no baseline for the group),
+and an episode whose calls lack token data, are named, unless `--skip-incomplete`
+(then such a group is left out whole, such an episode alone, and it says how many); a
+batch in which no episode made a model call (no `model` in the spec) says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import defaultdict
 from pathlib import Path
 
+from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
+
+from episodes import search_attributes as sa
 from episodes.cli.common import console, err_console, fail, progress_bar
 from episodes.cli.show import show_converter
-from episodes.client.batches import episode_ids
+from episodes.client.batches import final_episodes
 from episodes.client.config import Config
 from episodes.client.connect import connect_config
 from episodes.client.history import load_transcript, transcript_of
+from episodes.contract import group_id
 from episodes.errors import EpisodesError
 from episodes.training.export import Episode, check_out, export_rows, write_rows
-from episodes.training.samples import samples_of
+from episodes.training.samples import no_model_calls, samples_of
+from episodes.types.attempts import member_id
 from episodes.types.results import EpisodeResult
 
 # Histories read at once: each is a few RPCs, and the server serves every worker too.
@@ -43,13 +51,12 @@ async def export_batch(
 ) -> None:
     check_out(out)
     client = await connect_config(cfg, data_converter=show_converter())
-    ids = await episode_ids(client, batch)
-    if not ids:
+    found = await final_episodes(client, batch)
+    if not found:
         raise EpisodesError(f"batch {batch!r}: no episodes found (none has EpisodeBatch={batch})")
-    episodes: list[Episode | None] = []
     gate = asyncio.Semaphore(READ_CONCURRENCY)
     with progress_bar() as progress:
-        bar = progress.add_task(f"export {batch}", total=len(ids), last="")
+        bar = progress.add_task(f"export {batch}", total=len(found), last="")
 
         async def one(wid: str) -> Episode | None:
             async with gate:
@@ -61,14 +68,8 @@ async def export_batch(
             result = EpisodeResult.model_validate(data["result"])
             return result, samples_of(transcript_of(data))
 
-        episodes = await asyncio.gather(*(one(w) for w in ids))
-    done = [e for e in episodes if e is not None]
-    if len(done) < len(ids):
-        err_console.print(
-            f"left out {len(ids) - len(done)} episode(s) with no result (still running, "
-            "or their workflow failed)",
-            highlight=False,
-        )
+        loaded = await asyncio.gather(*(one(wf.id) for wf in found))
+    done = _whole_groups(batch, found, loaded, skip_incomplete)
     incomplete = [(r, s) for r, s in done if not s.complete]
     if incomplete and not skip_incomplete:
         named = "; ".join(
@@ -81,7 +82,11 @@ async def export_batch(
             f"{named}{more}. --skip-incomplete exports the others",
             code=1,
         )
+    if done and not any(s.made_calls for _, s in done):
+        fail(f"{no_model_calls(f'batch {batch}')}; nothing written", code=1)
     rows = export_rows(batch, done, normalize_std=normalize_std)
+    if not rows:
+        fail(f"batch {batch}: no complete episode left to export, nothing written", code=1)
     write_rows(rows, out)
     skipped = f", skipped {len(incomplete)} incomplete episode(s)" if incomplete else ""
     splits = sum(s.splits for _, s in done if s.complete)
@@ -91,3 +96,46 @@ async def export_batch(
         highlight=False,
         soft_wrap=True,
     )
+
+
+def _whole_groups(
+    batch: str,
+    found: list[WorkflowExecution],
+    loaded: list[Episode | None],
+    skip_incomplete: bool,
+) -> list[Episode]:
+    """The episodes of the groups whose every member has a result: a group with one
+    still running, or whose workflow failed, has no baseline. Without
+    `skip_incomplete` such a group fails the command (naming its members), with it the
+    group is left out whole, and said so."""
+    groups: dict[str, list[tuple[WorkflowExecution, Episode | None]]] = defaultdict(list)
+    for wf, episode in zip(found, loaded, strict=True):
+        task = wf.typed_search_attributes.get(sa.TASK) or member_id(wf.id)
+        groups[group_id(batch, task)].append((wf, episode))
+    partial = {
+        g: [_why(wf) for wf, e in members if e is None]
+        for g, members in sorted(groups.items())
+        if any(e is None for _, e in members)
+    }
+    if partial:
+        named = "; ".join(f"{g}: {', '.join(why)}" for g, why in list(partial.items())[:NAMED])
+        more = f"; and {len(partial) - NAMED} more" if len(partial) > NAMED else ""
+        if not skip_incomplete:
+            fail(
+                f"batch {batch}: {len(partial)} group(s) have a member without a result, "
+                f"nothing written: {named}{more}. Wait for them, or --skip-incomplete "
+                "exports the other groups",
+                code=1,
+            )
+        err_console.print(
+            f"skipped {len(partial)} group(s) with a member without a result: {named}{more}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return [e for g, members in groups.items() if g not in partial for _, e in members if e]
+
+
+def _why(wf: WorkflowExecution) -> str:
+    running = wf.status in (None, WorkflowExecutionStatus.RUNNING)
+    state = "still running" if running else f"{wf.status.name.lower()}, no result"  # type: ignore[union-attr]
+    return f"{wf.id} ({state})"

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecution, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
@@ -23,6 +23,7 @@ from episodes import contract
 from episodes import search_attributes as sa
 from episodes.errors import EpisodesError
 from episodes.search_attributes import batch_search_attributes
+from episodes.types.attempts import final_attempts
 from episodes.types.io import BatchInput, BatchProgress, BatchResult
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import EpisodeSpec
@@ -128,16 +129,25 @@ def _episodes_query(batch: str) -> str:
     return f"{sa.BATCH.name} = '{batch}' AND WorkflowType = '{contract.EPISODE_WORKFLOW}'"
 
 
+async def final_episodes(client: Client, batch: str) -> list[WorkflowExecution]:
+    """A batch's episodes (found by EpisodeBatch), sorted by id: the final attempt of
+    each (task, sample) (`episodes.types.attempts`), never an attempt a re-run replaced.
+    Those that finished or started a moment ago may not be visible yet."""
+    runs = [wf async for wf in client.list_workflows(_episodes_query(batch))]
+    final = final_attempts(runs, workflow_id=lambda wf: wf.id, started=lambda wf: wf.start_time)
+    return sorted(final, key=lambda wf: wf.id)
+
+
 async def episode_ids(client: Client, batch: str) -> list[str]:
-    """The workflow ids of a batch's episodes (found by EpisodeBatch), sorted; those
-    that finished a moment ago may not be visible yet."""
-    return sorted({wf.id async for wf in client.list_workflows(_episodes_query(batch))})
+    """The workflow ids of a batch's episodes: the final attempt of each (task, sample)."""
+    return [wf.id for wf in await final_episodes(client, batch)]
 
 
 async def episode_results(
     client: Client, batch: str, *, expected: int, concurrency: int = 32, wait_s: float = 30.0
 ) -> list[EpisodeResult]:
-    """Every finished episode of a batch (found by EpisodeBatch), sorted by workflow id.
+    """Every finished episode of a batch (found by EpisodeBatch), sorted by workflow id:
+    the final attempt of each (task, sample).
 
     Visibility lags a little behind completion: wait up to `wait_s` for `expected`.
     Episodes whose workflow failed have no result and are left out.

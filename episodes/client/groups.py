@@ -38,7 +38,7 @@ from episodes import contract
 from episodes.client.dispatch import Member, Outcome, cancel_episode, dispatch_spec, run_member
 from episodes.errors import EpisodesError
 from episodes.training.export import advantages
-from episodes.training.samples import EpisodeSamples, samples_of
+from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of
 from episodes.types.results import EpisodeResult, Transcript
 from episodes.types.spec import EpisodeSpec
 
@@ -75,6 +75,7 @@ class Group(BaseModel):
 
     _fetch: Fetch | None = PrivateAttr(default=None)
     _samples: list[EpisodeSamples] | None = PrivateAttr(default=None)
+    _model: bool = PrivateAttr(default=True)  # the spec has a `model` (its calls: samples)
 
     def advantages(self, normalize_std: bool = False) -> list[float | None]:
         """Per result: reward minus the group's mean reward, divided by the group's std
@@ -87,10 +88,13 @@ class Group(BaseModel):
 
     async def samples(self) -> list[EpisodeSamples]:
         """Per result, its training samples (`episodes.training.samples`), from the
-        transcripts read back from history on first use."""
+        transcripts read back from history on first use. EpisodesError when the spec
+        has no `model`: no member made a model call, there is nothing to train on."""
         if self._samples is None:
             if self._fetch is None:
                 raise EpisodesError(f"group {self.group_id}: not from a client, no history")
+            if not self._model:  # never a silent empty list: a trainer would step on nothing
+                raise EpisodesError(no_model_calls(f"group {self.group_id}"))
             fetch = self._fetch
             transcripts = await asyncio.gather(*(fetch(r.workflow_id) for r in self.results))
             self._samples = [samples_of(t) for t in transcripts]
@@ -193,7 +197,7 @@ async def stream_groups(
                     finished.append(g)
             for g in sorted(finished, key=lambda g: g.index):
                 del active[g.index]
-                yield _group(ec, name, g)
+                yield _group(ec, name, g, model=spec.model is not None)
     finally:
         tasks = list(running)
         for t in tasks:
@@ -204,7 +208,7 @@ async def stream_groups(
         )
 
 
-def _group(ec: EpisodesClient, batch: str, g: _State) -> Group:
+def _group(ec: EpisodesClient, batch: str, g: _State, *, model: bool) -> Group:
     outcomes = [g.outcomes[m.sample] for m in g.members]
     failed = None
     for m, o in zip(g.members, outcomes, strict=True):
@@ -226,4 +230,5 @@ def _group(ec: EpisodesClient, batch: str, g: _State) -> Group:
         stale=g.stale,
     )
     group._fetch = ec.transcript
+    group._model = model
     return group

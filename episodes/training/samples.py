@@ -78,10 +78,23 @@ class EpisodeSamples(BaseModel):
     def complete(self) -> bool:
         return not self.incomplete
 
+    @property
+    def made_calls(self) -> bool:
+        """Whether the episode made a model call at all (answered or not)."""
+        return bool(self.samples or self.incomplete or self.unanswered)
+
     def require_complete(self, episode: str) -> EpisodeSamples:
         if self.incomplete:
             raise IncompleteTokenData(episode, self.incomplete)
         return self
+
+
+def no_model_calls(what: str) -> str:
+    """Why `what` (a batch, a group) has no samples when none of its episodes called."""
+    return (
+        f"{what}: no episode made model calls, so there are no samples: samples are the "
+        "model calls the proxy records, so the spec needs a `model` its harness calls"
+    )
 
 
 class IncompleteTokenData(EpisodesError):

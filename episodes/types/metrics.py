@@ -11,6 +11,9 @@ run as it is. Its size does not grow with the number of episodes:
 - groups (a task's samples): complete, or failed when a member ended for an
   infrastructure reason after its retries, counted as each task closes.
 
+One `add` per (task, sample): its final attempt (`episodes.types.attempts`); the
+batch workflow adds each child's outcome after its re-runs, never an attempt it replaced.
+
 Pass: an episode passes when its reward is not None and `reward >= pass_threshold`
 (default 1.0: only fully correct episodes pass). pass@k is the unbiased estimator of
 Chen et al. (2021), 1 - C(n-c, k) / C(n, k) for a task with n samples of which c

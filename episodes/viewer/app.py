@@ -1,9 +1,11 @@
 """The viewer's web app: a JSON API over Temporal and the static pages that call it.
 
 Pages are plain addresses (`/`, `/batch/<id>`, `/episode/<workflow id>`, `/compare`),
-each a static HTML file whose script reads its address and fetches the API; the API
-(all GET, under `/api/`) reads visibility, histories through the client's data
-converter, and the `progress` query: nothing is stored here.
+each a static HTML file served with its first view rendered in (`episodes.viewer.pages`:
+headless tools and slow machines see content), whose script then reads its address
+and fetches the API for the live page. The API (all GET, under `/api/`) reads
+visibility, histories through the client's data converter, and the `progress` query:
+nothing is stored here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from html import escape
 from importlib import resources
 from typing import Any
 from urllib.parse import quote
@@ -22,8 +25,8 @@ from temporalio.client import Client
 
 from episodes.viewer import visibility
 from episodes.viewer.hosts import host_check
+from episodes.viewer.pages import batch_view, first_view
 from episodes.viewer.search import MAX_EPISODES, MAX_HITS, search_batch
-from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound, clip
 
 log = logging.getLogger(__name__)
@@ -37,6 +40,7 @@ PAGES = {
     "episode": "episode.html",
     "compare": "compare.html",
 }
+LOADING = '<p class="muted">loading…</p>'  # what each page's <main> holds until filled
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
 CLIENT: web.AppKey[Client] = web.AppKey("client", Client)
 EPISODES: web.AppKey[Episodes] = web.AppKey("episodes", Episodes)
@@ -78,8 +82,23 @@ async def _errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 def _page(name: str) -> Any:
+    """The page's HTML with its first view rendered in (`episodes.viewer.pages`)."""
+
     async def handler(request: web.Request) -> web.Response:
-        return web.Response(text=(STATIC / PAGES[name]).read_text(), content_type="text/html")
+        title, main, status = await first_view(
+            name,
+            request.match_info,
+            request.query,
+            client=request.app[CLIENT],
+            episodes=request.app[EPISODES],
+        )
+        text = (STATIC / PAGES[name]).read_text()
+        # Marked: the page's script replaces it with the live page once its data is in.
+        first = f'<div class="first-view">{main}</div>'
+        text = text.replace(LOADING, first, 1).replace(
+            "<title>episodes</title>", f"<title>{escape(title)}</title>", 1
+        )
+        return web.Response(text=text, status=status, content_type="text/html")
 
     return handler
 
@@ -117,12 +136,7 @@ async def batch(request: web.Request) -> web.Response:
         threshold = float(request.query.get("threshold") or 1.0)
     except ValueError:
         raise web.HTTPBadRequest(text="threshold must be a number") from None
-    rows, truncated = await visibility.batch_rows(request.app[CLIENT], name)
-    if not rows:
-        raise NotFound(f"no episodes in batch {name!r}")
-    stats = batch_stats(rows, threshold)
-    rows.sort(key=lambda r: (r.get("task") or "", r.get("sample") or 0, r.get("attempt") or 0))
-    return _json({"batch": name, "stats": stats, "episodes": rows, "truncated": truncated})
+    return _json(await batch_view(request.app[CLIENT], name, threshold))
 
 
 async def episode(request: web.Request) -> web.Response:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from datetime import datetime
 from typing import Any, Literal
 
+from episodes.types.attempts import final_attempts
 from episodes.types.metrics import pass_at_k, report_ks
 from episodes.types.results import (
     AGENT_TERMINATIONS,
@@ -42,27 +44,46 @@ def side(termination: str | None) -> Side:
 
 
 def histogram(values: list[float], bins: int = 10, *, integers: bool = False) -> dict[str, Any]:
-    """Equal-width bins over [min, max]; `integers` uses unit bins while they are few."""
+    """Equal-width bins over [min, max]. `integers` (turn counts): whole-number bins,
+    one per value while they are few, each labelled by the values it holds (`labels`:
+    "1", or "10-14"), so every episode with 1 turn reads 1, never 1..2."""
     if not values:
-        return {"edges": [], "counts": []}
+        return {"edges": [], "counts": [], **({"labels": []} if integers else {})}
+    if integers:
+        return _integer_histogram([math.floor(v) for v in values], bins)
     lo, hi = min(values), max(values)
-    if integers and hi - lo < 2 * bins:
-        edges = [float(v) for v in range(int(lo), int(hi) + 2)]
-    elif hi == lo:
-        edges = [lo, hi + 1.0] if integers else [lo, lo]
+    if hi == lo:
+        edges = [lo, lo]
     else:
-        if 0.0 <= lo and hi <= 1.0 and not integers:  # rewards: keep the unit interval
+        if 0.0 <= lo and hi <= 1.0:  # rewards: keep the unit interval
             lo, hi = 0.0, 1.0
         step = (hi - lo) / bins
         edges = [lo + i * step for i in range(bins + 1)]
     counts = [0] * max(1, len(edges) - 1)
     for v in values:
-        if len(edges) < 2 or edges[-1] == edges[0]:
+        if edges[-1] == edges[0]:
             counts[0] += 1
             continue
         i = int((v - edges[0]) / (edges[-1] - edges[0]) * (len(edges) - 1))
         counts[min(max(i, 0), len(counts) - 1)] += 1
     return {"edges": edges, "counts": counts}
+
+
+def _integer_histogram(values: list[int], bins: int) -> dict[str, Any]:
+    lo, hi = min(values), max(values)
+    span = hi - lo + 1
+    width = 1 if span <= 2 * bins else math.ceil(span / bins)
+    n = math.ceil(span / width)
+    counts = [0] * n
+    for v in values:
+        counts[(v - lo) // width] += 1
+    starts = [lo + i * width for i in range(n)]
+    labels = [str(a) if width == 1 else f"{a}-{a + width - 1}" for a in starts]
+    return {
+        "edges": [float(a) for a in [*starts, lo + n * width]],
+        "counts": counts,
+        "labels": labels,
+    }
 
 
 def _quantiles(values: list[float]) -> dict[str, float | None]:
@@ -77,27 +98,28 @@ def _quantiles(values: list[float]) -> dict[str, float | None]:
 
 
 def latest_attempts(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (task, sample): a batch's fresh re-run (`.r<n>`) replaces the attempt
-    that failed for an infrastructure reason."""
-    best: dict[tuple[str, int | None], dict[str, Any]] = {}
-    for r in rows:
-        key = (r.get("task") or r["id"], r.get("sample"))
-        if key not in best or (r.get("attempt") or 0) > (best[key].get("attempt") or 0):
-            best[key] = r
-    return list(best.values())
+    """One row per (task, sample): its final attempt (`episodes.types.attempts`), so a
+    re-run's newer episode replaces the attempts that failed before it."""
+    return final_attempts(rows, workflow_id=lambda r: r["id"], started=_started)
+
+
+def _started(row: dict[str, Any]) -> datetime | None:
+    return datetime.fromisoformat(row["start"]) if row.get("start") else None
 
 
 def batch_stats(rows: list[dict[str, Any]], threshold: float = 1.0) -> dict[str, Any]:
-    """The batch page's figures; sets `advantage` (reward minus its task's mean) and
-    `side` on each row in place."""
+    """The batch page's figures; sets `advantage` (reward minus its task's mean), `side`
+    and `final` (whether it is its (task, sample)'s final attempt) on each row in place."""
     final = latest_attempts(rows)
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in final:
         by_task[r.get("task") or "?"].append(r)
     terminations: dict[str, int] = defaultdict(int)
     sides: dict[str, int] = defaultdict(int)
+    finals = {id(r) for r in final}
     for r in rows:
         r["side"] = side(r.get("termination"))
+        r["final"] = id(r) in finals  # False: a later attempt replaced it in the figures
     for r in final:
         terminations[r.get("termination") or "running"] += 1
         sides[r["side"]] += 1

@@ -19,7 +19,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from episodes import contract
 from episodes import search_attributes as sa
 from episodes.errors import EpisodesError
-from episodes.viewer.stats import side
+from episodes.viewer.stats import latest_attempts, side
 
 # Every run of a continued episode is an execution; only the chain's latest is the episode.
 EPISODES = (
@@ -178,6 +178,8 @@ async def batch_rows(client: Client, batch: str) -> tuple[list[dict[str, Any]], 
 async def batches(client: Client, filters: Filters) -> dict[str, Any]:
     """Distinct batches among the latest episodes matching `filters`, with counts."""
     rows, truncated = await list_rows(client, filters.query(), INDEX_SCAN)
+    scanned = len(rows)
+    rows = latest_attempts(rows)  # a batch's figures count the final attempts only
     found: dict[str, dict[str, Any]] = {}
     for r in rows:
         name = r["batch"] or "(none)"
@@ -206,4 +208,4 @@ async def batches(client: Client, filters: Filters) -> dict[str, Any]:
     out = sorted(found.values(), key=lambda b: b["last_start"] or "", reverse=True)
     for b in out:
         b["mean_reward"] = b.pop("reward_sum") / b["rewarded"] if b["rewarded"] else None
-    return {"query": filters.query(), "batches": out, "scanned": len(rows), "truncated": truncated}
+    return {"query": filters.query(), "batches": out, "scanned": scanned, "truncated": truncated}

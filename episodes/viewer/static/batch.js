@@ -60,10 +60,11 @@ function groups(s) {
 function episodes(rows) {
   return h("table", {}, h("tr", {}, ["episode", "task", "sample", "outcome", "reward", "advantage",
     "turns", "duration", "started"].map((c) => h("th", {}, c))),
-  rows.map((r) => h("tr", {},
+  rows.map((r) => h("tr", { class: r.final === false ? "muted" : null },
     h("td", { class: "mono" }, h("a", { href: link.episode(r.id) }, r.id)),
     h("td", {}, r.task || ""), h("td", { class: "num" }, r.sample ?? ""),
-    h("td", {}, outcome(r)), h("td", { class: "num" }, num(r.reward)),
+    h("td", {}, outcome(r), r.final === false
+      ? h("span", { class: "small", title: "a later attempt replaced it in the figures" }, " replaced") : ""), h("td", { class: "num" }, num(r.reward)),
     h("td", { class: "num" }, signed(r.advantage)), h("td", { class: "num" }, r.turns ?? "–"),
     h("td", { class: "num" }, dur(r.duration_s)), h("td", { class: "muted" }, when(r.start)))));
 }

@@ -100,16 +100,18 @@ function fail(where, err) {
   where.replaceChildren(h("div", { class: "banner bad" }, String(err.message || err)));
 }
 
-// A tiny bar chart of a histogram {edges, counts}.
+// A tiny bar chart of a histogram {edges, counts, labels?}: `labels` name each bin's
+// values (turn counts: "1", "10-14"); without them a bin is its edges' range.
 function bars(hist, fmt) {
   if (!hist || !hist.counts || !hist.counts.length) return h("div", { class: "muted small" }, "no data");
   const top = Math.max(...hist.counts, 1);
   const e = hist.edges;
+  const n = hist.counts.length;
+  const label = (i) => hist.labels ? hist.labels[i] : `${fmt(e[i])} – ${fmt(e[i + 1])}`;
   const box = h("div", { class: "bars" }, hist.counts.map((c, i) =>
-    h("div", { style: `height:${(100 * c / top).toFixed(1)}%`,
-      title: `${fmt(e[i])} – ${fmt(e[i + 1])}: ${c}` })));
-  return h("div", {}, box, h("div", { class: "axis" }, h("span", {}, fmt(e[0])),
-    h("span", {}, fmt(e[e.length - 1]))));
+    h("div", { style: `height:${(100 * c / top).toFixed(1)}%`, title: `${label(i)}: ${c}` })));
+  const ends = hist.labels ? [hist.labels[0], n > 1 ? hist.labels[n - 1] : ""] : [fmt(e[0]), fmt(e[e.length - 1])];
+  return h("div", {}, box, h("div", { class: "axis" }, h("span", {}, ends[0]), h("span", {}, ends[1])));
 }
 
 function poller(fn, ms) {

@@ -55,11 +55,10 @@ async function main() {
   topbar();
   const params = new URLSearchParams(location.search);
   const query = Object.fromEntries(params.entries());
-  main.replaceChildren(h("h1", {}, "Batches"), filtersForm(params),
-    h("div", { id: "batches" }, h("p", { class: "muted" }, "loading…")));
+  // The server's first view stays until this page's own is ready.
+  const box = h("div", { id: "batches" });
   try {
     const data = await api("/api/batches", query);
-    const box = document.getElementById("batches");
     box.replaceChildren(
       h("p", { class: "muted small" }, `${data.batches.length} batches in the latest ` +
         `${data.scanned} episodes${data.truncated ? " (more exist: narrow the search)" : ""}`),
@@ -72,8 +71,9 @@ async function main() {
         eps.truncated ? h("p", { class: "muted small" }, "first 200 shown") : "");
     }
   } catch (err) {
-    fail(document.getElementById("batches"), err);
+    fail(box, err);
   }
+  main.replaceChildren(h("h1", {}, "Batches"), filtersForm(params), box);
 }
 
 main();

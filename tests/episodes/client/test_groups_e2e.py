@@ -17,6 +17,7 @@ from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch
 from episodes.client.sync import SyncEpisodesClient
+from episodes.errors import EpisodesError
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import parse_spec
 from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
@@ -168,13 +169,18 @@ async def test_the_sync_client_streams_groups(dev_server, worker) -> None:
 
     def trainer() -> list:
         with SyncEpisodesClient.connect(dev_server.address, task_queue=QUEUE) as sc:
-            return [
-                (g.task_id, g.failed, g.advantages(), [len(b.samples) for b in g.samples()])
-                for g in sc.run_batch(s, groups=True)
-            ]
+            got = []
+            for g in sc.run_batch(s, groups=True):
+                # No `model`: no samples, and samples() says why (never an empty list).
+                with pytest.raises(EpisodesError, match="no episode made model calls") as e:
+                    g.samples()
+                got.append((g.task_id, g.failed, g.advantages(), str(e.value)))
+            return got
 
-    got = await asyncio.to_thread(trainer)
-    assert sorted(got) == [("x", None, [0.0] * 3, [0] * 3), ("y", None, [0.0] * 3, [0] * 3)]
+    got = sorted(await asyncio.to_thread(trainer))
+    assert [(t, f, a) for t, f, a, _ in got] == [("x", None, [0.0] * 3), ("y", None, [0.0] * 3)]
+    assert f"group {s.name}/x: no episode made model calls" in got[0][3]
+    assert "the spec needs a `model`" in got[0][3]
 
 
 async def test_run_policy_version_reaches_every_model_call(client, worker, tmp_path) -> None:

@@ -75,12 +75,14 @@ def _body(driver: Any) -> str:
 
 
 def _until(driver: Any, pred: Callable[[], Any], what: str) -> Any:
+    """`pred` true on the page its script rendered (not the server's first view)."""
     from selenium.common.exceptions import WebDriverException
+    from selenium.webdriver.common.by import By
 
     deadline = time.monotonic() + WAIT_S
     while time.monotonic() < deadline:
         try:
-            value = pred()
+            value = not driver.find_elements(By.CSS_SELECTOR, ".first-view") and pred()
             if value:
                 return value
         except WebDriverException:

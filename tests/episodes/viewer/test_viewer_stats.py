@@ -19,8 +19,10 @@ def _row(
     reward: float | None,
     termination: str | None = "env_done",
     attempt: int = 0,
+    start: str = "2026-01-01T00:00:00+00:00",
 ) -> dict:
     return {
+        "start": start,
         "id": f"b.{task}.s{sample}" + (f".r{attempt}" if attempt else ""),
         "task": task,
         "sample": sample,
@@ -70,6 +72,23 @@ def test_batch_stats_pass_at_k_advantages_and_retries() -> None:
     assert s["reward_histogram"]["counts"][0] == 4 and s["reward_histogram"]["counts"][-1] == 3
 
 
+def test_the_final_attempt_is_the_one_started_last() -> None:
+    """A batch run again after its episodes' workflows failed (`.s0`, then `.s0.r1`):
+    the failed id is reused, so the newest run is `.s0` again, not the highest `.r<n>`."""
+    later = "2026-01-01T01:00:00+00:00"
+    rows = [
+        _row("a", 0, None, "workflow_failed"),
+        _row("a", 0, None, "workflow_failed", attempt=1),
+        _row("a", 0, 1.0, start=later),  # the re-run, under the first id
+        _row("a", 1, None, "workflow_failed"),
+        _row("a", 1, 0.0, attempt=1, start=later),
+    ]
+    s = batch_stats(rows)
+    assert (s["episodes"], s["attempts"], s["mean_reward"]) == (2, 5, 0.5)
+    assert [r["final"] for r in rows] == [False, False, True, False, True]
+    assert s["sides"] == {"ok": 2} and s["pass_at_k"][1] == 0.5
+
+
 def test_histograms() -> None:
     assert histogram([]) == {"edges": [], "counts": []}
     assert histogram([2.0, 2.0]) == {"edges": [2.0, 2.0], "counts": [2]}
@@ -77,6 +96,16 @@ def test_histograms() -> None:
     assert h["edges"][0] == 0.0 and h["edges"][-1] == 1.0 and sum(h["counts"]) == 3
     turns = histogram([1, 2, 2, 5], integers=True)
     assert turns["edges"] == [1, 2, 3, 4, 5, 6] and turns["counts"] == [1, 2, 0, 0, 1]
+    assert turns["labels"] == ["1", "2", "3", "4", "5"]
+
+
+def test_turn_bins_are_labelled_by_the_turn_counts_they_hold() -> None:
+    """Every episode with 1 turn: one bin, "1" (it read 1..2, its edges)."""
+    one = histogram([1, 1, 1], integers=True)
+    assert (one["counts"], one["labels"]) == ([3], ["1"])
+    wide = histogram([0, 3, 59], bins=10, integers=True)
+    assert wide["labels"][:2] == ["0-5", "6-11"] and wide["labels"][-1] == "54-59"
+    assert sum(wide["counts"]) == 3 and wide["counts"][0] == 2 and wide["counts"][-1] == 1
 
 
 def test_clipping_keeps_list_views_small_and_json_safe() -> None:

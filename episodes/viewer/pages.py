@@ -1,0 +1,380 @@
+"""The first view of each page, rendered here with its data: a browser without script,
+a headless screenshot, `curl` and a slow machine see the content, not "loading…".
+
+Each page's HTML file has `<main id="main">`; this fills it with what the page's
+script shows first (from the same data as the API: `batch_view` is `/api/batch`), and
+the script, once it runs, replaces it with the live page (polling, paging, search).
+Plain markup, every value escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from html import escape
+from typing import Any
+from urllib.parse import quote
+
+from temporalio.client import Client
+
+from episodes.viewer import visibility
+from episodes.viewer.stats import batch_stats
+from episodes.viewer.transcripts import Episodes, NotFound
+
+log = logging.getLogger(__name__)
+FIRST_TURNS = 50  # the episode page's first page of turns (as its script asks)
+COMPARE_TURNS = 100
+
+
+async def batch_view(client: Client, name: str, threshold: float = 1.0) -> dict[str, Any]:
+    """`/api/batch`: the batch's figures (its final attempts) and every attempt's row."""
+    rows, truncated = await visibility.batch_rows(client, name)
+    if not rows:
+        raise NotFound(f"no episodes in batch {name!r}")
+    stats = batch_stats(rows, threshold)
+    rows.sort(key=lambda r: (r.get("task") or "", r.get("sample") or 0, r.get("start") or ""))
+    return {"batch": name, "stats": stats, "episodes": rows, "truncated": truncated}
+
+
+async def first_view(
+    page: str,
+    match: Mapping[str, str],
+    query: Mapping[str, str],
+    *,
+    client: Client,
+    episodes: Episodes,
+) -> tuple[str, str, int]:
+    """(title, the `<main>` markup, HTTP status) of `page` at its first view."""
+    try:
+        if page == "index":
+            return "episodes", await _index(client, query), 200
+        if page == "batch":
+            name = match["id"]
+            try:
+                threshold = float(query.get("threshold") or 1.0)
+            except ValueError:
+                raise visibility.BadQuery("threshold must be a number") from None
+            return f"{name} · episodes", _batch(await batch_view(client, name, threshold)), 200
+        if page == "episode":
+            wid = match["id"]
+            data = await episodes.page(wid, 0, FIRST_TURNS)
+            return f"{wid} · episodes", _episode(wid, data), 200
+        ids = [query.get("a") or "", query.get("b") or ""]
+        if not all(ids):
+            raise visibility.BadQuery(
+                "compare needs two episodes: /compare?a=<workflow id>&b=<workflow id>"
+            )
+        pages = [await episodes.page(i, 0, COMPARE_TURNS) for i in ids]
+        return "compare · episodes", _compare(ids, pages), 200
+    except NotFound as e:
+        return "episodes", _banner(str(e)), 404
+    except visibility.BadQuery as e:
+        return "episodes", _banner(str(e)), 400
+    except Exception as e:  # a failed RPC: the page says so, the script may do better
+        log.exception("viewer page %s failed", page)
+        first = (str(e) or type(e).__name__).splitlines()[0]
+        return "episodes", _banner(f"{type(e).__name__}: {first}"), 500
+
+
+# -- pages ---------------------------------------------------------------------------
+
+
+async def _index(client: Client, query: Mapping[str, str]) -> str:
+    filters = visibility.Filters.from_params(query)
+    data = await visibility.batches(client, filters)
+    more = " (more exist: narrow the search)" if data["truncated"] else ""
+    parts = [
+        "<h1>Batches</h1>",
+        f'<p class="muted small">{len(data["batches"])} batches in the latest '
+        f"{data['scanned']} episodes{more}</p>",
+    ]
+    rows = [
+        [
+            _a(_batch_link(b["batch"]), b["batch"]),
+            _e(b["env"]),
+            _e(b["episodes"]),
+            _e(f"{b['running']} running") if b["running"] else "",
+            _num(b["mean_reward"]),
+            _when(b["first_start"]),
+            _when(b["last_start"]),
+        ]
+        for b in data["batches"]
+    ]
+    head = ["batch", "env", "episodes", "", "mean reward", "first started", "last started"]
+    parts.append(_table(head, rows) if rows else "<p>No episodes match.</p>")
+    if any(query.get(k) for k in query):
+        found, truncated = await visibility.list_rows(client, filters.query(), 200)
+        parts += [
+            "<h2>Episodes</h2>",
+            f'<p class="muted small mono">{_e(filters.query())}</p>',
+            _table(
+                ["episode", "batch", "task", "outcome", "reward", "turns", "duration", "started"],
+                [
+                    [
+                        _a(_episode_link(r["id"]), r["id"]),
+                        _a(_batch_link(r["batch"]), r["batch"]) if r["batch"] else "",
+                        _e(r["task"]),
+                        _pill(r),
+                        _num(r["reward"]),
+                        _e(r["turns"] if r["turns"] is not None else "-"),
+                        _dur(r["duration_s"]),
+                        _when(r["start"]),
+                    ]
+                    for r in found
+                ],
+            ),
+            '<p class="muted small">first 200 shown</p>' if truncated else "",
+        ]
+    return "\n".join(parts)
+
+
+def _batch(data: dict[str, Any]) -> str:
+    s, rows = data["stats"], data["episodes"]
+    env = rows[0].get("env") or "" if rows else ""
+    shown = " · showing the first episodes only" if data["truncated"] else ""
+    attempts = f"{s['attempts']} attempts" if s["attempts"] > s["episodes"] else None
+    sides = s["sides"]
+    cards = [
+        _card("episodes", s["episodes"], attempts),
+        _card("running", s["running"]),
+        _card("mean reward", _num(s["mean_reward"]), f"over {s['rewarded']} rewarded"),
+        *(_card(f"pass@{k}", _num(v)) for k, v in s["pass_at_k"].items()),
+        _card("agent failures", sides.get("agent", 0)),
+        _card("infra failures", sides.get("infra", 0)),
+        _card("env errors", sides.get("env", 0)),
+    ]
+    d, t = s["duration_s"], s["turns"]
+    groups = [
+        [
+            _e(g["task"]),
+            _e(f"{g['passed']}/{g['done']}"),
+            _num(g["mean_reward"]),
+            " ".join(
+                _a(
+                    _episode_link(m["id"]),
+                    f"s{m['sample']} {_fmt(m['reward'], 2)} ({_signed(m['advantage'])})",
+                )
+                for m in g["samples"]
+            ),
+        ]
+        for g in s["groups"]
+    ]
+    episodes = [
+        [
+            _a(_episode_link(r["id"]), r["id"]),
+            _e(r.get("task")),
+            _e(r.get("sample")),
+            _pill(r) + ("" if r.get("final", True) else ' <span class="small">replaced</span>'),
+            _num(r.get("reward")),
+            _signed(r.get("advantage")),
+            _e(r["turns"] if r.get("turns") is not None else "-"),
+            _dur(r.get("duration_s")),
+            _when(r.get("start")),
+        ]
+        for r in rows
+    ]
+    terminations = [[_e(k), _e(n)] for k, n in s["terminations"].items()]
+    return "\n".join(
+        [
+            f"<h1>{_e(data['batch'])}</h1>",
+            f'<div class="muted small">{_e(env)} · pass threshold {_e(s["threshold"])}'
+            f"{_e(shown)}</div>",
+            f'<div class="cards">{"".join(cards)}</div>',
+            "<h2>Terminations</h2>",
+            _table(["termination", "episodes"], terminations),
+            '<div class="grid3">',
+            f"<div><h2>Reward</h2>{_bars(s['reward_histogram'], lambda x: _fmt(x, 2))}</div>",
+            f'<div><h2>Duration <span class="muted small">p50 {_dur(d["p50"])} · p90 '
+            f"{_dur(d['p90'])} · max {_dur(d['max'])}</span></h2>{_bars(d['histogram'], _dur)}"
+            "</div>",
+            f'<div><h2>Turns <span class="muted small">p50 {_fmt(t["p50"], 0)} · p90 '
+            f"{_fmt(t['p90'], 0)} · max {_fmt(t['max'], 0)}</span></h2>"
+            f"{_bars(t['histogram'], lambda x: _fmt(x, 0))}</div>",
+            "</div>",
+            f"<h2>Tasks ({len(groups)})</h2>",
+            _table(["task", "passed", "mean", "samples: reward (advantage)"], groups),
+            f"<h2>Episodes ({len(rows)})</h2>",
+            _table(
+                [
+                    "episode",
+                    "task",
+                    "sample",
+                    "outcome",
+                    "reward",
+                    "advantage",
+                    "turns",
+                    "duration",
+                    "started",
+                ],
+                episodes,
+            ),
+        ]
+    )
+
+
+def _episode(wid: str, d: dict[str, Any]) -> str:
+    e, r = d["episode"], d["result"]
+    head = [
+        f'<h1 class="mono">{_e(wid)}</h1>',
+        f'<div class="row">{_pill(e)} reward <b>{_num(e.get("reward"))}</b> · '
+        f"{_e(e.get('turns') if e.get('turns') is not None else d['total_turns'])} turns · "
+        f"{_dur(e.get('duration_s'))}"
+        + (f" · {_a(_batch_link(e['batch']), 'batch ' + e['batch'])}" if e.get("batch") else "")
+        + f" · task {_e(e.get('task') or '?')} · sample {_e(e.get('sample'))}</div>",
+    ]
+    if d["undecodable"]:
+        head.append(
+            f'<div class="banner">encrypted: {len(d["undecodable"])} payload(s) could not be '
+            "decoded. Start the viewer with the workers' payload keys to read them.</div>"
+        )
+    if r:
+        head.append("<h2>Outcome</h2>")
+        head.append(
+            f'<dl class="kv"><dt>termination</dt><dd>{_e(r["termination"])}</dd>'
+            f"<dt>reward</dt><dd>{_num(r['reward'])}</dd>"
+            f"<dt>duration</dt><dd>{_dur(r['duration_s'])}</dd></dl>"
+        )
+        if r["error"]["message"]:
+            head.append(f'<pre class="error">{_e(r["error"]["message"])}</pre>')
+    head.append("<h2>Conversation</h2>")
+    turns = [_turn(t) for t in d["turns"]]
+    if not turns and d.get("first_message") is not None:
+        turns.append(f"<pre>{_e(_text(d['first_message']))}</pre>")
+    shown = len(d["turns"])
+    if d["total_turns"] > shown:
+        turns.append(f'<p class="muted">{shown} of {d["total_turns"]} turns shown</p>')
+    return "\n".join(head + turns)
+
+
+def _compare(ids: list[str], pages: list[dict[str, Any]]) -> str:
+    a, b = (p["episode"].get("task") for p in pages)
+    title = f"task {a}" if a == b else "different tasks"
+    columns = []
+    for wid, d in zip(ids, pages, strict=True):
+        e = d["episode"]
+        columns.append(
+            f'<div><h2 class="mono">{_a(_episode_link(wid), wid)}</h2>'
+            f'<div class="row">{_pill(e)} reward {_num(e.get("reward"))} · '
+            f"{d['total_turns']} turns</div>" + "".join(_turn(t) for t in d["turns"]) + "</div>"
+        )
+    return f'<h1>Compare · {_e(title)}</h1><div class="cols">{"".join(columns)}</div>'
+
+
+def _turn(t: dict[str, Any]) -> str:
+    if t.get("undecodable"):
+        return (
+            f'<section class="turn"><div class="head"><b>Turn {_e(t["turn"])}</b></div>'
+            '<div class="banner">encrypted: this viewer has no key for this turn</div></section>'
+        )
+    said = t.get("error") if t.get("error") or t.get("error_type") else t.get("reply")
+    who = (t.get("error_type") or "error") if t.get("error") or t.get("error_type") else "harness"
+    calls = f'<div class="small muted">{len(t["events"])} call(s)</div>' if t.get("events") else ""
+    return (
+        f'<section class="turn" id="turn-{_e(t["turn"])}"><div class="head"><b>Turn '
+        f'{_e(t["turn"])}</b></div><div class="who">env</div><pre>{_e(_text(t.get("message")))}'
+        f'</pre>{calls}<div class="who">{_e(who)}</div><pre>{_e(_text(said))}</pre></section>'
+    )
+
+
+# -- pieces ----------------------------------------------------------------------------
+
+
+def _e(value: Any) -> str:
+    return "" if value is None else escape(str(value))
+
+
+def _a(href: str, text: Any) -> str:
+    return f'<a href="{escape(href)}">{_e(text)}</a>'
+
+
+def _batch_link(name: str) -> str:
+    return "/batch/" + quote(name, safe="")
+
+
+def _episode_link(wid: str) -> str:
+    return "/episode/" + quote(wid, safe="")
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.{digits}f}" if isinstance(x, int | float) else str(x)
+
+
+def _num(x: Any, digits: int = 3) -> str:
+    return _e(_fmt(x, digits))
+
+
+def _signed(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return ("+" if x > 0 else "-" if x < 0 else "±") + f"{abs(x):.3f}"
+
+
+def _dur(s: float | None) -> str:
+    if s is None:
+        return "-"
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 120:
+        return f"{s:.{2 if s < 10 else 1}f} s"
+    return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
+
+
+def _when(iso: str | None) -> str:
+    return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S UTC") if iso else "-"
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else json.dumps(value, indent=1, ensure_ascii=False)
+
+
+def _pill(row: Mapping[str, Any]) -> str:
+    text = row.get("termination") or row.get("status") or "running"
+    return f'<span class="pill {_e(row.get("side") or "")}">{_e(text)}</span>'
+
+
+def _card(key: str, value: Any, title: str | None = None) -> str:
+    tip = f' title="{_e(title)}"' if title else ""
+    return f'<div class="card"{tip}><div class="v">{_e(value)}</div><div class="k">{_e(key)}</div></div>'
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{_e(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _bars(hist: dict[str, Any], fmt: Callable[[Any], str]) -> str:
+    """A histogram as the page's script draws it: a bar per bin, the ends labelled."""
+    counts, edges = hist.get("counts") or [], hist.get("edges") or []
+    if not counts:
+        return '<div class="muted small">no data</div>'
+    labels = hist.get("labels") or [
+        f"{fmt(edges[i])} - {fmt(edges[i + 1])}" for i in range(len(counts))
+    ]
+    ends = (
+        (labels[0], labels[-1] if len(counts) > 1 else "")
+        if "labels" in hist
+        else (
+            fmt(edges[0]),
+            fmt(edges[-1]),
+        )
+    )
+    top = max(max(counts), 1)
+    bars = "".join(
+        f'<div style="height:{100 * c / top:.1f}%" title="{_e(label)}: {c}"></div>'
+        for c, label in zip(counts, labels, strict=True)
+    )
+    return (
+        f'<div><div class="bars">{bars}</div><div class="axis"><span>{_e(ends[0])}</span>'
+        f"<span>{_e(ends[1])}</span></div></div>"
+    )
+
+
+def _banner(message: str) -> str:
+    return f'<div class="banner bad">{_e(message)}</div>'

@@ -1,0 +1,41 @@
+"""`episodes run`'s summary counts the final attempt of each (task, sample), as every
+batch figure does (`episodes.types.attempts`)."""
+
+from __future__ import annotations
+
+import re
+
+from rich.console import Console
+
+from episodes.cli.common import summary_table
+from episodes.types.results import EpisodeResult
+
+
+def _result(wid: str, termination: str, reward: float | None) -> EpisodeResult:
+    return EpisodeResult(
+        workflow_id=wid,
+        task_id="t",
+        sample=int(wid.split(".s")[1][0]),
+        env="e",
+        spec_name="s",
+        termination=termination,
+        turns=1,
+        reward=reward,
+        duration_s=1.0,
+    )
+
+
+def test_the_summary_counts_final_attempts() -> None:
+    results = [
+        _result("b.t.s0", "worker_lost", None),
+        _result("b.t.s0.r1", "model_error", None),
+        _result("b.t.s0.r2", "env_done", 1.0),  # the final attempt of sample 0
+        _result("b.t.s1", "env_done", 0.0),
+    ]
+    console = Console(width=120, record=True)
+    console.print(summary_table(results))
+    text = re.sub(r"[ │┃]+", " ", console.export_text())
+    assert " episodes 2 " in text and " mean reward 0.500 (over 2) " in text
+    assert " env_done 2 " in text and "worker_lost" not in text
+    assert " infrastructure failures 0 (after retries) " in text
+    assert " retried as fresh episodes 2 " in text  # .r1 and .r2
