@@ -21,9 +21,9 @@ def plot(summary: dict[str, Any], path: Path) -> bool:
     fig, ax = plt.subplots(figsize=(6, 3.2), dpi=120)
     ax.plot(xs, ys, marker="o", label="mean reward of the version's episodes")
     if "random_play" in summary:
-        ax.axhline(summary["random_play"], ls="--", c="grey", label="random play (version 0)")
+        ax.axhline(summary["random_play"], ls="--", c="grey", label="random play (expected)")
     if "bisection" in summary:
-        ax.axhline(summary["bisection"], ls=":", c="green", label="exact bisection")
+        ax.axhline(summary["bisection"], ls=":", c="green", label="bisection (expected)")
     ax.set_xlabel("policy version")
     ax.set_ylabel("mean reward")
     ax.set_ylim(0, 1)
