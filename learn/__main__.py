@@ -56,7 +56,7 @@ async def stack() -> AsyncIterator[EpisodesClient]:
             running = asyncio.create_task(worker.run())
             try:
                 yield EpisodesClient(client, task_queue=QUEUE)
-                await _quiesce(worker)
+                await quiesce(worker)
             finally:
                 worker.request_stop(drain=False)
                 with contextlib.suppress(asyncio.CancelledError):
@@ -65,7 +65,7 @@ async def stack() -> AsyncIterator[EpisodesClient]:
             await asyncio.to_thread(server.stop)
 
 
-async def _quiesce(worker: Any, timeout_s: float = 60.0) -> None:
+async def quiesce(worker: Any, timeout_s: float = 60.0) -> None:
     """Let the episodes the trainer cancelled on leaving release their boxes first."""
     deadline = time.monotonic() + timeout_s
     while len(worker.registry) and time.monotonic() < deadline:

@@ -59,6 +59,8 @@ class Config:
     """The server holds one episode of every k-th task until the weights moved on twice
     (`learn.server`), so staleness happens on purpose; 0: never."""
     seed: int = 0
+    init: tuple[float, ...] | None = None
+    """The first version's weights (None: zeros, which is random play)."""
 
 
 def make_spec(cfg: Config, base_url: str, name: str) -> EpisodeSpec:
@@ -84,6 +86,10 @@ def make_spec(cfg: Config, base_url: str, name: str) -> EpisodeSpec:
     )
 
 
+class TrainingDataError(Exception):
+    """A sample's sampled tokens do not line up with the recorded calls."""
+
+
 @dataclass
 class _Token:
     context: list[int]
@@ -97,7 +103,7 @@ class Trainer:
         self.cfg = cfg
         self.vocab = server.vocab
         self.server = server
-        self.weights = np.zeros(self.vocab.size)
+        self.weights = np.array(cfg.init or [0.0] * self.vocab.size, dtype=np.float64)
         self.snapshots: dict[int, np.ndarray] = {0: self.weights.copy()}
         self.version = 0
         self._m = np.zeros(self.vocab.size)
@@ -113,39 +119,37 @@ class Trainer:
 
     def tokens(self, sample: Sample, calls: list[ModelCall]) -> list[_Token]:
         """The sample's sampled tokens with their context, each run of mask 1 matched to
-        the recorded call that sampled it (whose answer names the weights that served it)."""
+        the recorded call that sampled it (whose answer names the weights that served it).
+        Raises `TrainingDataError` when the runs and the calls' sampled ids disagree."""
         answered = [c for c in calls[sample.first_call :] if c.ok][: sample.num_model_calls]
-        out: list[_Token] = []
         runs = iter(answered)
-        call: ModelCall | None = None
-        version: int | None = None
-        left = 0
-        for j, (tok, mask, lp) in enumerate(
-            zip(
-                sample.completion_ids,
-                sample.completion_mask,
-                sample.completion_logprobs,
-                strict=True,
-            )
-        ):
-            if not mask:
-                if left:
-                    raise AssertionError(
-                        f"sample {sample.index}: a call's tokens are split by mask 0"
-                    )
+        out: list[_Token] = []
+        run: list[int] = []  # the current call's sampled ids not yet matched
+        version = 0
+        ids, mask, lps = sample.completion_ids, sample.completion_mask, sample.completion_logprobs
+        for j, (tok, sampled, lp) in enumerate(zip(ids, mask, lps, strict=True)):
+            if not sampled:
+                if run:
+                    raise TrainingDataError(f"sample {sample.index}: mask 0 inside a call's tokens")
                 continue
-            if not left:
-                call = next(runs)
-                left = len(call.completion_ids or [])
-                version = served_version(call.response)
-                if version is None:
-                    raise AssertionError("a recorded answer names no weights (system_fingerprint)")
+            if not run:
+                call = next(runs, None)
+                if call is None:
+                    raise TrainingDataError(f"sample {sample.index}: more sampled runs than calls")
+                run = list(call.completion_ids or [])
+                served = served_version(call.response)
+                if served is None:
+                    raise TrainingDataError(
+                        "a recorded answer names no weights (system_fingerprint)"
+                    )
+                version = served
                 if call.policy_version is not None and version != call.policy_version:
                     self.mixed_calls += 1
-            assert call is not None and version is not None
-            ctx = sample.prompt_ids + sample.completion_ids[:j]
-            out.append(_Token(ctx, tok, lp, version))
-            left -= 1
+            if run.pop(0) != tok:
+                raise TrainingDataError(f"sample {sample.index}: token {j} is not the call's")
+            out.append(_Token(sample.prompt_ids + ids[:j], tok, lp, version))
+        if run or next(runs, None) is not None:
+            raise TrainingDataError(f"sample {sample.index}: fewer sampled runs than calls")
         return out
 
     def check(self, tokens: list[_Token]) -> None:

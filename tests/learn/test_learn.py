@@ -17,6 +17,7 @@ import pytest
 from episodes.client import EpisodesClient
 from episodes.training.samples import build_samples
 from episodes.types.events import ModelCall
+from learn.__main__ import quiesce
 from learn.policy import END_ID, Vocab, interval, prompt_ids, token_logprob
 from learn.server import PolicyServer, served_version
 from learn.train import Config, Trainer, train
@@ -82,7 +83,11 @@ def test_the_logprob_check_catches_weights_that_did_not_serve_the_call() -> None
 
 @pytest.mark.slow
 async def test_two_versions_of_the_learning_run(client, worker) -> None:
-    cfg = Config(versions=2, groups_per_version=2, samples=2, concurrency=4, straggle_every=0)
+    # Weights away from zero: uniform logprobs (-log k) would hide a rounded record.
+    init = (-1.3, 0.21, -0.47, 0.93, 0.58, -0.11, 0.36, -0.72)
+    cfg = Config(
+        versions=2, groups_per_version=2, samples=2, concurrency=4, straggle_every=0, init=init
+    )
     async with PolicyServer(Vocab(n=cfg.n), seed=3) as server:
         summary = await train(
             EpisodesClient(client, task_queue=QUEUE),
@@ -91,6 +96,7 @@ async def test_two_versions_of_the_learning_run(client, worker) -> None:
             batch=f"learn-{uuid.uuid4().hex[:6]}",
         )
         assert server.version == 1  # the weights were swapped once
+        await quiesce(worker)  # the episodes cancelled on leaving release their boxes
     versions = summary["versions"]
     assert [v["policy_version"] for v in versions] == [0, 1]
     for v in versions:
