@@ -16,6 +16,10 @@ over the group std) times the importance ratio pi_theta / pi_behaviour, clipped 
 PPO does; pi_behaviour is the *recorded* logprob. Before that, every recorded logprob
 is checked against the policy's own: the weights that served the call recompute the
 logprob of the same token from the sample's own ids (`max_logprob_diff`).
+
+Each episode's transcript is read here (`client.transcript`) rather than through
+`group.samples()`: the same samples (`samples_of`), and beside them each call's
+recorded answer, which names the weights that served it.
 """
 
 from __future__ import annotations
