@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv test demo docs lint fmt bench clean
+.PHONY: venv test demo docs lint fmt bench learn clean
 
 venv: $(STAMP)
 
@@ -31,14 +31,20 @@ docs: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
+# An end-to-end RL run on a CPU (docs/learn.md): learn/summary.json and learn/reward.png.
+# The `learn` extra (numpy, matplotlib) is installed into the venv on first use.
+learn: $(STAMP)
+	@$(BIN)/python -c "import numpy, matplotlib" 2>/dev/null || $(BIN)/python -m pip install -q -e '.[learn]'
+	$(BIN)/python -m learn $(LEARN_ARGS)
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check episodes activities workflows workers tests bench examples
+	$(BIN)/ruff format --check episodes activities workflows workers tests bench examples learn
 	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
-	$(BIN)/ruff format episodes activities workflows workers tests bench examples
+	$(BIN)/ruff format episodes activities workflows workers tests bench examples learn
 
 clean:
 	rm -rf $(VENV) .episodes .pytest_cache site

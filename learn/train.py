@@ -1,0 +1,271 @@
+"""The GRPO trainer: drives episodes as a user would and trains on what they recorded.
+
+    summary = await train(EpisodesClient(client, task_queue=q), server, Config())
+
+One batch of guess-number tasks runs through `client.run_batch(spec, groups=True,
+policy_version=v, max_staleness=s)`. Every `groups_per_version` groups the trainer
+takes one optimizer step on the samples of those groups (`episodes.training.samples`,
+from each episode's recorded model calls: token ids, masks, logprobs), then loads the
+new weights into the server and moves `client.policy_version` on. Episodes in flight
+keep running across that swap: their next calls are served by the new weights (the
+answer's `system_fingerprint` says which), and a group more than `max_staleness`
+versions behind is cancelled and run again at the current version.
+
+The loss is GRPO's: per sampled token, the advantage (reward minus the group mean,
+over the group std) times the importance ratio pi_theta / pi_behaviour, clipped as
+PPO does; pi_behaviour is the *recorded* logprob. Before that, every recorded logprob
+is checked against the policy's own: the weights that served the call recompute the
+logprob of the same token from the sample's own ids (`max_logprob_diff`).
+
+Each episode's transcript is read here (`client.transcript`) rather than through
+`group.samples()`: the same samples (`samples_of`), and beside them each call's
+recorded answer, which names the weights that served it.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from episodes.client import EpisodesClient
+from episodes.client.groups import Group
+from episodes.training.samples import Sample, samples_of
+from episodes.types.events import ModelCall
+from episodes.types.spec import EpisodeSpec, parse_spec
+from learn.policy import grad_logprob, token_logprob
+from learn.server import PolicyServer, served_version
+
+HARNESS = Path(__file__).resolve().parent / "harness.py"
+
+
+@dataclass(frozen=True)
+class Config:
+    versions: int = 12
+    """Policy versions to run (optimizer steps: versions - 1)."""
+    groups_per_version: int = 8
+    samples: int = 4
+    """Episodes per task: one GRPO group."""
+    n: int = 31
+    """Secrets are 1..n."""
+    budget: int = 8
+    """Guesses per episode."""
+    lr: float = 1.0
+    clip: float = 1.0
+    """PPO clip on the ratio: wide, as one Adam step moves this tiny policy far."""
+    concurrency: int = 16
+    max_staleness: int = 1
+    straggle_every: int = 10
+    """The server holds one episode of every k-th task until the weights moved on twice
+    (`learn.server`), so staleness happens on purpose; 0: never."""
+    seed: int = 0
+    init: tuple[float, ...] | None = None
+    """The first version's weights (None: zeros, which is random play)."""
+
+
+def make_spec(cfg: Config, base_url: str, name: str) -> EpisodeSpec:
+    rng = np.random.default_rng(cfg.seed)
+    # Enough tasks for every version, plus the groups in flight when training stops.
+    count = cfg.versions * cfg.groups_per_version + cfg.concurrency // cfg.samples + 4
+    tasks = [
+        {"id": f"t{i:04d}", "data": {"secret": int(rng.integers(1, cfg.n + 1))}}
+        for i in range(count)
+    ]
+    return parse_spec(
+        {
+            "name": name,
+            "env": "guess-number",
+            "env_args": {"low": 1, "high": cfg.n, "budget": cfg.budget},
+            "tasks": tasks,
+            "samples": cfg.samples,
+            "max_turns": cfg.budget + 1,
+            "turn_timeout_s": 120,
+            "harness": {"command": [sys.executable, str(HARNESS)], "ready_timeout_s": 120},
+            "model": {"base_url": base_url, "model": "learn-policy", "token_data": True},
+        }
+    )
+
+
+class TrainingDataError(Exception):
+    """A sample's sampled tokens do not line up with the recorded calls."""
+
+
+@dataclass
+class _Token:
+    context: list[int]
+    token: int
+    recorded: float
+    served_by: int
+
+
+class Trainer:
+    def __init__(self, cfg: Config, server: PolicyServer) -> None:
+        self.cfg = cfg
+        self.vocab = server.vocab
+        self.server = server
+        self.weights = np.array(cfg.init or [0.0] * self.vocab.size, dtype=np.float64)
+        self.snapshots: dict[int, np.ndarray] = {0: self.weights.copy()}
+        self.version = 0
+        self._m = np.zeros(self.vocab.size)
+        self._v = np.zeros(self.vocab.size)
+        self.max_logprob_diff = 0.0
+        self.tokens_checked = 0
+        self.mixed_calls = 0
+        self.rewards: dict[int, list[float]] = defaultdict(list)
+        self.stale: dict[int, int] = defaultdict(int)
+        self.groups: dict[int, int] = defaultdict(int)
+        self.failed_groups = 0
+        server.load(self.weights, 0)
+
+    def tokens(self, sample: Sample, calls: list[ModelCall]) -> list[_Token]:
+        """The sample's sampled tokens with their context, each run of mask 1 matched to
+        the recorded call that sampled it (whose answer names the weights that served it).
+        Raises `TrainingDataError` when the runs and the calls' sampled ids disagree."""
+        answered = [c for c in calls[sample.first_call :] if c.ok][: sample.num_model_calls]
+        runs = iter(answered)
+        out: list[_Token] = []
+        run: list[int] = []  # the current call's sampled ids not yet matched
+        version = 0
+        ids, mask, lps = sample.completion_ids, sample.completion_mask, sample.completion_logprobs
+        for j, (tok, sampled, lp) in enumerate(zip(ids, mask, lps, strict=True)):
+            if not sampled:
+                if run:
+                    raise TrainingDataError(f"sample {sample.index}: mask 0 inside a call's tokens")
+                continue
+            if not run:
+                call = next(runs, None)
+                if call is None:
+                    raise TrainingDataError(f"sample {sample.index}: more sampled runs than calls")
+                run = list(call.completion_ids or [])
+                served = served_version(call.response)
+                if served is None:
+                    raise TrainingDataError(
+                        "a recorded answer names no weights (system_fingerprint)"
+                    )
+                version = served
+                if call.policy_version is not None and version != call.policy_version:
+                    self.mixed_calls += 1
+            if run.pop(0) != tok:
+                raise TrainingDataError(f"sample {sample.index}: token {j} is not the call's")
+            out.append(_Token(sample.prompt_ids + ids[:j], tok, lp, version))
+        if run or next(runs, None) is not None:
+            raise TrainingDataError(f"sample {sample.index}: fewer sampled runs than calls")
+        return out
+
+    def check(self, tokens: list[_Token]) -> None:
+        for t in tokens:
+            own = token_logprob(self.vocab, self.snapshots[t.served_by], t.context, t.token)
+            self.max_logprob_diff = max(self.max_logprob_diff, abs(own - t.recorded))
+            self.tokens_checked += 1
+
+    def step(self, batch: list[tuple[float, list[_Token]]]) -> None:
+        """One GRPO step on (advantage, tokens) per episode; then the new version is served."""
+        grad = np.zeros(self.vocab.size)
+        count = 0
+        for adv, tokens in batch:
+            for t in tokens:
+                count += 1
+                if t.token not in self.vocab.value_of:
+                    continue
+                now = token_logprob(self.vocab, self.weights, t.context, t.token)
+                ratio = float(np.exp(now - t.recorded))
+                clipped = (adv > 0 and ratio > 1 + self.cfg.clip) or (
+                    adv < 0 and ratio < 1 - self.cfg.clip
+                )
+                if not clipped:
+                    grad += adv * ratio * grad_logprob(self.vocab, self.weights, t.context, t.token)
+        grad /= max(count, 1)
+        self.version += 1
+        k = self.version
+        self._m = 0.9 * self._m + 0.1 * grad
+        self._v = 0.999 * self._v + 0.001 * grad**2
+        m_hat, v_hat = self._m / (1 - 0.9**k), self._v / (1 - 0.999**k)
+        self.weights = self.weights + self.cfg.lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+        self.snapshots[k] = self.weights.copy()
+        self.server.load(self.weights, k)
+
+    def summary(self) -> dict[str, Any]:
+        versions = [
+            {
+                "policy_version": v,
+                "mean_reward": float(np.mean(self.rewards[v])),
+                "episodes": len(self.rewards[v]),
+                "stale_groups": self.stale[v],
+            }
+            for v in sorted(self.rewards)
+        ]
+        return {
+            "versions": versions,
+            "max_logprob_diff": self.max_logprob_diff,
+            "tokens_checked": self.tokens_checked,
+            "calls_served_by_newer_weights": self.mixed_calls,
+            "failed_groups": self.failed_groups,
+            "config": self.cfg.__dict__,
+        }
+
+
+async def train(
+    client: EpisodesClient, server: PolicyServer, cfg: Config, *, batch: str, progress: Any = None
+) -> dict[str, Any]:
+    """Run `cfg.versions` policy versions; returns the summary `learn/summary.json` holds."""
+    trainer = Trainer(cfg, server)
+    spec = make_spec(cfg, server.base_url, batch)
+    pending: list[tuple[float, list[_Token]]] = []
+    groups_in_step = 0
+    stream = client.run_batch(
+        spec,
+        batch=batch,
+        groups=True,
+        policy_version=0,
+        max_staleness=cfg.max_staleness,
+        concurrency=cfg.concurrency,
+    )
+    last = cfg.versions - 1
+    try:
+        async for group in stream:
+            await _take(client, trainer, group, pending)
+            if trainer.version == last:
+                # No more steps: the last version's own groups, then stop.
+                if trainer.groups[last] >= cfg.groups_per_version:
+                    break
+                continue
+            groups_in_step += 1
+            if groups_in_step < cfg.groups_per_version:
+                continue
+            trainer.step(pending)
+            client.policy_version = trainer.version
+            pending, groups_in_step = [], 0
+            if progress is not None:
+                progress(trainer)
+    finally:
+        await stream.aclose()
+    return trainer.summary()
+
+
+async def _take(
+    client: EpisodesClient,
+    trainer: Trainer,
+    group: Group,
+    pending: list[tuple[float, list[_Token]]],
+) -> None:
+    version = group.policy_version or 0
+    trainer.groups[version] += 1
+    trainer.stale[version] += group.stale
+    if group.failed is not None:
+        trainer.failed_groups += 1
+        return
+    for r in group.results:
+        trainer.rewards[version].append(r.reward or 0.0)
+    for result, adv in zip(group.results, group.advantages(normalize_std=True), strict=True):
+        transcript = await client.transcript(result.workflow_id)
+        built = samples_of(transcript).require_complete(result.workflow_id)
+        calls = transcript.model_calls()
+        for sample in built.samples:
+            tokens = trainer.tokens(sample, calls)
+            trainer.check(tokens)
+            if adv is not None:
+                pending.append((adv, tokens))
