@@ -73,13 +73,13 @@ class BoxCgroup:
 
     def exceeded(self) -> str | None:
         """The limit the box went past ("memory", "processes"), or None."""
-        if _counter(
+        if counter(
             self.dirs.get("memory"),
             "memory.events" if self.version == 2 else "memory.oom_control",
             "oom_kill",
         ):
             return "memory"
-        if _counter(self.dirs.get("pids"), "pids.events", "max"):
+        if counter(self.dirs.get("pids"), "pids.events", "max"):
             return "processes"
         return None
 
@@ -108,7 +108,7 @@ class BoxCgroup:
                         os.kill(int(pid), 9)
 
 
-def _counter(d: Path | None, name: str, key: str) -> int:
+def counter(d: Path | None, name: str, key: str) -> int:
     if d is None:
         return 0
     try:
