@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -188,8 +189,9 @@ async def test_a_box_its_spec_cannot_set_up_is_a_spec_error_with_bwraps_line():
     await box.stop()
 
 
-async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path):
-    from episodes.runtimes.sandbox_limits import reap_dead_dirs
+async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path, monkeypatch):
+    """What the next worker's start does (workers/orphans.py), as for containers."""
+    from workers.orphans import reap_orphan_sandboxes
 
     code = (
         "import asyncio, sys, time\n"
@@ -213,7 +215,8 @@ async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path):
     mine = tmp_path / f"episodes-box-{os.getpid()}-live"
     mine.mkdir()
     assert channel.is_dir()  # the SIGKILL left it
-    assert reap_dead_dirs(str(tmp_path)) == 1
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert reap_orphan_sandboxes() == 1
     assert not channel.exists() and mine.is_dir()  # a live worker's stays
     assert await wait_until(lambda: not _cgroups_of(worker.pid), timeout=10)
 
