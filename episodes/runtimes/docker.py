@@ -34,6 +34,7 @@ from episodes.runtimes.docker_engine import (
     remove,
     shared_client,
 )
+from episodes.runtimes.docker_limits import DockerLimitWatch
 from episodes.runtimes.docker_process import WRAPPER, DockerProcess
 from episodes.types.runtime import DockerConfig
 
@@ -101,6 +102,7 @@ class DockerRuntime(Runtime):
         self._api: Any = None
         self._start_task: asyncio.Future[None] | None = None
         self._channel: Path | None = None
+        self._limits: DockerLimitWatch | None = None
 
     @property
     def channel_dir(self) -> tuple[Path, str] | None:
@@ -116,6 +118,9 @@ class DockerRuntime(Runtime):
         except asyncio.CancelledError:
             await self.stop()  # the container may appear after all: do not leave it
             raise
+        if self._limits is None:
+            self._limits = DockerLimitWatch(self)
+            await self._limits.start()
 
     def _create(self) -> None:
         client = shared_client()
@@ -198,33 +203,7 @@ class DockerRuntime(Runtime):
         return bool(info["State"]["Running"])
 
     async def limit_exceeded(self) -> str | None:
-        """What the engine says: an OOM kill in the container, or as many processes as
-        its pids limit (a fork bomb pressing on it)."""
-        if self._api is None:
-            return None
-        limits = self.config.limits
-        try:
-            info = await call(self._api.inspect_container, self.name)
-            pid = int(info["State"].get("Pid") or 0)
-            if info["State"].get("OOMKilled") or _oom_kills(pid, self.id):
-                return (
-                    f"the box went past its memory limit ({limits.memory // 2**20} MiB, "
-                    "harness.runtime.limits.memory): the kernel killed a process of it"
-                )
-            stats = await call(self._api.stats, self.name, stream=False, one_shot=True)
-        except Exception:  # gone, or the engine does not answer: nothing to say
-            return None
-        if int((stats.get("pids_stats") or {}).get("current") or 0) >= limits.processes:
-            return (
-                f"the box went past its process limit ({limits.processes}, "
-                "harness.runtime.limits.processes): its pids limit refused a fork"
-            )
-        if self.config.read_only and _tmp_full(pid, self.id):
-            return (
-                f"the box went past its disk limit ({limits.disk // 2**20} MiB for its "
-                "/tmp, harness.runtime.limits.disk): it filled it"
-            )
-        return None
+        return await self._limits.exceeded() if self._limits is not None else None
 
     async def open_process(
         self,
@@ -300,6 +279,8 @@ class DockerRuntime(Runtime):
             return False
 
     async def _teardown(self) -> None:
+        if self._limits is not None:
+            await self._limits.stop()
         if self._start_task is None:
             return
         with contextlib.suppress(BaseException):
@@ -316,35 +297,3 @@ class DockerRuntime(Runtime):
             log.warning("could not remove container %s: %s", self.name, e)
             return
         owned.discard(self.name)
-
-
-def _oom_kills(pid: int, container_id: str) -> int:
-    """The OOM kills in the container's memory cgroup (an exec'd process killed leaves
-    the engine's OOMKilled unset), read on this host; 0 where the worker cannot."""
-    from episodes.runtimes.cgroup import ROOT, counter
-
-    try:
-        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines() if pid else []
-    except OSError:
-        return 0
-    for line in lines:
-        _, names, path = line.split(":", 2)
-        if container_id not in path:
-            continue
-        if names == "":
-            return counter(ROOT / path.lstrip("/"), "memory.events", "oom_kill")
-        if "memory" in names.split(","):
-            return counter(ROOT / "memory" / path.lstrip("/"), "memory.oom_control", "oom_kill")
-    return 0
-
-
-def _tmp_full(pid: int, container_id: str) -> bool:
-    """Whether the container's sized /tmp is full, seen through its init's root (an
-    engine on this host, a worker that may look: else False)."""
-    try:
-        if not pid or container_id not in Path(f"/proc/{pid}/cgroup").read_text():
-            return False
-        st = os.statvfs(f"/proc/{pid}/root/tmp")
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < 256 * 1024
