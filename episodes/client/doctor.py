@@ -189,7 +189,7 @@ def check_runtime(name: str, required: bool) -> Check:
         return Check(
             label,
             True,
-            f"sandbox (bwrap; {_sandbox_limits()}) and isolation none",
+            f"sandbox (bwrap) and isolation none; sandbox {_sandbox_limits()}",
             required=required,
         )
     if name == "docker":
