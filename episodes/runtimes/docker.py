@@ -36,6 +36,7 @@ from episodes.runtimes.docker_engine import (
 )
 from episodes.runtimes.docker_limits import DockerLimitWatch
 from episodes.runtimes.docker_process import WRAPPER, DockerProcess
+from episodes.runtimes.sandbox_limits import box_dir_prefix
 from episodes.types.runtime import DockerConfig
 
 __all__ = ["DockerProcess", "DockerRuntime", "cleanup_orphans", "image_available"]
@@ -143,7 +144,7 @@ class DockerRuntime(Runtime):
         # The box has no network, so a session's tool bridge and model proxy reach it as
         # Unix sockets in this private (0700) host directory; the bearer tokens still
         # guard them. Per box, so a parked box keeps it for the next session.
-        self._channel = Path(tempfile.mkdtemp(prefix="episodes-box-"))
+        self._channel = Path(tempfile.mkdtemp(prefix=box_dir_prefix()))
         mounts.append(docker.types.Mount(CHANNEL_IN_BOX, str(self._channel), type="bind"))
         if cfg.read_only and all(m.target != cfg.workdir for m in cfg.mounts):
             # Anonymous, so the engine seeds it from the image's workdir (its files and
