@@ -72,6 +72,7 @@ PROVISION_FAILURES: tuple[ErrorType, ...] = (
     "harness_crashed",
     "protocol_error",
     "turn_timeout",
+    "limit_exceeded",
 )
 NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, SPEC_ERROR, ENVIRONMENT_LOAD_ERROR)
 # `episodes.errors.EnvironmentFailed` (the env's reset raised), raised non-retryable by

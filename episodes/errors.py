@@ -103,6 +103,13 @@ class ProtocolError(HarnessFailure):
     error_type = "protocol_error"
 
 
+class LimitExceeded(HarnessFailure):
+    """The box went past one of its limits (memory, processes, disk); the message names
+    it. The agent's doing: the box is ended, the worker and other sessions go on."""
+
+    error_type = "limit_exceeded"
+
+
 class HarnessReportedError(HarnessFailure):
     """The harness answered a turn with an `error` packet; it is still alive."""
 

@@ -23,6 +23,9 @@ Termination = Literal[
     "turn_timeout",
     "protocol_error",
     "harness_error",
+    # The box went past one of its `limits` (memory, processes, disk): the harness's
+    # doing; which limit is in `error`.
+    "limit_exceeded",
     "worker_lost",
     # The environment's own code raised (reset or step): its message and traceback tail
     # are in `error`.
@@ -66,6 +69,7 @@ AGENT_TERMINATIONS: frozenset[str] = frozenset(
         "protocol_error",
         "turn_timeout",
         "idle_timeout",
+        "limit_exceeded",
     }
 )
 ENV_TERMINATIONS: frozenset[str] = frozenset({"env_error"})
@@ -88,6 +92,7 @@ ErrorType = Literal[
     "turn_timeout",
     "protocol_error",
     "harness_error",
+    "limit_exceeded",
     "worker_lost",
 ]
 
