@@ -81,16 +81,19 @@ def run_cmd(
         typer.Option("--batch-id", help="Batch id for workflow ids (default: spec name)."),
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Episodes in flight.")] = None,
-    batch: Annotated[
+    on_server: Annotated[
         bool,
         typer.Option(
-            "--batch",
+            "--on-server",
             help="Run as one EvalBatchWorkflow on the server (durable, metrics, pass@k) "
             "instead of starting each episode from here.",
         ),
     ] = False,
+    batch: Annotated[
+        bool, typer.Option("--batch", hidden=True, help="Deprecated: --on-server.")
+    ] = False,
     pass_threshold: Annotated[
-        float, typer.Option(help="With --batch: an episode passes when reward >= this.")
+        float, typer.Option(help="With --on-server: an episode passes when reward >= this.")
     ] = 1.0,
     policy_version: Annotated[
         int | None,
@@ -104,13 +107,20 @@ def run_cmd(
     """Run every task x sample of SPEC, show progress, print a summary.
 
     With no address configured (flag, TEMPORAL_ADDRESS or a profile) it brings up the
-    embedded dev server and a worker for the run."""
-    from episodes.cli.run import run_spec
+    embedded dev server and a worker for the run. Exit status 1 when a configuration
+    error stopped episodes or every episode failed (the reason under the summary)."""
+    from episodes.cli.run import exit_code, run_spec
 
     if batch:
+        common.err_console.print(
+            "[yellow]warning:[/] --batch is deprecated: use --on-server (--batch-id names "
+            "the batch)",
+            highlight=False,
+        )
+    if on_server or batch:
         from episodes.cli.batch import run_spec_batch
 
-        common.run(
+        code = common.run(
             run_spec_batch(
                 spec,
                 cfg=cfg,
@@ -121,8 +131,8 @@ def run_cmd(
                 policy_version=policy_version,
             )
         )
-        return
-    common.run(
+        raise typer.Exit(code)
+    results = common.run(
         run_spec(
             spec,
             cfg=cfg,
@@ -132,6 +142,7 @@ def run_cmd(
             policy_version=policy_version,
         )
     )
+    raise typer.Exit(exit_code(results))
 
 
 app.add_typer(schedule_app, name="schedule")

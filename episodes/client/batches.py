@@ -21,6 +21,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes import search_attributes as sa
+from episodes.client.dispatch import batch_id_arg
 from episodes.errors import EpisodesError
 from episodes.search_attributes import batch_search_attributes
 from episodes.types.io import BatchInput, BatchProgress, BatchResult
@@ -32,16 +33,18 @@ from episodes.types.tuning import MAX_INPUT_BYTES
 def batch_input(
     spec: EpisodeSpec,
     *,
-    batch: str | None = None,
+    batch_id: str | None = None,
     schedule: str | None = None,
     concurrency: int | None = None,
     pass_threshold: float = 1.0,
+    batch: str | None = None,
 ) -> BatchInput:
-    """The workflow input, with the dataset read now (a workflow cannot read files)."""
+    """The workflow input, with the dataset read now (a workflow cannot read files).
+    `batch_id`: default the spec's name (`batch=`: its deprecated spelling)."""
     tasks = spec.load_tasks()
     inp = BatchInput(
         spec=spec.model_copy(update={"tasks": tasks, "dataset": None, "harbor": None}),
-        batch=batch,
+        batch=batch_id_arg(batch_id, batch, "batch_input"),
         schedule=schedule,
         concurrency=concurrency,
         pass_threshold=pass_threshold,

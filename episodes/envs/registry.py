@@ -46,8 +46,9 @@ def resolve_env_class(ref: str) -> type[Environment]:
     except ModuleNotFoundError as e:
         missing = e.name or module_name
         raise EnvironmentLoadError(
-            f"env {ref!r}: cannot import module {module_name!r} (no module named {missing!r}; "
-            "is it installed or on PYTHONPATH?)"
+            f"env {ref!r}: cannot import module {module_name!r} (no module named {missing!r}): "
+            "the worker imports the env, so start the worker in the module's directory, "
+            "add that directory to PYTHONPATH, or install the module"
         ) from None
     except Exception as e:  # a broken module: report its error, not our traceback
         raise EnvironmentLoadError(

@@ -85,6 +85,13 @@ def test_failure_type_names_are_the_exception_class_names() -> None:
         kinds.add(cls.error_type)
         stack += cls.__subclasses__()
     assert set(contract.PROVISION_FAILURES) <= kinds
+    # Every spec error is a configuration error the workflow names, not a failed workflow.
+    specs, stack = set(), [SpecError]
+    while stack:
+        cls = stack.pop()
+        specs.add(cls.__name__)
+        stack += cls.__subclasses__()
+    assert set(contract.SPEC_ERRORS) == specs
 
 
 async def test_an_unknown_session_fails_as_session_not_found() -> None:
