@@ -36,10 +36,21 @@ def dev(
     viewer_port: Annotated[
         int, typer.Option(help="Port of the episodes viewer (`episodes view`; 0: any free).")
     ] = 8234,
+    reload: Annotated[
+        bool,
+        typer.Option(
+            "--reload",
+            help="Import an env module again when its file changes, for the episodes that "
+            "start after (running ones keep their code). Without it: a warning.",
+        ),
+    ] = False,
 ) -> None:
     """Start the embedded Temporal dev server (SQLite under .episodes/, UI), a worker and
     the episodes viewer."""
     from episodes.cli.embedded import embedded_stack, viewer_beside
+    from episodes.envs.stale import set_reload
+
+    set_reload(reload)
 
     async def main() -> None:
         async with embedded_stack(
