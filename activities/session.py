@@ -294,7 +294,7 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
     try:
         env = load_env(inp.env, inp.env_args)
     except SpecError as e:
-        raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
+        raise ApplicationError(str(e), type=spec_error_type(e), non_retryable=True) from None
     transcript = inp.transcript
     if inp.workflow_id is not None and inp.earlier_turns:
         # A continued run: the earlier runs' turns are in their histories, not the input.
@@ -339,13 +339,21 @@ def _as_outcome(e: BaseException, session: LiveSession) -> BaseException:
         log.warning("%s: configuration error: %s", session.session_id, message)
         return ApplicationError(
             message,
-            type=type(e).__name__,
+            type=spec_error_type(e),
             non_retryable=True,
             category=ApplicationErrorCategory.BENIGN,
         )
     if isinstance(e, Exception) and message != str(e):
         return ApplicationError(message, type=type(e).__name__)
     return e
+
+
+def spec_error_type(e: SpecError) -> str:
+    """The failure type a spec error leaves the worker with: its class name when the
+    contract names it, else `SpecError` (a subclass an env or runtime adds is a
+    configuration error all the same)."""
+    name = type(e).__name__
+    return name if name in contract.SPEC_ERRORS else contract.SPEC_ERROR
 
 
 @contextlib.contextmanager

@@ -8,13 +8,15 @@ from collections import Counter
 from pathlib import Path
 
 from rich.markup import escape
+from temporalio.client import Client
 
 from episodes.cli.common import console, progress_bar, summary_table
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
+from episodes.client.batches import episodes_query
 from episodes.client.config import Config
 from episodes.client.dispatch import dispatch_spec
-from episodes.errors import Interrupted
+from episodes.errors import EpisodesError, Interrupted
 from episodes.specfile import load_spec
 from episodes.types.results import OK_TERMINATIONS, EpisodeResult
 
@@ -62,6 +64,7 @@ async def run_spec(
         except asyncio.CancelledError:
             # The user's Ctrl-C: the stream cancelled the episodes still running (they
             # end `cancelled`, boxes released). One line, not a traceback.
+            await _settle(client, batch or spec.name)
             raise Interrupted(
                 f"interrupted: {total - len(results)} episode(s) cancelled, {len(results)} of "
                 f"{total} finished; the same command runs the cancelled ones again"
@@ -74,6 +77,25 @@ async def run_spec(
         if ui_url:
             console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
         return results
+
+
+async def _settle(client: Client, batch_id: str, timeout_s: float = 15.0) -> None:
+    """Wait (a little) for the cancelled episodes to end, so that a worker this command
+    hosts is not stopped under them: they close `cancelled`, and the next run of the
+    batch runs them again. A second Ctrl-C leaves at once."""
+    try:
+        query = f"{episodes_query(batch_id)} AND ExecutionStatus = 'Running'"
+    except EpisodesError:  # an id the visibility query cannot hold
+        return
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    with console.status("cancelling the running episodes"):
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                if (await client.count_workflows(query)).count == 0:
+                    return
+            except Exception:  # the server is gone: nothing to wait for
+                return
+            await asyncio.sleep(0.2)
 
 
 def failure_lines(results: list[EpisodeResult]) -> list[str]:

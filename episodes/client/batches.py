@@ -124,7 +124,8 @@ async def wait_batch(
         waiting.cancel()
 
 
-def _episodes_query(batch: str) -> str:
+def episodes_query(batch: str) -> str:
+    """The visibility query of a batch's episodes."""
     # A quote would end the string in the visibility query (and let a batch id add terms).
     if "'" in batch or "\\" in batch:
         raise EpisodesError(f"batch id {batch!r}: quotes and backslashes are not allowed")
@@ -134,7 +135,7 @@ def _episodes_query(batch: str) -> str:
 async def episode_ids(client: Client, batch: str) -> list[str]:
     """The workflow ids of a batch's episodes (found by EpisodeBatch), sorted; those
     that finished a moment ago may not be visible yet."""
-    return sorted({wf.id async for wf in client.list_workflows(_episodes_query(batch))})
+    return sorted({wf.id async for wf in client.list_workflows(episodes_query(batch))})
 
 
 async def episode_results(
@@ -145,7 +146,7 @@ async def episode_results(
     Visibility lags a little behind completion: wait up to `wait_s` for `expected`.
     Episodes whose workflow failed have no result and are left out.
     """
-    query = _episodes_query(batch)
+    query = episodes_query(batch)
     deadline = asyncio.get_running_loop().time() + wait_s
     while (await client.count_workflows(query)).count < expected:
         if asyncio.get_running_loop().time() >= deadline:
