@@ -88,7 +88,7 @@ async def _run_demo(port: int, keep: bool, model: ScriptedUpstream) -> None:
         results: list[EpisodeResult] = []
 
         async def one_spec(spec: EpisodeSpec) -> None:
-            async for r in client.run_batch(spec, batch=f"{batch}-{spec.name}"):
+            async for r in client.run_batch(spec, batch_id=f"{batch}-{spec.name}"):
                 results.append(r)
                 console.print(
                     f"  {r.spec_name:<13} {r.task_id:<24} s{r.sample} {r.termination:<9} "

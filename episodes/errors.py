@@ -155,11 +155,22 @@ class ModelError(EpisodesError):
 class EpisodeFailed(EpisodesError):
     """The workflow itself failed (a bug or a bad spec), so there is no EpisodeResult.
     `provision_failed`: its `provision` failed after Temporal's retries for a reason
-    that is not the harness's (the batch runner may retry the episode)."""
+    that is not the harness's (the batch runner may retry the episode). `config_error`:
+    it failed with a spec error (a worker from before they were the episode's outcome):
+    never retried."""
 
-    def __init__(self, workflow_id: str, detail: str, *, provision_failed: bool = False) -> None:
+    def __init__(
+        self,
+        workflow_id: str,
+        detail: str,
+        *,
+        provision_failed: bool = False,
+        config_error: bool = False,
+    ) -> None:
         self.workflow_id = workflow_id
-        self.provision_failed = provision_failed
+        self.detail = detail
+        self.provision_failed = provision_failed and not config_error
+        self.config_error = config_error
         super().__init__(f"episode {workflow_id} failed: {detail}")
 
 
@@ -169,6 +180,12 @@ class StepRejected(EpisodesError):
 
 class SessionFailed(EpisodesError):
     """The session's workflow failed (a bug or a bad spec), so there is no reply or result."""
+
+
+class Interrupted(EpisodesError):
+    """The user interrupted a command (Ctrl-C); the message says what was cancelled."""
+
+    exit_code = 130
 
 
 class ServerUnreachable(EpisodesError):

@@ -22,6 +22,7 @@ from workflows.failures import (
     failure_message,
     failure_type,
     is_backstop_timeout,
+    is_spec_error,
     is_worker_lost,
     lost_message,
     provision_failure,
@@ -86,6 +87,8 @@ class EpisodeBase:
         self._score_recorded = False
         # A session was opened (its env reset) at some point of the chain.
         self._opened = False
+        # It could not start for a reason in its configuration (a spec error).
+        self._config_error = False
 
     @property
     def _turns_done(self) -> int:
@@ -156,6 +159,7 @@ class EpisodeBase:
             if kind is None:
                 raise
             self._termination = kind
+            self._config_error = is_spec_error(e)
             return failure_message(e)
         return None
 
@@ -241,6 +245,7 @@ class EpisodeBase:
                 # no session could be brought back, as when no restart is allowed.
                 kind = "worker_lost"
             self._termination = kind
+            self._config_error = is_spec_error(e)
             return f"restart {self._restarts} failed: {failure_message(e)}"
         self._ref = restored.session
         self._turns_replayed += restored.turns_replayed
@@ -378,6 +383,7 @@ class EpisodeBase:
             turns_replayed=self._turns_replayed,
             replay_divergences=self._divergences,
             turns_rerun=self._turns_rerun,
+            config_error=self._config_error,
         )
 
     def _set_details(self) -> None:

@@ -36,10 +36,21 @@ def dev(
     viewer_port: Annotated[
         int, typer.Option(help="Port of the episodes viewer (`episodes view`; 0: any free).")
     ] = 8234,
+    reload: Annotated[
+        bool,
+        typer.Option(
+            "--reload",
+            help="Import an env module again when its file changes, for the episodes that "
+            "start after (running ones keep their code). Without it: a warning.",
+        ),
+    ] = False,
 ) -> None:
     """Start the embedded Temporal dev server (SQLite under .episodes/, UI), a worker and
     the episodes viewer."""
     from episodes.cli.embedded import embedded_stack, viewer_beside
+    from episodes.envs.stale import set_reload
+
+    set_reload(reload)
 
     async def main() -> None:
         async with embedded_stack(
@@ -81,16 +92,19 @@ def run_cmd(
         typer.Option("--batch-id", help="Batch id for workflow ids (default: spec name)."),
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Episodes in flight.")] = None,
-    batch: Annotated[
+    on_server: Annotated[
         bool,
         typer.Option(
-            "--batch",
+            "--on-server",
             help="Run as one EvalBatchWorkflow on the server (durable, metrics, pass@k) "
             "instead of starting each episode from here.",
         ),
     ] = False,
+    batch: Annotated[
+        bool, typer.Option("--batch", hidden=True, help="Deprecated: --on-server.")
+    ] = False,
     pass_threshold: Annotated[
-        float, typer.Option(help="With --batch: an episode passes when reward >= this.")
+        float, typer.Option(help="With --on-server: an episode passes when reward >= this.")
     ] = 1.0,
     policy_version: Annotated[
         int | None,
@@ -104,13 +118,20 @@ def run_cmd(
     """Run every task x sample of SPEC, show progress, print a summary.
 
     With no address configured (flag, TEMPORAL_ADDRESS or a profile) it brings up the
-    embedded dev server and a worker for the run."""
-    from episodes.cli.run import run_spec
+    embedded dev server and a worker for the run. Exit status 1 when a configuration
+    error stopped episodes or every episode failed (the reason under the summary)."""
+    from episodes.cli.run import exit_code, run_spec
 
     if batch:
+        common.err_console.print(
+            "[yellow]warning:[/] --batch is deprecated: use --on-server (--batch-id names "
+            "the batch)",
+            highlight=False,
+        )
+    if on_server or batch:
         from episodes.cli.batch import run_spec_batch
 
-        common.run(
+        code = common.run(
             run_spec_batch(
                 spec,
                 cfg=cfg,
@@ -121,8 +142,8 @@ def run_cmd(
                 policy_version=policy_version,
             )
         )
-        return
-    common.run(
+        raise typer.Exit(code)
+    results = common.run(
         run_spec(
             spec,
             cfg=cfg,
@@ -132,6 +153,7 @@ def run_cmd(
             policy_version=policy_version,
         )
     )
+    raise typer.Exit(exit_code(results))
 
 
 app.add_typer(schedule_app, name="schedule")

@@ -213,3 +213,11 @@ class EpisodeResult(Model):
     turns_replayed: int = 0
     replay_divergences: int = 0
     turns_rerun: int = 0
+    retries: int = 0
+    """Fresh episodes (`<id>.r<n>`) a client-side batch (`run_batch`) ran for this task
+    and sample after infrastructure failures before this one. A re-run of an episode
+    cancelled when an earlier run was left (Ctrl-C) is not one. 0 elsewhere."""
+    config_error: bool = False
+    """It could not start because of its configuration (an env module the worker cannot
+    import, a secret it cannot read, a box the spec cannot start): `harness_start_failed`
+    with the fix in `error`. Running it again fails the same way, so no batch does."""
