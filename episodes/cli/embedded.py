@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
+import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -15,7 +15,7 @@ from episodes.client.config import Config
 from episodes.client.connect import connect, connect_config
 from episodes.client.devserver import DevServer, port_open
 from episodes.client.devstate import forget_server, record_server, running_server
-from episodes.errors import SandboxUnavailable
+from episodes.errors import DevServerError, SandboxUnavailable
 from episodes.payloads.settings import DEV_STATE_DIR, configured_data_converter, dev_storage
 from episodes.types.tuning import DEFAULT_TASK_QUEUE
 
@@ -40,8 +40,15 @@ class Embedded:
 
 
 def run_queue(prefix: str = DEFAULT_TASK_QUEUE) -> str:
-    """A task queue of one run's own: no other worker on the server polls it."""
-    return f"{prefix}-run-{uuid.uuid4().hex[:8]}"
+    """The task queue of this checkout's embedded runs (`episodes run` without an
+    address, `make demo`): `<prefix>-embedded-<hash of the .episodes path>`.
+
+    No worker of another checkout polls it (a server may be shared by mistake, and
+    `episodes dev`'s worker polls `<prefix>`), yet the same checkout's next run polls
+    it again: episodes a run left running when it was stopped go on then, instead of
+    waiting on a queue nobody polls."""
+    where = str(STATE_DIR.resolve()).encode()
+    return f"{prefix}-embedded-{hashlib.sha256(where).hexdigest()[:8]}"
 
 
 NO_SANDBOX_HINT = (
@@ -82,16 +89,27 @@ def _server(
 ) -> tuple[DevServer, int | None]:
     """The dev server to start or reuse, and the preferred port it moved from.
 
-    This checkout's running server (`.episodes/server.json`) is reused when it is on
-    `port` (or none was asked for). Any other server on the port is refused (an explicit
-    `port`) or avoided (`prefer`: free ports instead); with neither, free ports."""
+    This checkout's running `episodes dev` server (`.episodes/server.json`) is reused;
+    one database has one server, so another embedded run's (it stops with that run) or
+    a `port` other than dev's is one line. Any other server on the port is refused (an
+    explicit `port`) or avoided (`prefer`: free ports instead); with neither, free ports."""
     db, log = STATE_DIR / "temporal.db", STATE_DIR / "temporal.log"
     own = running_server(STATE_DIR)
-    if own is not None and port in (None, own.port):
+    if own is not None and not own.shared:
+        raise DevServerError(
+            f"another `episodes run` or `make demo` of this checkout (pid {own.owner_pid}) "
+            f"has its dev server and {STATE_DIR}/ until it ends: wait for it, or start "
+            "`episodes dev` here (runs beside it share its server)"
+        )
+    if own is not None and port not in (None, own.port):
+        raise DevServerError(
+            f"this checkout's `episodes dev` (pid {own.owner_pid}) has its dev server on "
+            f"{own.address}: use that port, or stop it"
+        )
+    if own is not None:
         host = own.address.rsplit(":", 1)[0]
         ui = int(own.ui_url.rsplit(":", 1)[1]) if own.ui_url else None
-        reused = DevServer(ip=host, port=own.port, ui_port=ui, headless=ui is None)
-        return reused, None
+        return DevServer(ip=host, port=own.port, ui_port=ui, headless=ui is None), None
     if port is None and prefer is not None and not port_open("127.0.0.1", prefer):
         port = prefer
     if port is not None:
@@ -110,13 +128,15 @@ async def embedded_stack(
     namespace: str = "default",
     require_sandbox: bool = True,
     sandbox_hint: str = NO_SANDBOX_HINT,
+    shared: bool = False,
 ) -> AsyncIterator[Embedded]:
-    """A dev server of this checkout's and a worker here on `task_queue` (default: a
-    queue of this run's own); both torn down after (a reused server is left running).
+    """A dev server of this checkout's and a worker here on `task_queue` (default: this
+    checkout's `run_queue()`); both torn down after (a reused server is left running).
 
     The server: this checkout's running one when there is one (histories stay in one
     `.episodes/temporal.db`), else one started on `port` (refused when taken), on
-    `prefer_port` when free, or on free ports. Large payloads go to
+    `prefer_port` when free, or on free ports. `shared`: this checkout's other runs may
+    use the server while this stack is up (`episodes dev`). Large payloads go to
     `.episodes/payloads/` unless EPISODES_PAYLOADS_STORAGE says otherwise; the client
     and the worker share that one converter.
     """
@@ -127,7 +147,7 @@ async def embedded_stack(
     server, moved = _server(port, prefer_port, ui_port)
     await asyncio.to_thread(server.start)
     if not server.reused:
-        record_server(server, STATE_DIR)
+        record_server(server, shared=shared, state_dir=STATE_DIR)
     try:
         queue = task_queue or run_queue()
         converter = configured_data_converter(default_storage=dev_storage(STATE_DIR))
@@ -179,8 +199,8 @@ async def client_for(
     embedded stack entered on `stack`.
 
     Returns the client, the UI address when the embedded stack serves the run, and the
-    task queue to start on: the configured one, or the embedded worker's own queue (no
-    other worker on that server takes the run's episodes).
+    task queue to start on: the configured one, or the embedded worker's (`run_queue`:
+    no other checkout's worker takes the run's episodes).
     """
     if cfg.address is not None:
         return await connect_config(cfg), None, cfg.settings.task_queue

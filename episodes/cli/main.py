@@ -63,6 +63,7 @@ def dev(
             task_queue=task_queue,
             max_sessions=max_sessions,
             require_sandbox=require_sandbox,
+            shared=True,
         ) as stack:
             s = stack.server
             if stack.moved_from is not None:

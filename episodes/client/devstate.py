@@ -28,6 +28,8 @@ class RunningServer:
     address: str
     ui_url: str | None
     owner_pid: int
+    # `episodes dev`'s: runs may use it beside it. An embedded run's stops with the run.
+    shared: bool = False
 
     @property
     def port(self) -> int:
@@ -52,6 +54,7 @@ def running_server(state_dir: Path = DEV_STATE_DIR) -> RunningServer | None:
             address=str(data["address"]),
             ui_url=data.get("ui_url"),
             owner_pid=int(data["owner_pid"]),
+            shared=bool(data.get("shared", False)),
         )
         host = found.address.rsplit(":", 1)[0]
         if _alive(found.owner_pid) and port_open(host, found.port):
@@ -61,10 +64,16 @@ def running_server(state_dir: Path = DEV_STATE_DIR) -> RunningServer | None:
     return None
 
 
-def record_server(server: DevServer, state_dir: Path = DEV_STATE_DIR) -> None:
-    """Name `server` (started by this process) as this checkout's."""
+def record_server(server: DevServer, *, shared: bool, state_dir: Path = DEV_STATE_DIR) -> None:
+    """Name `server` (started by this process) as this checkout's; `shared`: others may
+    use it while this process runs (`episodes dev`)."""
     state_dir.mkdir(parents=True, exist_ok=True)
-    data = {"address": server.address, "ui_url": server.ui_url, "owner_pid": os.getpid()}
+    data = {
+        "address": server.address,
+        "ui_url": server.ui_url,
+        "owner_pid": os.getpid(),
+        "shared": shared,
+    }
     tmp = state_dir / f".{STATE_FILE}.{os.getpid()}"
     tmp.write_text(json.dumps(data) + "\n")
     tmp.replace(state_dir / STATE_FILE)

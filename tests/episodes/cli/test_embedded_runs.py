@@ -23,6 +23,8 @@ import yaml
 
 from episodes.client.connect import connect
 from episodes.client.devserver import free_port, port_open
+from tests.conftest import ROOT
+from tests.support.procs import wait_until
 from tests.support.worker_procs import cli_env
 
 pytestmark = pytest.mark.slow
@@ -182,7 +184,7 @@ async def test_run_beside_this_checkouts_dev_runs_on_its_own_worker(tmp_path) ->
             assert len(ids) == 4, "the run did not use this checkout's dev server"
             for wid in ids:
                 handle = client.get_workflow_handle(wid)
-                assert (await handle.describe()).task_queue.startswith("episodes-run-")
+                assert (await handle.describe()).task_queue.startswith("episodes-embedded-")
                 history = await handle.fetch_history()
                 who = [
                     e.activity_task_started_event_attributes.identity
@@ -211,8 +213,6 @@ async def test_dev_refuses_a_taken_port(tmp_path, dev_server) -> None:
 
 
 def test_make_demo_passes_port() -> None:
-    from tests.conftest import ROOT
-
     shown = subprocess.run(
         ["make", "-n", "demo", "PORT=7999"],
         cwd=ROOT,
@@ -221,3 +221,36 @@ def test_make_demo_passes_port() -> None:
         check=True,
     ).stdout
     assert "-m episodes.demo --port 7999" in shown
+
+
+async def test_runs_of_one_checkout_share_no_server_and_a_rerun_goes_on(tmp_path) -> None:
+    """One database has one server: a second run of the same checkout while the first
+    holds it is one line (before: it reused the server and died with a traceback when
+    the first ended). A run killed mid-way and run again goes on where it stopped: the
+    new worker polls the checkout's queue, the one the left episodes wait on."""
+    spec = yaml.safe_load((ROOT / "examples" / "guess-number.yaml").read_text())
+    spec["samples"] = 40
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    total = 4 * 40
+    first_out = tmp_path / "r1.jsonl"
+    first = subprocess.Popen(
+        [sys.executable, "-m", "episodes.cli.main", "run", str(path), "--out", str(first_out)],
+        cwd=tmp_path,
+        env=cli_env(**WIDE),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert wait_until(lambda: first_out.exists() and first_out.read_text(), 240)
+        code, out, err = await episodes(tmp_path, "run", str(path), "--out", "r2.jsonl")
+        assert code == 2, out + err
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and f"(pid {first.pid})" in lines[0], err
+    finally:
+        first.kill()
+        first.wait(30)
+    assert len(results(first_out)) < total
+    code, out, err = await episodes(tmp_path, "run", str(path), "--out", "r3.jsonl", timeout=600)
+    assert code == 0, out + err
+    assert len(results(tmp_path / "r3.jsonl")) == total
