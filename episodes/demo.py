@@ -82,7 +82,8 @@ async def _run_demo(port: int | None, keep: bool, model: ScriptedUpstream) -> No
     try:
         client = EpisodesClient(stack.client, task_queue=stack.task_queue)
         console.print(
-            f"[green]✓[/] Temporal at {stack.server.address}, worker {stack.worker.worker_id}"
+            f"[green]✓[/] Temporal at {stack.server.address}, worker {stack.worker.worker_id} "
+            f"on queue {stack.task_queue}"
         )
         total = sum(len(s.load_tasks()) * s.samples for s in specs)
         console.print(

@@ -231,12 +231,22 @@ def view(
         str, typer.Option(help="Listen address (the viewer has no login: keep it local).")
     ] = "127.0.0.1",
     ui_address: Annotated[
-        str, typer.Option(help="The Temporal UI, for links to each episode's workflow.")
-    ] = "http://127.0.0.1:8233",
+        str | None,
+        typer.Option(
+            help="The Temporal UI, for links to each episode's workflow (default: this "
+            "checkout's `episodes dev` UI when no address is configured, else "
+            "http://127.0.0.1:8233).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve a web viewer of batches and episodes (read from Temporal) and print its address."""
     from episodes.cli.view import serve_viewer
+    from episodes.client.devstate import running_server
 
+    if ui_address is None:
+        own = running_server() if cfg.address is None else None
+        ui_address = (own.ui_url if own else None) or "http://127.0.0.1:8233"
     common.run(serve_viewer(cfg, host=host, port=port, ui_address=ui_address))
 
 

@@ -196,6 +196,21 @@ async def test_run_beside_this_checkouts_dev_runs_on_its_own_worker(tmp_path) ->
             with contextlib.chdir(tmp_path):
                 cfg = load_config(TemporalFlags(), {}, environ={})
                 assert cfg.connect_config()["target_host"] == d.address
+            view = subprocess.Popen(
+                [sys.executable, "-m", "episodes.cli.main", "view", "--port", "0"],
+                cwd=tmp_path,
+                env=cli_env(**WIDE),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
+            try:
+                assert view.stdout is not None
+                shown = view.stdout.readline()
+            finally:
+                view.terminate()
+                view.wait(30)
+            assert f"Temporal at {d.address}" in shown, shown
     finally:
         taken.close()
     assert f"viewer port {viewer} is taken" in d.err
