@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -144,10 +145,14 @@ async def embedded_stack(
 
     warn_no_sandbox(check_sandbox(require_sandbox, hint=sandbox_hint))
     STATE_DIR.mkdir(exist_ok=True)
-    server, moved = _server(port, prefer_port, ui_port)
-    await asyncio.to_thread(server.start)
-    if not server.reused:
-        record_server(server, shared=shared, state_dir=STATE_DIR)
+    # Two commands starting at once in one checkout must not both start a server on
+    # its database: choosing, starting and recording it is done under a file lock.
+    with open(STATE_DIR / "server.lock", "w") as lock:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        server, moved = _server(port, prefer_port, ui_port)
+        await asyncio.to_thread(server.start)
+        if not server.reused:
+            record_server(server, shared=shared, state_dir=STATE_DIR)
     try:
         queue = task_queue or run_queue()
         converter = configured_data_converter(default_storage=dev_storage(STATE_DIR))
