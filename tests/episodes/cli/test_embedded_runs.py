@@ -265,7 +265,7 @@ async def test_runs_of_one_checkout_share_no_server_and_a_rerun_goes_on(tmp_path
     finally:
         first.kill()
         first.wait(30)
-    assert len(results(first_out)) < total
+    assert len(first_out.read_text().splitlines()) < total  # it was stopped half-way
     code, out, err = await episodes(tmp_path, "run", str(path), "--out", "r3.jsonl", timeout=600)
     assert code == 0, out + err
     assert len(results(tmp_path / "r3.jsonl")) == total
