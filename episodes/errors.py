@@ -55,6 +55,10 @@ class RuntimeUnavailable(EpisodesError):
     """A runtime cannot be used here (SDK missing, engine down, credentials absent)."""
 
 
+class SandboxUnavailable(RuntimeUnavailable):
+    """A worker cannot make sandboxes (its default runtime): said once at its start."""
+
+
 class ImageMissing(RuntimeUnavailable):
     """The box image a spec names is not where this worker looks: maybe the host's
     build or pull is missing, maybe the spec's name is wrong (so no sign, alone, that

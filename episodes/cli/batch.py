@@ -52,8 +52,7 @@ async def run_spec_batch(
     total = total_episodes(inp)
 
     async with contextlib.AsyncExitStack() as stack:
-        client, ui_url = await client_for(stack, cfg)
-        task_queue = cfg.settings.task_queue
+        client, ui_url, task_queue = await client_for(stack, cfg)
         handle = await start_batch(client, inp, task_queue=task_queue)
         console.print(f"batch workflow [bold]{handle.id}[/]", highlight=False, soft_wrap=True)
         with progress_bar() as progress:

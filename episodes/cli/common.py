@@ -239,6 +239,15 @@ CONFIG_OPTIONS: dict[str, Any] = {
             rich_help_panel=_SET,
         ),
     ],
+    "require_sandbox": Annotated[
+        bool | None,
+        typer.Option(
+            "--require-sandbox/--no-require-sandbox",
+            help="A worker that cannot make sandboxes (the default runtime) refuses to "
+            "start; --no-require-sandbox starts it anyway.",
+            rich_help_panel=_SET,
+        ),
+    ],
 }
 _TEMPORAL_FLAGS = (
     "address",

@@ -24,12 +24,19 @@ app = typer.Typer(
     help="Durable multi-turn agent episodes on Temporal.",
 )
 
+DEV_PORT = 7233
 TaskQueue = Annotated[str, typer.Option(help="The shared task queue workers poll.")]
 
 
 @app.command()
 def dev(
-    port: Annotated[int, typer.Option(help="gRPC port of the dev server.")] = 7233,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            help="gRPC port of the dev server (default: 7233, or free ports when a server "
+            "that is not this checkout's has it; a given port that is taken is an error)."
+        ),
+    ] = None,
     ui_port: Annotated[int | None, typer.Option(help="UI port (default: port + 1000).")] = None,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
     max_sessions: Annotated[int, typer.Option(help="Live sessions this worker holds.")] = 256,
@@ -44,6 +51,13 @@ def dev(
             "start after (running ones keep their code). Without it: a warning.",
         ),
     ] = False,
+    require_sandbox: Annotated[
+        bool,
+        typer.Option(
+            help="Refuse to start when this machine cannot make sandboxes (the default "
+            "runtime); --no-require-sandbox starts anyway.",
+        ),
+    ] = True,
 ) -> None:
     """Start the embedded Temporal dev server (SQLite under .episodes/, UI), a worker and
     the episodes viewer."""
@@ -54,10 +68,22 @@ def dev(
 
     async def main() -> None:
         async with embedded_stack(
-            port=port, ui_port=ui_port, task_queue=task_queue, max_sessions=max_sessions
+            port=port,
+            prefer_port=DEV_PORT,
+            ui_port=ui_port,
+            task_queue=task_queue,
+            max_sessions=max_sessions,
+            require_sandbox=require_sandbox,
+            shared=True,
         ) as stack:
             s = stack.server
-            how = "reusing the server already on" if s.reused else "dev server on"
+            if stack.moved_from is not None:
+                common.err_console.print(
+                    f"[yellow]127.0.0.1:{stack.moved_from} is taken by a server this checkout "
+                    f"did not start: this one is on {s.address} (`--port` chooses)",
+                    highlight=False,
+                )
+            how = "reusing this checkout's dev server on" if s.reused else "dev server on"
             common.console.print(f"[green]✓[/] {how} [bold]{s.address}[/]")
             if s.ui_url and not s.reused:
                 common.console.print(f"[green]✓[/] Temporal UI: [bold]{s.ui_url}[/]")
@@ -227,12 +253,22 @@ def view(
         str, typer.Option(help="Listen address (the viewer has no login: keep it local).")
     ] = "127.0.0.1",
     ui_address: Annotated[
-        str, typer.Option(help="The Temporal UI, for links to each episode's workflow.")
-    ] = "http://127.0.0.1:8233",
+        str | None,
+        typer.Option(
+            help="The Temporal UI, for links to each episode's workflow (default: this "
+            "checkout's `episodes dev` UI when no address is configured, else "
+            "http://127.0.0.1:8233).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve a web viewer of batches and episodes (read from Temporal) and print its address."""
     from episodes.cli.view import serve_viewer
+    from episodes.client.devstate import running_server
 
+    if ui_address is None:
+        own = running_server() if cfg.address is None else None
+        ui_address = (own.ui_url if own else None) or "http://127.0.0.1:8233"
     common.run(serve_viewer(cfg, host=host, port=port, ui_address=ui_address))
 
 

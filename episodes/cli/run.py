@@ -40,8 +40,7 @@ async def run_spec(
     total = len(tasks) * spec.samples
 
     async with contextlib.AsyncExitStack() as stack:
-        client, ui_url = await client_for(stack, cfg)
-        task_queue = cfg.settings.task_queue
+        client, ui_url, task_queue = await client_for(stack, cfg)
         sink = stack.enter_context(out.open("w")) if out else None
         results: list[EpisodeResult] = []
         episodes = EpisodesClient(client, task_queue=task_queue)
