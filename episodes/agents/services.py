@@ -112,6 +112,7 @@ class AgentServices:
                     on_failure=self._failed,
                     uds_path=uds,
                     session_id=self.session_id,
+                    budget=self.budget,
                 )
                 await self._stack.enter_async_context(self.proxy)
                 self.harness_env.update(self.proxy.env())
