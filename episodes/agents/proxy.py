@@ -40,7 +40,7 @@ from episodes.agents.net import tcp_listener
 from episodes.agents.sender import SESSION_HEADER, Exhausted, Sender, error_text, one_line
 from episodes.agents.serve import Bounds, HttpServer, Refusal, Request
 from episodes.agents.stream import assemble, stream_chunks
-from episodes.agents.upstream import UpstreamError
+from episodes.agents.upstream import SlowReader, UpstreamError
 from episodes.aio import finish
 from episodes.errors import ModelError
 from episodes.json_depth import text_too_deep, too_deep_message
@@ -269,6 +269,7 @@ class ModelProxy:
         received: list[bytes] = []
         broke: str | None = None
         gone = request.gone  # the harness hung up; nothing left to tell it
+        slow = False  # it read too slowly: cut off
 
         def passed(data: bytes) -> None:
             received.append(data)
@@ -290,6 +291,10 @@ class ModelProxy:
             # The harness's side (the writes) is told apart from the upstream's here.
             if not gone:
                 await resp.forward(passed, self.spec.timeout_s)
+        except SlowReader:
+            # The harness's doing, not the model's: its stream is cut, its call recorded.
+            gone, slow = True, True
+            request.close()
         except TimeoutError:
             broke = "model stream broke: upstream ReadTimeout"
         except UpstreamError as e:
@@ -315,7 +320,7 @@ class ModelProxy:
             started,
             attempts,
             stream=True,
-            error=str(broke) if broke else ("harness disconnected" if gone else None),
+            error=str(broke) if broke else _harness_error(gone, slow, self.spec.timeout_s),
         )
         request.end()
 
@@ -375,6 +380,12 @@ class ModelProxy:
             record["error"] = error
         self.calls += 1
         await _call(self.on_call, record)
+
+
+def _harness_error(gone: bool, slow: bool, timeout_s: float) -> str | None:
+    if slow:
+        return f"harness read the stream too slowly (waited on for {timeout_s:g} s in all): cut off"
+    return "harness disconnected" if gone else None
 
 
 def _json(request: Request, status: int, value: Any) -> None:

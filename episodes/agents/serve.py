@@ -131,6 +131,12 @@ class Request:
         """Call `callback` when the client has read enough to send again (or hung up)."""
         self._conn.on_writable = callback
 
+    def close(self) -> None:
+        """Hang up on the client (what it has not read is dropped)."""
+        conn = self._conn
+        if conn.transport is not None and not conn.closed:
+            conn.transport.abort()
+
     def end(self) -> None:
         if not self._conn.closed:
             self._conn.write(b"0\r\n\r\n")
