@@ -194,7 +194,7 @@ async def test_a_harness_that_stops_reading_holds_the_upstream_no_longer_than_th
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             sock.setblocking(False)
             await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", proxy.port))
-            reader, writer = await asyncio.open_connection(sock=sock)
+            _reader, writer = await asyncio.open_connection(sock=sock)
             body = json.dumps({"messages": [], "stream": True}).encode()
             writer.write(
                 b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
