@@ -181,17 +181,27 @@ async def test_docker_memory_hog_and_fork_bomb_beside_healthy(chaos_server, chao
 FLOODER = HARNESS.parent / "flood_harness.py"
 
 
-async def test_proxy_flood_beside_a_healthy_model_episode(chaos_server, chaos_client, tmp_path):
+@pytest.mark.parametrize("runtime", ["sandbox", "docker"])
+async def test_proxy_flood_beside_a_healthy_model_episode(
+    chaos_server, chaos_client, tmp_path, runtime
+):
     # Issue 28: one harness opens hundreds of connections to its model proxy and pushes
     # tokenless 60 MiB bodies at it. Before, the proxy read every body whole (six took a
     # worker from 52 to 828 MB) and held every connection for good.
     from episodes.agents.scripted import ScriptedUpstream, kv_policy
     from episodes.types.spec import parse_spec
 
+    box: dict[str, Any] = {}
+    if runtime == "docker":
+        api, why = docker_api()
+        if api is None:
+            pytest.skip(why)
+        box = {"harness": _docker()}
     tag = new_tag()
     async with ScriptedUpstream(policy=kv_policy) as upstream:
         model = {"base_url": upstream.base_url, "model": "scripted"}
-        flooder = ["{python}", str(FLOODER), "idle=300", "bodies=8", f"tag={tag}"]
+        where = ["python3", f"{MOUNT}/{FLOODER.name}"] if box else ["{python}", str(FLOODER)]
+        flooder = [*where, "idle=300", "bodies=8", f"tag={tag}"]
         echo = ["{python}", str(HARNESS), "log", "delay=0.2", f"tag={tag}"]
         agent = parse_spec(
             {
@@ -204,11 +214,11 @@ async def test_proxy_flood_beside_a_healthy_model_episode(chaos_server, chaos_cl
             }
         )
         specs = {
-            "flood": _spec("flood", flooder, n_turns=2, model=model),
+            "flood": _spec("flood", flooder, n_turns=2, model=model, **box),
             "healthy-model": agent,
             "healthy": _spec("healthy", echo),
         }
-        print("\nhostile (proxy flood):")
+        print(f"\nhostile (proxy flood, {runtime}):")
         worker = None
         try:
             out, rss, worker = await _run_beside(chaos_server, chaos_client, tmp_path, specs, tag)
