@@ -4,8 +4,8 @@
 Run by file path: `python flood_harness.py [idle=N] [bodies=M] [tag=...]`. At turn 0 it
 opens N idle connections to the proxy (held, never written to) and M that send a
 request head without the token announcing a 60 MiB body and then push that body as
-fast as the proxy takes it. It
-echoes every message; what it opened and pushed goes to stderr (the worker's log).
+fast as the proxy takes it. It echoes every message; what it opened and pushed goes
+to stderr (the worker's log).
 """
 
 from __future__ import annotations
