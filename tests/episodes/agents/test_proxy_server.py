@@ -168,8 +168,7 @@ async def test_stop_cancels_a_request_in_flight_after_its_grace():
 async def test_expect_100_continue_with_a_chunked_body(server):
     reader, writer = await asyncio.open_connection("127.0.0.1", server)
     writer.write(
-        b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
-        b"Transfer-Encoding: chunked\r\n\r\n"
+        b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n"
     )
     assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
     writer.write(b"3\r\nabc\r\n0\r\n\r\n")
