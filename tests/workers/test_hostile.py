@@ -233,3 +233,62 @@ async def test_sandbox_memory_hog_fork_bomb_and_disk_filler_beside_healthy(
     finally:
         if worker is not None:
             worker.kill()
+
+
+FLOODER = HARNESS.parent / "flood_harness.py"
+
+
+@pytest.mark.parametrize("runtime", ["sandbox", "docker"])
+async def test_proxy_flood_beside_a_healthy_model_episode(
+    chaos_server, chaos_client, tmp_path, runtime
+):
+    # Issue 28: one harness opens hundreds of connections to its model proxy and pushes
+    # tokenless 60 MiB bodies at it. Before, the proxy read every body whole (six took a
+    # worker from 52 to 828 MB) and held every connection for good.
+    from episodes.agents.scripted import ScriptedUpstream, kv_policy
+    from episodes.types.spec import parse_spec
+
+    box: dict[str, Any] = {}
+    if runtime == "docker":
+        api, why = docker_api()
+        if api is None:
+            pytest.skip(why)
+        box = {"harness": _docker()}
+    tag = new_tag()
+    async with ScriptedUpstream(policy=kv_policy) as upstream:
+        model = {"base_url": upstream.base_url, "model": "scripted"}
+        where = ["python3", f"{MOUNT}/{FLOODER.name}"] if box else ["{python}", str(FLOODER)]
+        flooder = [*where, "idle=300", "bodies=8", f"tag={tag}"]
+        echo = ["{python}", str(HARNESS), "log", "delay=0.2", f"tag={tag}"]
+        agent = parse_spec(
+            {
+                "name": f"kv-{uuid.uuid4().hex[:6]}",
+                "env": "kv-store",
+                "tasks": [{"id": "ab", "data": {"goal": {"a": "1", "b": "2"}}}],
+                "max_turns": 4,
+                "harness": {"command": "{python} -m episodes.harness.reference.llm --max-steps 8"},
+                "model": model,
+            }
+        )
+        specs = {
+            "flood": _spec("flood", flooder, n_turns=2, model=model, **box),
+            "healthy-model": agent,
+            "healthy": _spec("healthy", echo),
+        }
+        print(f"\nhostile (proxy flood, {runtime}):")
+        worker = None
+        try:
+            out, rss, worker = await _run_beside(chaos_server, chaos_client, tmp_path, specs, tag)
+            # A named outcome for the flooder (its proxy refused it; it echoed on).
+            assert out["flood"].termination in ("env_done", "turn_timeout"), out["flood"]
+            assert out["healthy-model"].termination == "env_done", out["healthy-model"]
+            assert out["healthy-model"].reward == 1.0
+            assert out["healthy"].termination == "env_done"
+            # Eight 60 MiB bodies never read: the worker holds none of them.
+            assert rss.growth_mib < RSS_GROWTH_BOUND_MIB
+            assert await wait_until(lambda: not tagged_processes(tag), timeout=30)
+            worker.signal(signal.SIGTERM)
+            assert worker.wait(60) == 0, worker.text()
+        finally:
+            if worker is not None:
+                worker.kill()
