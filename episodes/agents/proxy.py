@@ -257,7 +257,10 @@ class ModelProxy:
         except Exhausted as e:
             return await self._fail(request, sent, started, str(e))
         if resp.status >= 300:  # a 4xx the harness caused: pass it through
-            raw = await self._sender.read_closing(resp)
+            try:
+                raw = await self._sender.read_closing(resp)
+            finally:
+                self._sender.release()  # fleet.py: its place under the limit
             await self._record(
                 sent, error_text(raw), started, attempts, stream=True, status=resp.status
             )
@@ -302,6 +305,7 @@ class ModelProxy:
         finally:
             request.on_writable(None)
             resp.close()
+            self._sender.release()  # fleet.py: its place under the limit
         chunks, too_deep = stream_chunks(b"".join(received))
         received.clear()
         if too_deep and broke is None:
@@ -374,6 +378,9 @@ class ModelProxy:
             "status": status,
             "policy_version": self.spec.policy_version,
         }
+        served = self._sender.served_by  # fleet.py: the upstream that served it
+        if served is not None:
+            record["upstream"] = served.name
         if extends is not None:
             record["extends"] = extends
         if error is not None:

@@ -1,10 +1,11 @@
 """A session's calls to its model upstream: the shared client, retries, the key kept out.
 
 The proxy (episodes/agents/proxy.py) hands each call's body here; `Sender.send` POSTs
-it with the session's headers (the upstream key, `X-Session-ID`) on the worker loop's
-one pooled client (episodes/agents/upstream.py; aiohttp behind an environment
-HTTP(S)_PROXY), retries 429 / 5xx / timeouts / connection errors with exponential
-backoff (a `Retry-After` within the cap is honoured), and names what went wrong in one
+it with the session's headers (the upstream key, `X-Session-ID`) to the session's
+replica of the fleet (episodes/agents/fleet.py) on the worker loop's one pooled client (episodes/agents/upstream.py; aiohttp behind an environment
+HTTP(S)_PROXY), retries 5xx / timeouts / connection errors with exponential backoff,
+moves to another replica when its own fails, waits on 429 / 503 (`Retry-After`
+honoured) without charging them to `retries`, and names what went wrong in one
 line that never holds the key (`Exhausted`).
 """
 
@@ -18,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from episodes.agents.fleet import Replica, Route
 from episodes.agents.upstream import Response, Upstream, UpstreamError
 from episodes.agents.upstream_aiohttp import AiohttpUpstream
 from episodes.json_depth import text_too_deep
@@ -63,13 +65,16 @@ class Sender:
         max_backoff_s: float,
     ) -> None:
         self._key = key
+        self._spec = spec
         self._timeout = spec.timeout_s
         self._retries = spec.retries
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
-        self._client: Upstream | AiohttpUpstream | None = None
+        self._clients: dict[str, Upstream | AiohttpUpstream] = {}
+        self.route: Route | None = None  # the session's way to the fleet (fleet.py)
+        self.served_by: Replica | None = None  # the last call's upstream
+        self._held: Replica | None = None  # its place, while its stream is forwarded
         # Built once: what every call sends upstream besides its body.
-        self._url = spec.base_url.rstrip("/") + "/chat/completions"
         self._headers = {"Content-Type": "application/json"}
         if key:
             self._headers["Authorization"] = f"Bearer {key}"
@@ -77,42 +82,119 @@ class Sender:
             self._headers[SESSION_HEADER] = session_id
 
     async def start(self) -> None:
-        via = await asyncio.to_thread(_env_proxy, self._url)
-        # Behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies), own.
-        self._client = AiohttpUpstream(_tls_context(), via) if via else _acquire_client()
+        self.route = Route(self._spec)
+        shared: Upstream | None = None
+        for r in self.route.replicas:
+            via = await asyncio.to_thread(_env_proxy, r.chat_url)
+            if via:  # behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies)
+                self._clients[r.chat_url] = AiohttpUpstream(_tls_context(), via)
+            else:
+                shared = shared or _acquire_client()
+                self._clients[r.chat_url] = shared
 
     async def close(self) -> None:
-        client, self._client = self._client, None
-        if isinstance(client, AiohttpUpstream):
-            await client.close()
-        elif client is not None:
+        self.release()
+        if self.route is not None:
+            self.route.close()
+        clients, self._clients = self._clients, {}
+        own = False
+        for client in clients.values():
+            if isinstance(client, AiohttpUpstream):
+                await client.close()
+            else:
+                own = True
+        if own:
             await _release_client()
 
+    def release(self) -> None:
+        """The last call's stream was forwarded: its place under the limit is free."""
+        held, self._held = self._held, None
+        if held is not None:
+            held.release()
+
     async def send(self, body: dict[str, Any], *, read: bool) -> tuple[Response, bytes, int]:
-        """POST upstream with retries: (response, body if `read`, attempts), or Exhausted."""
-        assert self._client is not None
-        attempts = self._retries + 1
-        last = "no attempt made"
+        """POST upstream: (response, body if `read`, attempts), or Exhausted.
+
+        The session's replica (fleet.py) is tried `retries` + 1 times on 5xx, timeouts
+        and connection errors, with exponential backoff; when it gives up or is ejected
+        the call moves to another replica (its attempts counted afresh). 429 / 503 (and
+        the wait for a place under a replica's limit) are not charged to `retries` for
+        `max_throttle_s` in all: the call waits (`Retry-After` honoured) and tries again.
+        Not `read`: the caller forwards the body, then calls `release()`.
+        """
+        assert self.route is not None
+        loop = asyncio.get_running_loop()
         data = json.dumps(body).encode()
-        for attempt in range(1, attempts + 1):
-            delay = min(self.backoff_s * 2 ** (attempt - 1), self.max_backoff_s)
+        given_up: set[Replica] = set()
+        attempts = charged = throttles = 0
+        throttle_left = self._spec.max_throttle_s
+        last = "no attempt made"
+        on: Replica | None = None
+        while True:
+            r = self.route.pick(given_up)
+            if r is None:
+                where = f" on {len(given_up)} upstreams" if len(given_up) > 1 else ""
+                raise Exhausted(
+                    self.scrub(f"model call failed after {attempts} attempt(s){where}: {last}")
+                )
+            if r is not on:
+                on, charged = r, 0
+            queued = loop.time()
+            await r.acquire()
+            throttle_left -= loop.time() - queued
+            attempts += 1
+            sent_at = loop.time()
+            self.served_by = r
+            delay = min(self.backoff_s * 2**charged, self.max_backoff_s)
+            refused = False
             try:
-                resp = await self._client.post(self._url, data, self._headers, self._timeout)
-                if resp.status != 429 and resp.status < 500:
-                    raw = await self.read_closing(resp) if read else b""
-                    return resp, raw, attempt
+                resp = await self._clients[r.chat_url].post(
+                    r.chat_url, data, self._headers, self._timeout
+                )
+            except TimeoutError:
+                last, resp = f"upstream timed out after {self._timeout:g} s", None
+            except UpstreamError as e:
+                last, resp = f"upstream unreachable ({e.kind})", None
+                refused = e.kind == "ConnectError"
+            except BaseException:
+                r.release()
+                raise
+            if resp is not None and resp.status not in (429, 503) and resp.status < 500:
+                r.succeeded()
+                if not read:
+                    self._held = r
+                    return resp, b"", attempts
+                try:
+                    raw = await self.read_closing(resp)
+                finally:
+                    r.release()
+                return resp, raw, attempts
+            r.release()
+            if resp is not None:
                 raw = await self.read_closing(resp)
                 last = f"upstream HTTP {resp.status}: {error_text(raw)}"
-                retry_after = resp.headers.get("retry-after", "")
-                if retry_after.replace(".", "", 1).isdigit():
-                    delay = min(max(float(retry_after), delay), self.max_backoff_s)
-            except TimeoutError:
-                last = f"upstream timed out after {self._timeout:g} s"
-            except UpstreamError as e:
-                last = f"upstream unreachable ({e.kind})"
-            if attempt < attempts:
-                await asyncio.sleep(delay)
-        raise Exhausted(self.scrub(f"model call failed after {attempts} attempt(s): {last}"))
+                if resp.status in (429, 503):
+                    r.throttle(sent_at)
+                    throttles += 1
+                    wait = min(self.backoff_s * 2 ** min(throttles - 1, 8), self.max_backoff_s)
+                    retry_after = resp.headers.get("retry-after", "")
+                    if retry_after.replace(".", "", 1).isdigit():
+                        wait = max(float(retry_after), 0.0)
+                    if wait <= throttle_left:
+                        throttle_left -= wait
+                        await asyncio.sleep(wait)
+                        continue  # slowed down, not charged
+            if resp is None or resp.status not in (429, 503):
+                r.failure(refused=refused)
+            charged += 1
+            if charged > self._retries:
+                r.eject()  # it kept failing after retries
+                given_up.add(r)
+                continue
+            if not r.healthy(loop.time()) and len(self.route.choices) > 1:
+                given_up.add(r)  # ejected: move now if another can serve
+                continue
+            await asyncio.sleep(delay)
 
     async def read_closing(self, resp: Response) -> bytes:
         try:

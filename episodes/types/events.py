@@ -76,6 +76,9 @@ class ModelCall(_Event):
     policy_version: int | None = None
     """The trainer's policy version the spec named when the call was made (None:
     unset, or recorded before policy versions existed)."""
+    upstream: str | None = None
+    """The base URL of the upstream that served the call (`model.upstreams`; None:
+    recorded before fleets existed)."""
 
     prompt_ids: list[int] | None = Field(default=None, exclude=True)
     """-- derived from `response` (see the module doc)

@@ -28,6 +28,14 @@ policy made their tokens. The proxy always sends the session id upstream as head
 `X-Session-ID` (routers that pin a session to one replica keep its prefix cache warm);
 `cache_salt: true` adds vLLM's `cache_salt` body field, one value per policy version,
 so no call reuses KV cache computed by an older policy's weights.
+
+A fleet: `upstreams: [{base_url, weight}]` names several replicas of one model (vLLM
+or SGLang servers) instead of one `base_url`. Each worker routes a session's first
+call to the least-loaded healthy upstream (in-flight calls over weight), keeps the
+session there (its prefix cache lives on that server) and moves it only when that
+upstream fails (episodes/agents/fleet.py). 429 and 503 answers slow calls down (a
+per-upstream adaptive limit, `Retry-After` honoured) without being charged to
+`retries`, for at most `max_throttle_s` per call.
 """
 
 from __future__ import annotations
@@ -46,14 +54,31 @@ TOKEN_DATA_PARAMS: dict[str, Any] = {
 }
 
 
+class UpstreamSpec(BaseModel):
+    """One replica of the model (`model.upstreams`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    base_url: str
+    """OpenAI-style base URL, as `model.base_url`."""
+    weight: float = Field(default=1.0, ge=0.0)
+    """Its share of new sessions, relative to the others (a server with twice the
+    capacity: 2). 0: drained, no new sessions (those already there stay)."""
+    max_concurrency: int = Field(default=256, ge=1)
+    """The most calls one worker has in flight to it at a time (the ceiling of its
+    adaptive limit); calls past it wait in the worker, not charged to `retries`."""
+
+
 class ModelSpec(BaseModel):
     """The model behind a session's proxy."""
 
     model_config = ConfigDict(extra="forbid")
 
-    base_url: str
+    base_url: str | None = None
     """OpenAI-style base URL, ending where `/chat/completions` is appended
-    ("http://h:8000/v1")."""
+    ("http://h:8000/v1"): one upstream. Give this or `upstreams`."""
+    upstreams: list[UpstreamSpec] | None = Field(default=None, min_length=1)
+    """Several replicas of the model, routed per session (see the module doc)."""
     model: str
     """Forced on every call, whatever the harness asked for."""
     api_key_env: str | None = None
@@ -67,6 +92,9 @@ class ModelSpec(BaseModel):
     """Extra attempts after a 429, a 5xx, a timeout or a connection error."""
     timeout_s: Seconds = 120.0
     """Per upstream attempt (connect, and each read while streaming)."""
+    max_throttle_s: Seconds = 300.0
+    """The longest one call waits on 429 / 503 answers (and for a place under an
+    upstream's adaptive limit) before they count against `retries`."""
     token_data: bool = False
     """Ask the upstream for token ids and logprobs (vLLM fields, see the module doc)."""
     policy_version: int | None = Field(default=None, ge=0)
@@ -77,12 +105,27 @@ class ModelSpec(BaseModel):
     reuses prefix-cache KV computed under an older policy's weights."""
 
     @model_validator(mode="after")
+    def _one_shape(self) -> ModelSpec:
+        if (self.base_url is None) == (self.upstreams is None):
+            raise ValueError(
+                "model: give either base_url (one upstream) or upstreams: [{base_url, weight}]"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _salt_needs_a_version(self) -> ModelSpec:
         if self.cache_salt and self.policy_version is None:
             raise ValueError(
                 "model.cache_salt: true needs model.policy_version (the salt is per version)"
             )
         return self
+
+    def targets(self) -> list[UpstreamSpec]:
+        """The upstreams to route over (`base_url` alone: a fleet of one)."""
+        if self.upstreams is not None:
+            return list(self.upstreams)
+        assert self.base_url is not None
+        return [UpstreamSpec(base_url=self.base_url)]
 
     def enforced(self) -> dict[str, Any]:
         """The fields the proxy writes over every request body."""

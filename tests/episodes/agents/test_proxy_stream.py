@@ -228,7 +228,9 @@ async def test_behind_an_environment_proxy_streams_go_through_aiohttp(monkeypatc
     calls: list = []
     async with RawUpstream("pieces", ["one ", "two"]) as base_url:
         async with _proxy(base_url, calls) as proxy, httpx.AsyncClient() as http:
-            assert type(proxy._sender._client).__name__ == "AiohttpUpstream"
+            assert [type(c).__name__ for c in proxy._sender._clients.values()] == [
+                "AiohttpUpstream"
+            ]
             assert await _stream_text(http, proxy) == "one two"
     (record,) = calls
     assert _content(record) == "one two" and "error" not in record

@@ -1,0 +1,215 @@
+"""The inference fleet as one worker sees it: upstreams, their load, health and limits.
+
+One `Fleet` per event loop (a worker's sessions share it, like the pooled client in
+episodes/agents/sender.py). It keeps one `Replica` per upstream base URL, whatever
+specs name it:
+
+- load: the calls in flight to it and the calls waiting for a place, over its weight
+  (ties go to the one with fewer sessions sticking to it, then to chance);
+- an adaptive concurrency limit (AIMD): a 429 or 503 halves it (once per wave: only
+  answers to calls sent after the last cut count), each success adds 1/limit (about
+  one per round of calls), up to the spec's `max_concurrency`; calls over the limit
+  wait in the worker (`acquire`), first come first served;
+- health: a refused connection ejects it at once, `EJECT_AFTER` failures in a row
+  (5xx, timeouts, broken connections) too; an ejection lasts `EJECT_S`, doubling with
+  each one in a row up to `MAX_EJECT_S`. When it ends the replica takes calls again (the
+  probe, one call at a time): a success clears its record, a failure ejects it again,
+  for longer.
+
+A session's `Route` holds its affinity: its first call goes to the least-loaded healthy
+replica among the spec's upstreams, and it stays there (the server's prefix cache holds
+its conversation) until that replica is ejected or gives up on a call; then its next
+attempt moves to the least-loaded healthy one. With no healthy replica left the
+least-recently ejected one is tried anyway: `model_error` only when none can serve.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections import deque
+from urllib.parse import urlsplit, urlunsplit
+
+from episodes.types.model import ModelSpec, UpstreamSpec
+
+EJECT_AFTER = 3  # failures in a row (any session's) that eject a replica
+EJECT_S = 2.0
+MAX_EJECT_S = 60.0
+
+
+def display_url(base_url: str) -> str:
+    """The base URL as records show it: no user info, no query."""
+    parts = urlsplit(base_url)
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    return urlunsplit((parts.scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+class Replica:
+    """One upstream, as this worker sees it."""
+
+    def __init__(self, base_url: str, ceiling: int) -> None:
+        self.base_url = base_url
+        self.chat_url = base_url.rstrip("/") + "/chat/completions"
+        self.name = display_url(base_url)
+        self.ceiling = ceiling
+        self.limit = float(ceiling)
+        self.in_flight = 0
+        self.sessions = 0  # routes sticking to it
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self.failures = 0  # in a row
+        self.ejections = 0  # in a row
+        self.ejected_until = 0.0
+        self._last_cut = 0.0
+        # Counts, for tests, benchmarks and metrics.
+        self.served = 0
+        self.throttled = 0
+        self.failed = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def load(self, weight: float) -> float:
+        return (self.in_flight + self.waiting) / weight
+
+    def healthy(self, now: float) -> bool:
+        """Not ejected; once an ejection ends, one call at a time probes it."""
+        if now < self.ejected_until:
+            return False
+        return self.ejections == 0 or self.in_flight + self.waiting == 0
+
+    # -- the limit ------------------------------------------------------------------------
+
+    async def acquire(self) -> None:
+        """A place under the limit (waits in line while it is full)."""
+        if self.in_flight < max(1, int(self.limit)) and not self._waiters:
+            self.in_flight += 1
+            return
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        try:
+            await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled():
+                self.release()  # handed a place while being cancelled: pass it on
+            else:
+                self._waiters.remove(fut)
+            raise
+
+    def release(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.in_flight < max(1, int(self.limit)):
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self.in_flight += 1
+                fut.set_result(None)
+
+    # -- outcomes -------------------------------------------------------------------------
+
+    def succeeded(self) -> None:
+        self.served += 1
+        self.failures = self.ejections = 0
+        self.ejected_until = 0.0
+        if self.limit < self.ceiling:
+            self.limit = min(float(self.ceiling), self.limit + 1.0 / self.limit)
+            self._wake()
+
+    def throttle(self, sent_at: float) -> None:
+        """A 429 / 503: halve the limit, once per wave of calls."""
+        self.throttled += 1
+        if sent_at >= self._last_cut:
+            self.limit = max(1.0, self.limit / 2)
+            self._last_cut = asyncio.get_running_loop().time()
+
+    def failure(self, *, refused: bool) -> None:
+        self.failed += 1
+        self.failures += 1
+        if refused or self.failures >= EJECT_AFTER:
+            self.eject()
+
+    def eject(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if not self.healthy(now):
+            return
+        self.ejected_until = now + min(EJECT_S * 2**self.ejections, MAX_EJECT_S)
+        self.ejections += 1
+
+
+class Fleet:
+    """The replicas of one worker's loop, by base URL."""
+
+    def __init__(self) -> None:
+        self.replicas: dict[str, Replica] = {}
+
+    def replica(self, up: UpstreamSpec) -> Replica:
+        r = self.replicas.get(up.base_url)
+        if r is None:
+            r = self.replicas[up.base_url] = Replica(up.base_url, up.max_concurrency)
+        elif r.ceiling != up.max_concurrency:
+            r.ceiling = up.max_concurrency  # the newest spec's ceiling
+            r.limit = min(r.limit, float(r.ceiling))
+        return r
+
+
+_fleets: dict[asyncio.AbstractEventLoop, Fleet] = {}
+
+
+def fleet() -> Fleet:
+    """The running loop's fleet (made on first use)."""
+    loop = asyncio.get_running_loop()
+    f = _fleets.get(loop)
+    if f is None:
+        for old in [k for k in _fleets if k.is_closed()]:
+            del _fleets[old]
+        f = _fleets[loop] = Fleet()
+    return f
+
+
+class Route:
+    """One session's way to the fleet: its upstreams and the one it sticks to."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        f = fleet()
+        self.choices = [(f.replica(up), up.weight) for up in spec.targets()]
+        self.current: Replica | None = None
+        self.moves = 0
+
+    @property
+    def replicas(self) -> list[Replica]:
+        return [r for r, _ in self.choices]
+
+    def pick(self, given_up: set[Replica]) -> Replica | None:
+        """The replica for the next attempt, not one the call `given_up` on (None: all)."""
+        now = asyncio.get_running_loop().time()
+        cur = self.current
+        if cur is not None and cur not in given_up and cur.healthy(now):
+            return cur
+        open_ = [(r, w) for r, w in self.choices if r not in given_up]
+        healthy = [(r, w) for r, w in open_ if r.healthy(now)]
+        if healthy:
+            # Drained ones (weight 0) only when nothing else is healthy.
+            routable = [(r, w) for r, w in healthy if w > 0] or [(r, 1.0) for r, _ in healthy]
+            best = min((r.load(w), r.sessions / w) for r, w in routable)
+            chosen = random.choice([r for r, w in routable if (r.load(w), r.sessions / w) == best])
+        elif cur is not None and cur not in given_up:
+            chosen = cur  # nothing healthy: stay and try
+        elif open_:
+            chosen = min(open_, key=lambda rw: rw[0].ejected_until)[0]
+        else:
+            return None
+        if chosen is not cur:
+            if cur is not None:
+                cur.sessions -= 1
+                self.moves += 1
+            chosen.sessions += 1
+            self.current = chosen
+        return chosen
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.sessions -= 1
+            self.current = None
