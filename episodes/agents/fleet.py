@@ -5,7 +5,7 @@ episodes/agents/sender.py). It keeps one `Replica` per upstream base URL, whatev
 specs name it:
 
 - load: the calls in flight to it and the calls waiting for a place, over its weight
-  (ties go to the one with fewer sessions sticking to it, then to chance);
+  (ties go to the one with fewer sessions sticking to it, then to the first listed);
 - an adaptive concurrency limit (AIMD): a 429 or 503 halves it (once per wave: only
   answers to calls sent after the last cut count), each success adds 1/limit (about
   one per round of calls), up to the spec's `max_concurrency`; calls over the limit
@@ -26,7 +26,6 @@ least-recently ejected one is tried anyway: `model_error` only when none can ser
 from __future__ import annotations
 
 import asyncio
-import random
 from collections import deque
 from urllib.parse import urlsplit, urlunsplit
 
@@ -193,8 +192,7 @@ class Route:
         if healthy:
             # Drained ones (weight 0) only when nothing else is healthy.
             routable = [(r, w) for r, w in healthy if w > 0] or [(r, 1.0) for r, _ in healthy]
-            best = min((r.load(w), r.sessions / w) for r, w in routable)
-            chosen = random.choice([r for r, w in routable if (r.load(w), r.sessions / w) == best])
+            chosen = min(routable, key=lambda rw: (rw[0].load(rw[1]), rw[0].sessions / rw[1]))[0]
         elif cur is not None and cur not in given_up:
             chosen = cur  # nothing healthy: stay and try
         elif open_:

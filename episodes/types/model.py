@@ -110,6 +110,9 @@ class ModelSpec(BaseModel):
             raise ValueError(
                 "model: give either base_url (one upstream) or upstreams: [{base_url, weight}]"
             )
+        urls = [u.base_url for u in self.upstreams or []]
+        if len(set(urls)) != len(urls):
+            raise ValueError("model.upstreams: each base_url once")
         return self
 
     @model_validator(mode="after")
