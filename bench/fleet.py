@@ -26,7 +26,7 @@ import httpx
 from bench.common import fmt_spread, pct, ratio, spread, table
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
-from episodes.types.model import ModelSpec
+from episodes.types.model import ModelSpec, UpstreamSpec
 
 MESSAGES = [{"role": "user", "content": "route me, please, with a few words"}]
 UPSTREAMS = 4
@@ -60,7 +60,7 @@ async def run(quick: bool = False, repeats: int | None = None, delay_ms: float =
     ups = [ScriptedUpstream(policy=echo_policy, delay_s=delay_ms / 1000) for _ in range(UPSTREAMS)]
     for up in ups:
         await up.start()
-    spec = ModelSpec(upstreams=[{"base_url": u.base_url} for u in ups], model="m")
+    spec = ModelSpec(upstreams=[UpstreamSpec(base_url=u.base_url) for u in ups], model="m")
     proxies = [ModelProxy(spec, session_id=f"bench-{i}") for i in range(sessions)]
     samples: dict[str, dict[str, list[float]]] = {"direct": {}, "proxy": {}}
     try:

@@ -36,6 +36,7 @@ from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes
 from episodes.specfile import load_spec
 from episodes.types.io import EpisodeInput
+from episodes.types.model import UpstreamSpec
 from episodes.types.results import EpisodeResult, Task, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, DEFAULT_TURNS_PER_RUN
@@ -50,6 +51,9 @@ class EpisodesClient:
         self.task_queue = task_queue
         # The policy version episodes are dispatched at (`run_batch`); None: the spec's.
         self.policy_version: int | None = None
+        # The fleet episodes are dispatched to (`run_batch`); None: the spec's own
+        # `model.base_url` / `model.upstreams` (see docs/tools-and-models.md).
+        self.upstreams: list[UpstreamSpec] | None = None
 
     @classmethod
     async def connect(
@@ -265,7 +269,7 @@ class EpisodesClient:
             while True:
                 while len(running) < limit and work:
                     m = work.popleft()
-                    at = dispatch_spec(spec, self.policy_version)
+                    at = dispatch_spec(spec, self.policy_version, self.upstreams)
                     t = asyncio.create_task(
                         run_member(self, at, m, batch=batch, budget=spec.batch_retries)
                     )

@@ -22,6 +22,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from episodes import contract
 from episodes.errors import EpisodeFailed, EpisodesError
+from episodes.types.model import ModelSpec, UpstreamSpec
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
 from episodes.types.spec import EpisodeSpec
 
@@ -66,17 +67,27 @@ def batch_id_arg(batch_id: str | None, batch: str | None, where: str) -> str | N
     return batch
 
 
-def dispatch_spec(spec: EpisodeSpec, policy_version: int | None) -> EpisodeSpec:
+def dispatch_spec(
+    spec: EpisodeSpec, policy_version: int | None, upstreams: list[UpstreamSpec] | None = None
+) -> EpisodeSpec:
     """The spec an episode is dispatched with: `model.policy_version` set (recorded on
-    every model call the episode makes)."""
-    if policy_version is None:
+    every model call the episode makes) and `model.upstreams` replaced by the client's
+    fleet (`EpisodesClient.upstreams`) when given."""
+    if policy_version is None and upstreams is None:
         return spec
     if spec.model is None:
+        what = f"policy_version {policy_version}" if policy_version is not None else "upstreams"
         raise EpisodesError(
-            f"policy_version {policy_version}: spec {spec.name!r} has no `model`; the "
-            "version is recorded on the model calls of its proxy (add a `model`, or drop it)"
+            f"{what}: spec {spec.name!r} has no `model`; it applies to the model calls of "
+            "its proxy (add a `model`, or drop it)"
         )
-    model = spec.model.model_copy(update={"policy_version": policy_version})
+    update: dict[str, object] = {}
+    if policy_version is not None:
+        update["policy_version"] = policy_version
+    if upstreams is not None:
+        update["upstreams"] = list(upstreams)
+        update["base_url"] = None
+    model = ModelSpec.model_validate({**spec.model.model_dump(), **update})
     return spec.model_copy(update={"model": model})
 
 

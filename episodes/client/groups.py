@@ -177,7 +177,7 @@ async def stream_groups(
                 t = asyncio.create_task(
                     run_member(
                         ec,
-                        dispatch_spec(spec, g.version),
+                        dispatch_spec(spec, g.version, ec.upstreams),
                         m,
                         batch=batch,
                         budget=spec.group_retries,

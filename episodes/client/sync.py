@@ -27,6 +27,7 @@ from episodes.client.groups import Group
 from episodes.client.interactive import InteractiveSession
 from episodes.training.samples import EpisodeSamples
 from episodes.types.io import EpisodeProgress, StepReply
+from episodes.types.model import UpstreamSpec
 from episodes.types.results import EpisodeResult, Task, Termination, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TURNS_PER_RUN
@@ -149,6 +150,15 @@ class SyncEpisodesClient:
     @policy_version.setter
     def policy_version(self, version: int | None) -> None:
         self.async_client.policy_version = version
+
+    @property
+    def upstreams(self) -> list[UpstreamSpec] | None:
+        """The fleet episodes are dispatched to (`run_batch`; None: the spec's)."""
+        return self.async_client.upstreams
+
+    @upstreams.setter
+    def upstreams(self, upstreams: list[UpstreamSpec] | None) -> None:
+        self.async_client.upstreams = upstreams
 
     @overload
     def run_batch(

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from episodes.agents.fleet import Replica
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream
-from episodes.types.model import ModelSpec
+from episodes.types.model import ModelSpec, UpstreamSpec
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -61,6 +61,31 @@ def test_one_shape_base_url_or_upstreams():
         ModelSpec(base_url="http://a/v1", upstreams=[{"base_url": "http://b/v1"}], model="m")
     with pytest.raises(ValidationError, match="each base_url once"):
         ModelSpec(upstreams=[{"base_url": "http://b/v1"}, {"base_url": "http://b/v1"}], model="m")
+
+
+def test_the_client_dispatches_to_its_current_fleet():
+    from episodes.client.dispatch import dispatch_spec
+    from episodes.types.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "f",
+            "env": "kv-store",
+            "tasks": [{"id": "t"}],
+            "harness": {"command": "x"},
+            "model": {"base_url": "http://old/v1", "model": "m", "params": {"seed": 1}},
+        }
+    )
+    assert dispatch_spec(spec, None, None) is spec
+    fleet = [UpstreamSpec(base_url="http://a/v1"), UpstreamSpec(base_url="http://b/v1", weight=2)]
+    at = dispatch_spec(spec, 3, fleet)
+    assert at.model is not None and at.model.base_url is None
+    assert [(u.base_url, u.weight) for u in at.model.targets()] == [
+        ("http://a/v1", 1.0),
+        ("http://b/v1", 2.0),
+    ]
+    assert at.model.policy_version == 3 and at.model.params == {"seed": 1}
+    assert spec.model is not None and spec.model.base_url == "http://old/v1"
 
 
 async def test_sessions_spread_over_the_fleet_and_stick_to_their_upstream():
