@@ -15,6 +15,7 @@ import asyncio
 import functools
 import json
 import ssl
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -55,6 +56,12 @@ class Exhausted(Exception):
     pass
 
 
+# Per request (each is its own task): the upstream that served its call, and the place
+# under that upstream's limit its stream holds until `Sender.release()`.
+_served: ContextVar[Replica | None] = ContextVar("episodes_served_by", default=None)
+_held: ContextVar[Replica | None] = ContextVar("episodes_held", default=None)
+
+
 class Sender:
     def __init__(
         self,
@@ -72,8 +79,6 @@ class Sender:
         self.max_backoff_s = max_backoff_s
         self._clients: dict[str, Upstream | AiohttpUpstream] = {}
         self.route: Route | None = None  # the session's way to the fleet (fleet.py)
-        self.served_by: Replica | None = None  # the last call's upstream
-        self._held: Replica | None = None  # its place, while its stream is forwarded
         # Built once: what every call sends upstream besides its body.
         self._headers = {"Content-Type": "application/json"}
         if key:
@@ -93,7 +98,6 @@ class Sender:
                 self._clients[r.chat_url] = shared
 
     async def close(self) -> None:
-        self.release()
         if self.route is not None:
             self.route.close()
         clients, self._clients = self._clients, {}
@@ -106,10 +110,18 @@ class Sender:
         if own:
             await _release_client()
 
+    @property
+    def served_by(self) -> Replica | None:
+        """The upstream of the call this task sent last (a harness may send calls at
+        once: each request is its own task)."""
+        return _served.get()
+
     def release(self) -> None:
-        """The last call's stream was forwarded: its place under the limit is free."""
-        held, self._held = self._held, None
+        """The stream of the call this task sent last was forwarded: its place under
+        the upstream's limit is free (once; later calls are no-ops)."""
+        held = _held.get()
         if held is not None:
+            _held.set(None)
             held.release()
 
     async def send(self, body: dict[str, Any], *, read: bool) -> tuple[Response, bytes, int]:
@@ -144,7 +156,7 @@ class Sender:
             throttle_left -= loop.time() - queued
             attempts += 1
             sent_at = loop.time()
-            self.served_by = r
+            _served.set(r)
             delay = min(self.backoff_s * 2**charged, self.max_backoff_s)
             refused = False
             try:
@@ -162,7 +174,7 @@ class Sender:
             if resp is not None and resp.status not in (429, 503) and resp.status < 500:
                 r.succeeded()
                 if not read:
-                    self._held = r
+                    _held.set(r)
                     return resp, b"", attempts
                 try:
                     raw = await self.read_closing(resp)

@@ -4,12 +4,15 @@ sticky least-loaded routing, moves when an upstream dies, 429 as backpressure.""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import openai
 import pytest
+from aiohttp import web
 from pydantic import ValidationError
 
 from episodes.agents.fleet import Replica
+from episodes.agents.net import tcp_listener
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream
 from episodes.types.model import ModelSpec, UpstreamSpec
@@ -200,3 +203,40 @@ async def test_the_adaptive_limit_halves_per_wave_and_queues_calls_past_it():
     for _ in range(40):
         r.succeeded()
     assert 4.0 < r.limit <= 8.0
+
+
+async def _slow_stream(request: web.Request) -> web.StreamResponse:
+    """A streamed answer whose head comes at once and whose end comes 0.3 s later."""
+    await request.read()
+    resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await resp.prepare(request)
+    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m"}
+    delta = {**chunk, "choices": [{"index": 0, "delta": {"content": "ok"}}]}
+    await resp.write(f"data: {json.dumps(delta)}\n\n".encode())
+    await asyncio.sleep(0.3)
+    await resp.write(b"data: [DONE]\n\n")
+    await resp.write_eof()
+    return resp
+
+
+async def test_streams_at_once_in_one_session_give_their_places_back():
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", _slow_stream)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    sock = tcp_listener()
+    await web.SockSite(runner, sock).start()
+    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    try:
+        calls: list = []
+        failures: list = []
+        spec = ModelSpec(upstreams=[UpstreamSpec(base_url=base_url)], model="m")
+        async with proxy_for(spec, "s-many", calls, failures) as p:
+            texts = await asyncio.gather(*(ask(p, stream=True) for _ in range(4)))
+            assert p._sender.route is not None
+            (replica,) = p._sender.route.replicas
+            assert texts == ["ok"] * 4
+            assert replica.served == 4 and replica.in_flight == 0
+    finally:
+        await runner.cleanup()
+    assert [c["upstream"] for c in calls] == [base_url] * 4
