@@ -132,8 +132,8 @@ class Replica:
 
     def eject(self) -> None:
         now = asyncio.get_running_loop().time()
-        if not self.healthy(now):
-            return
+        if now < self.ejected_until:
+            return  # already out
         self.ejected_until = now + min(EJECT_S * 2**self.ejections, MAX_EJECT_S)
         self.ejections += 1
 

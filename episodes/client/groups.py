@@ -77,6 +77,15 @@ class Group(BaseModel):
     _samples: list[EpisodeSamples] | None = PrivateAttr(default=None)
     _model: bool = PrivateAttr(default=True)  # the spec has a `model` (its calls: samples)
 
+    @property
+    def zero_variance(self) -> bool:
+        """Every member has a reward and all are equal: every advantage is 0, the group
+        carries no GRPO signal (a trainer may skip it). False for a failed group."""
+        rewards = [r.reward for r in self.results]
+        if self.failed is not None or not rewards or any(x is None for x in rewards):
+            return False
+        return len(set(rewards)) == 1
+
     def advantages(self, normalize_std: bool = False) -> list[float | None]:
         """Per result: reward minus the group's mean reward, divided by the group's std
         (+1e-4) with `normalize_std` (as `episodes export`). All None when the group

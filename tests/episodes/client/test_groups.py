@@ -77,6 +77,14 @@ def test_a_failed_or_partly_rewarded_group_has_no_advantages() -> None:
     assert _group([1.0, None]).advantages() == [None, None]
 
 
+def test_groups_whose_members_all_scored_the_same_are_flagged() -> None:
+    assert _group([1.0, 1.0, 1.0]).zero_variance
+    assert _group([0.0, 0.0]).zero_variance
+    assert not _group([1.0, 0.0]).zero_variance
+    assert not _group([1.0, None]).zero_variance  # unknown: not flagged
+    assert not _group([1.0, 1.0], failed="b.t.s1: worker_lost").zero_variance
+
+
 async def test_samples_need_a_client() -> None:
     with pytest.raises(EpisodesError, match="not from a client"):
         await _group([1.0]).samples()
