@@ -5,7 +5,8 @@ uses them): a slot is handed out only while live sessions plus outstanding
 permits stay under `max_sessions`. A full worker simply stops asking the server
 for provisions, so they go to workers with room instead of failing and retrying.
 So does a worker whose provision breaker is open (`episodes/breaker.py`: its boxes
-keep failing to start).
+keep failing to start), and one whose sessions mostly wait on a saturated model fleet
+(`episodes/agents/fleet.py`: a box started now would only wait in the same queue).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from temporalio.worker import (
     SlotReserveContext,
 )
 
+from episodes.agents.fleet import saturated as fleet_saturated
 from episodes.breaker import ProvisionBreaker
 from episodes.session.registry import SessionRegistry
 
@@ -39,6 +41,8 @@ class SessionSlots(CustomSlotSupplier):
 
     def _has_room(self) -> bool:
         if self.stopped or (self.breaker is not None and self.breaker.is_open()):
+            return False
+        if fleet_saturated():
             return False
         return len(self.registry) + self.permits < self.registry.max_sessions
 

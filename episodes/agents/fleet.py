@@ -21,6 +21,9 @@ replica among the spec's upstreams, and it stays there (the server's prefix cach
 its conversation) until that replica is ejected or gives up on a call; then its next
 attempt moves to the least-loaded healthy one. With no healthy replica left the
 least-recently ejected one is tried anyway: `model_error` only when none can serve.
+
+While most of a worker's sessions wait on the fleet (`saturated()`), the worker takes
+no new episodes (workers/backpressure.py): boxes are the scarce thing.
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ class Replica:
         self.ceiling = ceiling
         self.limit = float(ceiling)
         self.in_flight = 0
+        self.backing_off = 0  # calls sleeping after a 429 / 503
         self.sessions = 0  # routes sticking to it
         self._waiters: deque[asyncio.Future[None]] = deque()
         self.failures = 0  # in a row
@@ -153,8 +157,21 @@ class Fleet:
             r.limit = min(r.limit, float(r.ceiling))
         return r
 
+    def saturated(self) -> bool:
+        """Most of the sessions routed here have a call waiting on the fleet (for a
+        place under a limit, or after a 429 / 503): starting more episodes would only
+        lengthen the queue (workers/backpressure.py stops taking new ones meanwhile)."""
+        sessions = sum(r.sessions for r in self.replicas.values())
+        held = sum(r.waiting + r.backing_off for r in self.replicas.values())
+        return held > 0 and 2 * held >= sessions
+
 
 _fleets: dict[asyncio.AbstractEventLoop, Fleet] = {}
+
+
+def saturated() -> bool:
+    """Any of this process's fleets (a worker has one: its loop's) is saturated."""
+    return any(f.saturated() for loop, f in list(_fleets.items()) if not loop.is_closed())
 
 
 def fleet() -> Fleet:

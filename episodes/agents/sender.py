@@ -194,7 +194,11 @@ class Sender:
                         wait = max(float(retry_after), 0.0)
                     if wait <= throttle_left:
                         throttle_left -= wait
-                        await asyncio.sleep(wait)
+                        r.backing_off += 1
+                        try:
+                            await asyncio.sleep(wait)
+                        finally:
+                            r.backing_off -= 1
                         continue  # slowed down, not charged
             if resp is None or resp.status not in (429, 503):
                 r.failure(refused=refused)

@@ -240,3 +240,30 @@ async def test_streams_at_once_in_one_session_give_their_places_back():
     finally:
         await runner.cleanup()
     assert [c["upstream"] for c in calls] == [base_url] * 4
+
+
+async def test_a_worker_takes_no_new_episodes_while_its_sessions_wait_on_the_fleet():
+    from episodes.agents import fleet as fleet_mod
+    from episodes.session.registry import SessionRegistry
+    from workers.backpressure import SessionSlots
+
+    slots = SessionSlots(SessionRegistry(max_sessions=8))
+    spec = ModelSpec(
+        upstreams=[UpstreamSpec(base_url="http://saturated:1/v1", max_concurrency=1)], model="m"
+    )
+    routes = [fleet_mod.Route(spec) for _ in range(2)]
+    (replica,) = {r for route in routes for r in route.replicas}
+    for route in routes:
+        assert route.pick(set()) is replica
+    assert slots._has_room() and not fleet_mod.saturated()
+    await replica.acquire()  # one session's call in flight: the limit (1) is full
+    waiter = asyncio.ensure_future(replica.acquire())  # the other's waits
+    await asyncio.sleep(0)
+    assert fleet_mod.saturated() and not slots._has_room()
+    replica.release()
+    await waiter
+    assert not fleet_mod.saturated() and slots._has_room()
+    replica.release()
+    for route in routes:
+        route.close()
+    assert replica.sessions == 0
