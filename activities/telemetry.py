@@ -12,6 +12,7 @@ One target means one scrape config and one `instance` label for both halves.
 from __future__ import annotations
 
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -70,6 +71,61 @@ AGENT_CALLS = Counter(
     ["kind"],
     registry=REGISTRY,
 )
+
+
+class FleetMetrics(Collector):
+    """The model fleet as this worker sees it (episodes/agents/fleet.py), per upstream,
+    read at each scrape: calls in flight and waiting, the adaptive limit, sessions
+    sticking to it, whether it is ejected, and calls served / throttled / failed."""
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        from episodes.agents import fleet
+
+        gauges = {
+            "in_flight": "Calls in flight to the upstream.",
+            "waiting": "Calls waiting for a place under its adaptive limit.",
+            "limit": "Its adaptive concurrency limit (AIMD).",
+            "sessions": "Sessions sticking to it.",
+            "ejected": "1 while it is ejected (failing).",
+        }
+        counters = {
+            "served": "Calls it answered.",
+            "throttled": "429 / 503 answers it gave.",
+            "failed": "Failed attempts (5xx, timeouts, connection errors).",
+        }
+        g = {
+            k: GaugeMetricFamily(f"episodes_upstream_{k}", h, labels=["upstream"])
+            for k, h in gauges.items()
+        }
+        c = {
+            k: CounterMetricFamily(f"episodes_upstream_{k}", h, labels=["upstream"])
+            for k, h in counters.items()
+        }
+        saturated = GaugeMetricFamily(
+            "episodes_fleet_saturated",
+            "1 while most sessions wait on the fleet (no new episodes are taken).",
+        )
+        saturated.add_metric([], 1.0 if fleet.saturated() else 0.0)
+        for r in fleet.all_replicas():
+            values = {
+                "in_flight": r.in_flight,
+                "waiting": r.waiting,
+                "limit": r.limit,
+                "sessions": r.sessions,
+                "ejected": 1.0 if r.ejected_until > time.monotonic() else 0.0,
+            }
+            for k, v in values.items():
+                g[k].add_metric([r.name], float(v))
+            for k in counters:
+                c[k].add_metric([r.name], float(getattr(r, k)))
+        yield from g.values()
+        yield from c.values()
+        yield saturated
+
+
+REGISTRY.register(FleetMetrics())
 
 
 def count_agent_call(event: dict[str, Any]) -> None:

@@ -161,12 +161,18 @@ class Fleet:
         """Most of the sessions routed here have a call waiting on the fleet (for a
         place under a limit, or after a 429 / 503): starting more episodes would only
         lengthen the queue (workers/backpressure.py stops taking new ones meanwhile)."""
-        sessions = sum(r.sessions for r in self.replicas.values())
-        held = sum(r.waiting + r.backing_off for r in self.replicas.values())
+        replicas = list(self.replicas.values())  # a copy: metrics read it from a thread
+        sessions = sum(r.sessions for r in replicas)
+        held = sum(r.waiting + r.backing_off for r in replicas)
         return held > 0 and 2 * held >= sessions
 
 
 _fleets: dict[asyncio.AbstractEventLoop, Fleet] = {}
+
+
+def all_replicas() -> list[Replica]:
+    """Every replica of this process's fleets (for metrics)."""
+    return [r for f in list(_fleets.values()) for r in list(f.replicas.values())]
 
 
 def saturated() -> bool:

@@ -267,3 +267,27 @@ async def test_a_worker_takes_no_new_episodes_while_its_sessions_wait_on_the_fle
     for route in routes:
         route.close()
     assert replica.sessions == 0
+
+
+async def test_the_worker_metrics_show_each_upstream():
+    from prometheus_client import generate_latest
+
+    from activities.telemetry import REGISTRY
+    from episodes.agents import fleet as fleet_mod
+
+    spec = ModelSpec(upstreams=[UpstreamSpec(base_url="http://metrics:1/v1")], model="m")
+    route = fleet_mod.Route(spec)
+    (replica,) = route.replicas
+    route.pick(set())
+    await replica.acquire()
+    replica.failure(refused=True)
+    try:
+        text = generate_latest(REGISTRY).decode()
+    finally:
+        replica.release()
+        route.close()
+    label = '{upstream="http://metrics:1/v1"}'
+    for line in ("in_flight", "sessions", "ejected", "failed_total"):
+        assert f"episodes_upstream_{line}{label} 1.0" in text, line
+    assert f"episodes_upstream_limit{label} 256.0" in text
+    assert "episodes_fleet_saturated " in text
