@@ -377,10 +377,8 @@ class ModelProxy:
             "attempts": attempts,
             "status": status,
             "policy_version": self.spec.policy_version,
+            "upstream": self._sender.served_name,  # fleet.py: the upstream that served it
         }
-        served = self._sender.served_by  # fleet.py: the upstream that served it
-        if served is not None:
-            record["upstream"] = served.name
         if extends is not None:
             record["extends"] = extends
         if error is not None:

@@ -116,6 +116,11 @@ class Sender:
         once: each request is its own task)."""
         return _served.get()
 
+    @property
+    def served_name(self) -> str | None:
+        served = _served.get()
+        return None if served is None else served.name
+
     def release(self) -> None:
         """The stream of the call this task sent last was forwarded: its place under
         the upstream's limit is free (once; later calls are no-ops)."""
