@@ -20,6 +20,11 @@ first dispatched at (`model.policy_version`, recorded on each model call). With
 than K ahead of it is cancelled (its episodes cancelled, so they release their boxes)
 and dispatched again at the current version, as fresh attempts; `Group.stale` counts
 those re-dispatches. Complete groups are yielded as they are, with their version.
+
+Stragglers: with the spec's `group_timeout_s`, a group not complete that long after it
+was dispatched has its running members cancelled (their episodes end `cancelled`) and
+is yielded `partial` with the members that ended, or dropped (`group_on_timeout:
+drop`). Either way the short episodes win: the docs say so.
 """
 
 from __future__ import annotations
@@ -72,6 +77,9 @@ class Group(BaseModel):
     """Fresh episodes run for its members after infrastructure failures."""
     stale: int = 0
     """Times the group was cancelled as stale and dispatched again at a newer version."""
+    partial: bool = False
+    """Cut at the spec's `group_timeout_s`: `results` holds only the members that ended
+    by then (the others were cancelled). Biased towards short episodes."""
 
     _fetch: Fetch | None = PrivateAttr(default=None)
     _samples: list[EpisodeSamples] | None = PrivateAttr(default=None)
@@ -121,6 +129,7 @@ class _State:
     dispatched: bool = False
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     stale: int = 0
+    began: float = 0.0  # when it was dispatched (monotonic)
 
     @property
     def complete(self) -> bool:
@@ -178,10 +187,25 @@ async def stream_groups(
                     rest = [(o, m) for o, m in queue if o is not g]
                     queue.clear()
                     queue.extend([(g, m) for m in g.members] + rest)
+            if spec.group_timeout_s is not None:
+                now = time.monotonic()
+                for i in sorted(active):
+                    g = states[i]
+                    if g.complete or now - g.began < spec.group_timeout_s:
+                        continue
+                    # Past its time: cancel the rest, yield what ended (or drop it).
+                    await stop(g)
+                    del active[i]
+                    rest = [(o, m) for o, m in queue if o is not g]
+                    queue.clear()
+                    queue.extend(rest)
+                    if spec.group_on_timeout == "partial":
+                        yield _group(ec, name, g, model=spec.model is not None, partial=True)
             while len(running) < limit and queue:
                 g, m = queue.popleft()
                 if not g.dispatched:
                     g.dispatched, g.version = True, ec.policy_version
+                    g.began = time.monotonic()
                     active[g.index] = g
                 t = asyncio.create_task(
                     run_member(
@@ -217,10 +241,13 @@ async def stream_groups(
         )
 
 
-def _group(ec: EpisodesClient, batch: str, g: _State, *, model: bool) -> Group:
-    outcomes = [g.outcomes[m.sample] for m in g.members]
+def _group(
+    ec: EpisodesClient, batch: str, g: _State, *, model: bool, partial: bool = False
+) -> Group:
+    ended = [m for m in g.members if m.sample in g.outcomes]
+    outcomes = [g.outcomes[m.sample] for m in ended]
     failed = None
-    for m, o in zip(g.members, outcomes, strict=True):
+    for m, o in zip(ended, outcomes, strict=True):
         if o.infra:
             why = o.result.error or "no detail"
             failed = (
@@ -237,6 +264,7 @@ def _group(ec: EpisodesClient, batch: str, g: _State, *, model: bool) -> Group:
         failed=failed,
         retried=sum(m.retries for m in g.members),
         stale=g.stale,
+        partial=partial,
     )
     group._fetch = ec.transcript
     group._model = model

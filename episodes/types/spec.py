@@ -115,6 +115,11 @@ class EpisodeSpec(Model):
     """Groups (`run_batch(groups=True)`): how many times each member that ended for an
     infrastructure reason (a lost worker, a model upstream that gave up, a provision
     that got no box) runs again as a fresh episode before its group is yielded failed."""
+    group_timeout_s: Seconds | None = None
+    """Groups: a group not complete this long after it was dispatched has its running
+    members cancelled and is yielded partial (`group.partial`, the members that ended)
+    or, with `group_on_timeout: drop`, not at all. None: groups wait for every member."""
+    group_on_timeout: Literal["partial", "drop"] = "partial"
     worker_lost_timeout_s: Seconds = 10.0
     """How long a session's worker may be silent (no heartbeat, no poll) before the
     episode ends with `worker_lost`. Detection takes at most about twice this."""

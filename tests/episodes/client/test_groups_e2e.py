@@ -138,7 +138,7 @@ async def test_a_model_upstream_that_gives_up_is_rerun_by_batches_and_groups(cli
     """`model_error` (the proxy's retries exhausted) is the infrastructure's: the durable
     batch and a group both run the episode again as `.r1`, and count the group failed."""
     async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as up:
-        up.always_fail = 503
+        up.always_fail = 500  # (a 503 is backpressure: waited on, not charged to retries)
         data = _kv(up.base_url, {"ab": {"a": "1"}}, samples=1)
         data["model"]["retries"] = 0
         s = parse_spec(data)
@@ -152,6 +152,43 @@ async def test_a_model_upstream_that_gives_up_is_rerun_by_batches_and_groups(cli
         [g] = [g async for g in ec.run_batch(s, groups=True, batch_id=f"{s.name}-client")]
     assert g.failed is not None and "model_error after 1 re-run(s)" in g.failed
     assert g.results[0].workflow_id == f"{s.name}-client.ab.s0.r1"
+
+
+@pytest.mark.parametrize("on_timeout", ["partial", "drop"])
+async def test_a_group_past_group_timeout_s_is_cut(client, worker, on_timeout) -> None:
+    """Task `slow`'s second member never gets a model answer: at `group_timeout_s` it is
+    cancelled and its group comes out partial (the member that ended) or not at all;
+    the other group is whole."""
+    release = asyncio.Event()
+
+    async def gate(request: dict) -> None:
+        if ".slow.s1" in request["headers"].get("X-Session-ID", ""):
+            await release.wait()
+
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, gate=gate)
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    async with up:
+        # Generous: the other members finish in seconds; the cut waits this long.
+        data = _kv(up.base_url, {"quick": {"a": "1"}, "slow": {"z": "9"}})
+        data.update(group_timeout_s=40, group_on_timeout=on_timeout)
+        s = parse_spec(data)
+        try:
+            groups = [g async for g in ec.run_batch(s, groups=True, concurrency=4)]
+        finally:
+            release.set()
+    by_task = {g.task_id: g for g in groups}
+    quick = by_task["quick"]
+    assert not quick.partial and [r.termination for r in quick.results] == ["env_done"] * 2
+    if on_timeout == "drop":
+        assert list(by_task) == ["quick"]
+        return
+    slow = by_task["slow"]
+    assert slow.partial and slow.failed is None
+    assert [(r.workflow_id, r.termination) for r in slow.results] == [
+        (f"{s.name}.slow.s0", "env_done")
+    ]
+    h = client.get_workflow_handle(f"{s.name}.slow.s1", result_type=EpisodeResult)
+    assert (await asyncio.wait_for(h.result(), STEP)).termination == "cancelled"
 
 
 async def test_an_agent_failure_is_an_outcome_not_a_retry(client, worker) -> None:
