@@ -19,8 +19,8 @@ specs name it:
 A session's `Route` holds its affinity: its first call goes to the least-loaded healthy
 replica among the spec's upstreams, and it stays there (the server's prefix cache holds
 its conversation) until that replica is ejected or gives up on a call; then its next
-attempt moves to the least-loaded healthy one. With no healthy replica left the
-least-recently ejected one is tried anyway: `model_error` only when none can serve.
+attempt moves to the least-loaded healthy one. With no healthy replica left the one
+due back first is tried anyway: `model_error` only when none can serve.
 
 While most of a worker's sessions wait on the fleet (`saturated()`), the worker takes
 no new episodes (workers/backpressure.py): boxes are the scarce thing.
