@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 from episodes.cli.common import console, progress_bar, summary_table
 from episodes.cli.embedded import client_for
@@ -22,6 +23,7 @@ async def run_spec(
     batch: str | None,
     concurrency: int | None,
     policy_version: int | None = None,
+    fleet: dict[str, Any] | None = None,
 ) -> list[EpisodeResult]:
     from episodes.envs import check_env_ref
 
@@ -41,7 +43,11 @@ async def run_spec(
         with progress_bar() as progress:
             bar = progress.add_task(spec.name, total=total, last="")
             async for result in episodes.run_batch(
-                spec, concurrency=concurrency, batch=batch, policy_version=policy_version
+                spec,
+                concurrency=concurrency,
+                batch=batch,
+                policy_version=policy_version,
+                **(fleet or {}),
             ):
                 results.append(result)
                 if sink:
@@ -54,8 +60,18 @@ async def run_spec(
                     last=f"{result.task_id}#{result.sample} {result.termination} {reward}",
                 )
         console.print(summary_table(results, title=f"{spec.name}: {total} episodes"))
+        if episodes.budget_exhausted:
+            console.print(budget_line(episodes.budget_exhausted, len(results), total))
         if out:
             console.print(f"results: {out}")
         if ui_url:
             console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
         return results
+
+
+def budget_line(budget: str, done: int, total: int) -> str:
+    """What `episodes run` says of a batch a budget stopped."""
+    return (
+        f"[yellow]budget_exhausted[/]: {budget} reached; {done} of {total} episodes ran, "
+        "no more were started (run it again with a larger budget to go on)"
+    )

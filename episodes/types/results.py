@@ -208,3 +208,7 @@ class EpisodeResult(Model):
     turns_replayed: int = 0
     replay_divergences: int = 0
     turns_rerun: int = 0
+    model_calls: int = 0
+    """Calls through the session's model proxy over the whole episode, and the tokens
+    the upstream reported for them (0 in results from before they were counted)."""
+    model_tokens: int = 0
