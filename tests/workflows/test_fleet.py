@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import sys
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,9 @@ from episodes import search_attributes as sa
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch, wait_batch
+from episodes.client.connect import connect
+from episodes.client.devserver import DevServer
+from episodes.client.doctor import check_fleet
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import EpisodeSpec
 from tests.conftest import ROOT
@@ -217,3 +220,33 @@ async def test_a_token_budget_stops_the_batch_and_a_rerun_does_not_start_over(cl
 async def _episodes_of_is(client: Client, batch: str, n: int) -> bool:
     # Settles at n (visibility lags a moment); more would be an episode started over.
     return await _episodes_of(client, batch) == n
+
+
+@pytest.fixture(scope="module")
+def unfair_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    """A dev server with the fairness-aware matcher turned off (as a server's default)."""
+    tmp = tmp_path_factory.mktemp("temporal-unfair")
+    server = DevServer(
+        auto_port=True,
+        headless=True,
+        db_file=tmp / "temporal.db",
+        log_file=tmp / "server.log",
+        extra_dynamic_config={"matching.enableFairness": "false"},
+    )
+    server.start()
+    yield server
+    server.stop()
+
+
+async def test_doctor_says_whether_the_server_honours_priority_and_fairness(
+    client, unfair_server
+) -> None:
+    checks = {c.name: c for c in await check_fleet(client)}
+    assert checks["priority"].ok and checks["fairness"].ok, checks
+    unfair = await connect(unfair_server.address, timeout_s=30)
+    checks = {c.name: c for c in await check_fleet(unfair)}
+    assert checks["priority"].ok, checks["priority"]
+    assert not checks["fairness"].ok
+    assert "served in arrival order" in checks["fairness"].line()
+    assert "matching.enableFairness: true" in checks["fairness"].line()
+    assert not checks["fairness"].failed  # shown, not a failure of the configuration
