@@ -31,6 +31,7 @@ from episodes.client.devserver import DevServer
 from episodes.client.doctor import check_fleet
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import EpisodeSpec
+from episodes.viewer.pages import _batch, batch_view
 from tests.conftest import ROOT
 from tests.support.helpers import spec, wait_until
 
@@ -118,6 +119,7 @@ async def test_a_priority_1_batch_overtakes_a_backlogged_priority_5_batch(client
     # The bound of the issue: the 6 are done before a third of the 40 are. (First come,
     # first served, they would wait for nearly all 40.)
     assert len(bulk_before) < 40 / 3, f"{len(bulk_before)} of the 40 finished first"
+    assert (await batch_view(client, evals.name))["fleet"]["priority"] == 1
     # Findable by priority: the batch and each of its episodes.
     for batch, priority, n in ((bulk.name, 5, 41), (evals.name, 1, 7)):
         query = f"{sa.BATCH.name} = '{batch}' AND {sa.PRIORITY.name} = {priority}"
@@ -202,6 +204,11 @@ async def test_a_token_budget_stops_the_batch_and_a_rerun_does_not_start_over(cl
         )
         assert again == result
         assert await wait_until(lambda: _episodes_of_is(client, s.name, 3), timeout=30)
+        # The viewer's batch page shows the status, the budget and the spending.
+        fleet = (await batch_view(client, s.name))["fleet"]
+        assert fleet["status"] == "budget_exhausted" and fleet["budget"] == "max_model_tokens"
+        assert (fleet["model_tokens"], fleet["model_calls"]) == (3 * per_episode, 3)
+        assert "budget_exhausted" in _batch(await batch_view(client, s.name))
 
         # A client's stream (`episodes run`): the same stop; a restarted trainer re-attaches
         # to the three that ran, counts them, and starts no fourth.
