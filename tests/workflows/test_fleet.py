@@ -257,3 +257,25 @@ async def test_doctor_says_whether_the_server_honours_priority_and_fairness(
     assert "served in arrival order" in checks["fairness"].line()
     assert "matching.enableFairness: true" in checks["fairness"].line()
     assert not checks["fairness"].failed  # shown, not a failure of the configuration
+
+
+@pytest.mark.parametrize("server_batch", [False, True], ids=["client", "batch-workflow"])
+async def test_episodes_run_says_which_budget_stopped_it(
+    tmp_path, dev_server, client, worker, server_batch
+) -> None:
+    from tests.episodes.cli.test_cli import episodes, write_spec
+
+    name = _name("cli-budget")
+    data = {
+        "name": name,
+        "env": "script",
+        "tasks": [{"id": f"t{i}", "data": {"messages": ["x"]}} for i in range(4)],
+        "harness": {"command": ["{python}", "-m", "episodes.harness.reference.echo"]},
+        "concurrency": 1,
+    }
+    args = ["run", str(write_spec(tmp_path, data)), "--address", dev_server.address]
+    args += ["--task-queue", "episodes-test", "--max-episode-seconds", "0.001"]
+    code, out, err = await episodes(*args, *(["--batch"] if server_batch else []))
+    assert code == 0, out + err
+    assert "budget_exhausted: max_episode_seconds reached; 1 of 4 episodes ran" in out
+    assert await wait_until(lambda: _episodes_of_is(client, name, 1), timeout=30)
