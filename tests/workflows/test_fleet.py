@@ -189,19 +189,18 @@ async def test_a_token_budget_stops_the_batch_and_a_rerun_does_not_start_over(cl
         # Reached during the third episode: the batch starts no fourth.
         budget = BatchBudget(max_model_tokens=3 * per_episode - 1)
 
-        # The batch workflow.
+        # The batch workflow, continuing as new after every episode: the count goes on
+        # from run to run (the accumulator travels with continue-as-new).
         s = _chatty(upstream, _name("budget"), 8, budget=budget.model_dump())
-        result = await wait_batch(
-            client, await start_batch(client, batch_input(s), task_queue=queue)
-        )
+        inp = batch_input(s).model_copy(update={"children_per_run": 1})
+        result = await wait_batch(client, await start_batch(client, inp, task_queue=queue))
         assert (result.status, result.budget) == ("budget_exhausted", "max_model_tokens")
+        assert result.runs == 3
         assert result.metrics.count == 3 and result.total == 8
         assert result.metrics.model_tokens == 3 * per_episode
         assert result.metrics.model_calls == 3
         # Run again: the same batch, attached to, not started over.
-        again = await wait_batch(
-            client, await start_batch(client, batch_input(s), task_queue=queue)
-        )
+        again = await wait_batch(client, await start_batch(client, inp, task_queue=queue))
         assert again == result
         assert await wait_until(lambda: _episodes_of_is(client, s.name, 3), timeout=30)
         # The viewer's batch page shows the status, the budget and the spending.
