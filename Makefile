@@ -21,8 +21,9 @@ test: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
 
+# The demo's Temporal dev server: free ports unless PORT=7233 (say) asks for one.
 demo: $(STAMP)
-	$(BIN)/python -m episodes.demo
+	$(BIN)/python -m episodes.demo $(if $(PORT),--port $(PORT))
 
 # The docs site (docs/, mkdocs.yml) into site/; --strict: a broken link or reference fails.
 docs: $(STAMP)

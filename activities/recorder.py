@@ -113,8 +113,16 @@ class TurnRecorder:
         return rest
 
     def close(self) -> None:
-        if self._sender is not None and not self._sender.done():
-            self._sender.cancel()
+        """The drive is over without `finish` (cancelled, or failed): stop sending. A
+        sender that already failed has its exception taken here; the drive reports its
+        own end, and an unretrieved one would be logged as a stray traceback."""
+        sender = self._sender
+        if sender is None:
+            return
+        if not sender.done():
+            sender.cancel()
+        elif not sender.cancelled():
+            sender.exception()
 
     def _ensure_sender(self) -> None:
         if self._sender is not None and self._sender.done():

@@ -9,14 +9,15 @@ interactive session's steps) and `release` run on that worker's own queue.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities import telemetry
 from activities.logs import bind
@@ -92,7 +93,8 @@ class SessionActivities:
             if inp.spec.reuse_key and self.pools is not None:
                 pool = await self.pools.get(inp.spec.pool)
             session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool)
-            first = await _opened(session)
+            with _cancel_is_a_cancel("provision", None):
+                first = await _opened(session)
         except BaseException as e:
             if self.breaker is not None and _worker_fault(e):
                 self.breaker.failure(e)
@@ -187,7 +189,7 @@ class SessionActivities:
         beat = asyncio.create_task(_heartbeat_until_cancelled())
         try:
             override = {"message": inp.message} if inp.has_message else {}
-            with self.registry.in_use(inp.session_id):
+            with self.registry.in_use(inp.session_id), _cancel_is_a_cancel("turn", session):
                 result = await session.turn(inp.turn, **override)
             _observe_turn(result)
             return result
@@ -235,7 +237,7 @@ class SessionActivities:
         beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": loop.next_turn}))
         try:
             # Busy for the reaper while the drive runs, between turns too (the recorder).
-            with self.registry.in_use(inp.session_id):
+            with self.registry.in_use(inp.session_id), _cancel_is_a_cancel("drive", session):
                 result = await loop.run(release=release if inp.release else None, ahead=self._ahead)
         except TurnOutOfOrder as e:
             raise _out_of_order(e) from None
@@ -292,7 +294,7 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
     try:
         env = load_env(inp.env, inp.env_args)
     except SpecError as e:
-        raise ApplicationError(str(e), type=type(e).__name__, non_retryable=True) from None
+        raise ApplicationError(str(e), type=spec_error_type(e), non_retryable=True) from None
     transcript = inp.transcript
     if inp.workflow_id is not None and inp.earlier_turns:
         # A continued run: the earlier runs' turns are in their histories, not the input.
@@ -332,10 +334,48 @@ def _as_outcome(e: BaseException, session: LiveSession) -> BaseException:
     if isinstance(e, EnvironmentFailed):
         return ApplicationError(message, type=contract.ENV_ERROR, non_retryable=True)
     if isinstance(e, SpecError):
-        return ApplicationError(message, type=type(e).__name__, non_retryable=True)
+        # A configuration error: the episode's outcome, one line in this worker's log
+        # (BENIGN: the SDK does not log it again with a traceback).
+        log.warning("%s: configuration error: %s", session.session_id, message)
+        return ApplicationError(
+            message,
+            type=spec_error_type(e),
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        )
     if isinstance(e, Exception) and message != str(e):
         return ApplicationError(message, type=type(e).__name__)
     return e
+
+
+def spec_error_type(e: SpecError) -> str:
+    """The failure type a spec error leaves the worker with: its class name when the
+    contract names it, else `SpecError` (a subclass an env or runtime adds is a
+    configuration error all the same)."""
+    name = type(e).__name__
+    return name if name in contract.SPEC_ERRORS else contract.SPEC_ERROR
+
+
+@contextlib.contextmanager
+def _cancel_is_a_cancel(what: str, session: LiveSession | None) -> Iterator[None]:
+    """A cancel the SDK would log as a failure with a traceback, as the quiet outcome it
+    is: the episode ended (cancelled) while `what` ran, so its workflow closed (the
+    server no longer knows the activity) or it released the session under the drive.
+    A cancel the server asked for, a worker shutting down, a timeout: the SDK's own."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        details = activity.cancellation_details()
+        if details is not None and not details.not_found:
+            raise  # asked for, a shutdown, a timeout: the SDK reports it as it is
+        if details is None and not (session is not None and session.closed):
+            raise  # not a cancel of this activity, nor of its session: a bug, loud
+        raise ApplicationError(
+            f"{what}: the episode ended (its workflow closed or released the session) while it ran",
+            type=contract.SESSION_NOT_FOUND,
+            non_retryable=True,
+            category=ApplicationErrorCategory.BENIGN,
+        ) from None
 
 
 def _worker_fault(e: BaseException) -> bool:

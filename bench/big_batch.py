@@ -45,7 +45,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
             }
         )
         async with running(worker):
-            inp = batch_input(spec, batch=spec.name, concurrency=concurrency)
+            inp = batch_input(spec, batch_id=spec.name, concurrency=concurrency)
             t0 = time.perf_counter()
             handle = await start_batch(client, inp, task_queue=queue)
             last = [0.0]

@@ -46,7 +46,7 @@ async def _batch(client: Any, queue: str, n: int) -> str:
 
     async def one(k: int) -> None:
         async with gate:
-            await ec.run_episode(spec, spec.tasks[0], k, batch=name)
+            await ec.run_episode(spec, spec.tasks[0], k, batch_id=name)
 
     await asyncio.gather(*(one(k) for k in range(n)))
     query = f'EpisodeBatch = "{name}" AND EpisodeTermination = "env_done"'

@@ -65,6 +65,18 @@ TURN_OUT_OF_ORDER = "TurnOutOfOrder"
 # `score_transcript`: a bad spec is not retried.
 SPEC_ERROR = "SpecError"
 ENVIRONMENT_LOAD_ERROR = "EnvironmentLoadError"
+# Every `SpecError` by its class name (the type `provision` raises it with): a
+# configuration error (an env the worker cannot import, a secret it cannot read, a box
+# the spec cannot start). The episode ends `harness_start_failed`, marked
+# `config_error`: not an infrastructure failure, never run again (the same worker
+# fails it the same way), and `episodes run` prints the fix once.
+SPEC_ERRORS: tuple[str, ...] = (
+    SPEC_ERROR,
+    ENVIRONMENT_LOAD_ERROR,
+    "SecretMissing",
+    "TunnelFailed",
+    "PayloadsConfigError",
+)
 # `HarnessFailure.error_type`s a harness can fail `provision` with: the episode's
 # outcome (its termination), not a retry.
 PROVISION_FAILURES: tuple[ErrorType, ...] = (
@@ -72,8 +84,9 @@ PROVISION_FAILURES: tuple[ErrorType, ...] = (
     "harness_crashed",
     "protocol_error",
     "turn_timeout",
+    "limit_exceeded",
 )
-NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, SPEC_ERROR, ENVIRONMENT_LOAD_ERROR)
+NON_RETRYABLE_PROVISION = (*PROVISION_FAILURES, *SPEC_ERRORS)
 # `episodes.errors.EnvironmentFailed` (the env's reset raised), raised non-retryable by
 # `provision` and `restore`: the episode ends `env_error`, scored and released.
 ENV_ERROR: Literal["env_error"] = "env_error"

@@ -18,16 +18,21 @@ import sys
 import time
 from pathlib import Path
 
+from rich.console import Console
 from rich.table import Table
 
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.cli.common import console, summary_table
 from episodes.cli.embedded import embedded_stack
 from episodes.client import EpisodesClient
+from episodes.errors import EpisodesError
 from episodes.specfile import load_spec
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import EpisodeSpec
 
+DEMO_SANDBOX_HINT = (
+    "the demo's examples run in the sandbox; `.venv/bin/episodes doctor` checks this machine"
+)
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -59,22 +64,26 @@ def _docker_ready(image: str) -> bool:
         return False
 
 
-async def run_demo(port: int, keep: bool) -> None:
+async def run_demo(port: int | None, keep: bool) -> None:
     async with ScriptedUpstream(policy=kv_policy) as model:
         await _run_demo(port, keep, model)
 
 
-async def _run_demo(port: int, keep: bool, model: ScriptedUpstream) -> None:
+async def _run_demo(port: int | None, keep: bool, model: ScriptedUpstream) -> None:
     specs = demo_specs(model.base_url)
     batch = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
     started = time.monotonic()
     with console.status("starting the embedded Temporal dev server and a worker"):
-        stack_cm = embedded_stack(port=port)
+        # This checkout's running `episodes dev` server, else one of the demo's own (on
+        # free ports unless PORT is given); always a queue of its own: another
+        # checkout's worker must not take the demo's episodes (issue 27).
+        stack_cm = embedded_stack(port=port, sandbox_hint=DEMO_SANDBOX_HINT)
         stack = await stack_cm.__aenter__()
     try:
-        client = EpisodesClient(stack.client)
+        client = EpisodesClient(stack.client, task_queue=stack.task_queue)
         console.print(
-            f"[green]✓[/] Temporal at {stack.server.address}, worker {stack.worker.worker_id}"
+            f"[green]✓[/] Temporal at {stack.server.address}, worker {stack.worker.worker_id} "
+            f"on queue {stack.task_queue}"
         )
         total = sum(len(s.load_tasks()) * s.samples for s in specs)
         console.print(
@@ -88,7 +97,7 @@ async def _run_demo(port: int, keep: bool, model: ScriptedUpstream) -> None:
         results: list[EpisodeResult] = []
 
         async def one_spec(spec: EpisodeSpec) -> None:
-            async for r in client.run_batch(spec, batch=f"{batch}-{spec.name}"):
+            async for r in client.run_batch(spec, batch_id=f"{batch}-{spec.name}"):
                 results.append(r)
                 console.print(
                     f"  {r.spec_name:<13} {r.task_id:<24} s{r.sample} {r.termination:<9} "
@@ -151,9 +160,15 @@ def _latency_table(results: list[EpisodeResult], wall: float) -> Table:
     return table
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--port", type=int, default=7233)
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="the Temporal dev server's port (default: free ports, or the server of this "
+        "checkout's running `episodes dev`)",
+    )
     parser.add_argument(
         "--keep",
         action=argparse.BooleanOptionalAction,
@@ -165,6 +180,10 @@ def main() -> None:
         asyncio.run(run_demo(args.port, args.keep))
     except KeyboardInterrupt:
         pass
+    except EpisodesError as e:  # no sandbox, a taken port: one line, not a traceback
+        Console(stderr=True).print(f"[bold red]error:[/] {e}", highlight=False, soft_wrap=True)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":

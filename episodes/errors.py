@@ -55,6 +55,10 @@ class RuntimeUnavailable(EpisodesError):
     """A runtime cannot be used here (SDK missing, engine down, credentials absent)."""
 
 
+class SandboxUnavailable(RuntimeUnavailable):
+    """A worker cannot make sandboxes (its default runtime): said once at its start."""
+
+
 class ImageMissing(RuntimeUnavailable):
     """The box image a spec names is not where this worker looks: maybe the host's
     build or pull is missing, maybe the spec's name is wrong (so no sign, alone, that
@@ -103,6 +107,13 @@ class ProtocolError(HarnessFailure):
     error_type = "protocol_error"
 
 
+class LimitExceeded(HarnessFailure):
+    """The box went past one of its limits (memory, processes, disk); the message names
+    it. The agent's doing: the box is ended, the worker and other sessions go on."""
+
+    error_type = "limit_exceeded"
+
+
 class HarnessReportedError(HarnessFailure):
     """The harness answered a turn with an `error` packet; it is still alive."""
 
@@ -148,11 +159,22 @@ class ModelError(EpisodesError):
 class EpisodeFailed(EpisodesError):
     """The workflow itself failed (a bug or a bad spec), so there is no EpisodeResult.
     `provision_failed`: its `provision` failed after Temporal's retries for a reason
-    that is not the harness's (the batch runner may retry the episode)."""
+    that is not the harness's (the batch runner may retry the episode). `config_error`:
+    it failed with a spec error (a worker from before they were the episode's outcome):
+    never retried."""
 
-    def __init__(self, workflow_id: str, detail: str, *, provision_failed: bool = False) -> None:
+    def __init__(
+        self,
+        workflow_id: str,
+        detail: str,
+        *,
+        provision_failed: bool = False,
+        config_error: bool = False,
+    ) -> None:
         self.workflow_id = workflow_id
-        self.provision_failed = provision_failed
+        self.detail = detail
+        self.provision_failed = provision_failed and not config_error
+        self.config_error = config_error
         super().__init__(f"episode {workflow_id} failed: {detail}")
 
 
@@ -162,6 +184,12 @@ class StepRejected(EpisodesError):
 
 class SessionFailed(EpisodesError):
     """The session's workflow failed (a bug or a bad spec), so there is no reply or result."""
+
+
+class Interrupted(EpisodesError):
+    """The user interrupted a command (Ctrl-C); the message says what was cancelled."""
+
+    exit_code = 130
 
 
 class ServerUnreachable(EpisodesError):

@@ -51,7 +51,7 @@ async def train(args: argparse.Namespace, model_url: str) -> int:
     batch = args.batch or f"agent-trainer-{time.strftime('%Y%m%d-%H%M%S')}"
     client = await episodes.connect(args.address, task_queue=args.task_queue)
     rollouts = []
-    results = client.run_batch(spec, batch=batch, concurrency=args.concurrency)
+    results = client.run_batch(spec, batch_id=batch, concurrency=args.concurrency)
     async with contextlib.aclosing(results):
         async for result in results:
             r = rollout(result, await client.transcript(result.workflow_id))
@@ -79,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", help="Temporal frontend host:port (default: as the CLI)")
     p.add_argument("--task-queue", help="the workers' shared task queue (default: as the CLI)")
     p.add_argument("--spec", type=Path, default=HERE / "kv-agent.yaml")
-    p.add_argument("--batch", help="batch id (default: a fresh one per run)")
+    p.add_argument(
+        "--batch-id", "--batch", dest="batch", help="batch id (default: a fresh one per run)"
+    )
     p.add_argument("--concurrency", type=int)
     p.add_argument("--model-url", default="http://127.0.0.1:8765/v1")
     p.add_argument("--model", default="scripted")

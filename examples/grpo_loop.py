@@ -46,7 +46,7 @@ async def train(args: argparse.Namespace, client: episodes.EpisodesClient, url: 
     # -- the trainer's loop ---------------------------------------------------------------
     version = 0
     groups = client.run_batch(
-        spec, groups=True, batch=batch, policy_version=version, max_staleness=args.max_staleness
+        spec, groups=True, batch_id=batch, policy_version=version, max_staleness=args.max_staleness
     )
     async with contextlib.aclosing(groups):
         async for group in groups:
@@ -133,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--address", help="Temporal frontend host:port (default: as the CLI)")
     p.add_argument("--task-queue", help="the workers' shared task queue (default: as the CLI)")
     p.add_argument("--spec", type=Path, default=HERE / "kv-agent.yaml")
-    p.add_argument("--batch", help="batch id (default: a fresh one per run)")
+    p.add_argument(
+        "--batch-id", "--batch", dest="batch", help="batch id (default: a fresh one per run)"
+    )
     p.add_argument("--max-staleness", type=int, default=1)
     p.add_argument(
         "--template",

@@ -8,7 +8,7 @@ It uses the blocking client (`episodes.SyncEpisodesClient`), the way a
 synchronous training loop would: each result arrives as soon as its episode ends,
 not in submission order, and the running mean reward is printed as it goes.
 
-Every run is a fresh batch. Pass `--batch ID` to make it restartable: a second run
+Every run is a fresh batch. Pass `--batch-id ID` to make it restartable: a second run
 with the same id re-attaches to the episodes of the first (finished ones are not
 run again, running ones are awaited), because workflow ids are `<batch>.<task>.s<sample>`.
 """
@@ -36,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--namespace")
     p.add_argument("--task-queue", help="the workers' shared task queue (default: as the CLI)")
     p.add_argument("--spec", type=Path, default=HERE / "guess-number.yaml")
-    p.add_argument("--batch", help="batch id (default: a fresh one per run)")
+    p.add_argument(
+        "--batch-id", "--batch", dest="batch", help="batch id (default: a fresh one per run)"
+    )
     p.add_argument("--concurrency", type=int, help="episodes in flight (default: the spec's)")
     args = p.parse_args(argv)
 
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
             ) as client,
             # closing(): leaving early (Ctrl-C) cancels the episodes still in flight.
             contextlib.closing(
-                client.run_batch(spec, concurrency=args.concurrency, batch=batch)
+                client.run_batch(spec, concurrency=args.concurrency, batch_id=batch)
             ) as results,
         ):
             for result in results:

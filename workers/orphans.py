@@ -1,7 +1,7 @@
 """Boxes left by a worker on this host that died without cleaning up (SIGKILL, OOM).
 
-Subprocess harnesses die with their worker (PR_SET_PDEATHSIG); containers and cloud
-boxes do not. Worker ids are `<host>-<pid>-<rand>`, so at start a worker removes the
+Subprocess harnesses die with their worker (PR_SET_PDEATHSIG); their sandboxes' host
+directories (named by the worker's pid), containers and cloud boxes do not. Worker ids are `<host>-<pid>-<rand>`, so at start a worker removes the
 labelled containers of workers on its own host whose process no longer exists (or is
 another process now: its start time differs from the one the container is labelled
 with, as a restarted compose container's new worker under the old pid), and
@@ -73,9 +73,21 @@ async def reap_orphan_boxes(
     return await ledger.reap(worker, sdks=sdks)
 
 
+def reap_orphan_sandboxes() -> int:
+    """Remove the host directories (and empty cgroups) of sandbox boxes whose worker
+    died: the boxes died with it (`--die-with-parent`), those did not."""
+    from episodes.runtimes.sandbox_limits import reap_dead_dirs
+
+    n = reap_dead_dirs()
+    if n:
+        log.warning("removed %d sandbox director(y/ies) left by dead workers", n)
+    return n
+
+
 def reap_orphans() -> int:
-    """Everything dead local workers left: containers, then cloud boxes (a thread's call)."""
-    removed = reap_orphan_containers()
+    """Everything dead local workers left: sandbox directories, containers, then cloud
+    boxes (a thread's call)."""
+    removed = reap_orphan_sandboxes() + reap_orphan_containers()
     try:
         removed += asyncio.run(reap_orphan_boxes())
     except Exception as e:  # a worker starts anyway; the boxes stay in their ledgers

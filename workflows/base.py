@@ -22,6 +22,7 @@ from workflows.failures import (
     failure_message,
     failure_type,
     is_backstop_timeout,
+    is_spec_error,
     is_worker_lost,
     lost_message,
     provision_failure,
@@ -90,6 +91,8 @@ class EpisodeBase:
         # The earlier runs' model calls and tokens (the carry's).
         self._earlier_calls = 0
         self._earlier_tokens = 0
+        # It could not start for a reason in its configuration (a spec error).
+        self._config_error = False
 
     @property
     def _turns_done(self) -> int:
@@ -170,6 +173,7 @@ class EpisodeBase:
             if kind is None:
                 raise
             self._termination = kind
+            self._config_error = is_spec_error(e)
             return failure_message(e)
         return None
 
@@ -255,6 +259,7 @@ class EpisodeBase:
                 # no session could be brought back, as when no restart is allowed.
                 kind = "worker_lost"
             self._termination = kind
+            self._config_error = is_spec_error(e)
             return f"restart {self._restarts} failed: {failure_message(e)}"
         self._ref = restored.session
         self._turns_replayed += restored.turns_replayed
@@ -393,6 +398,7 @@ class EpisodeBase:
             replay_divergences=self._divergences,
             turns_rerun=self._turns_rerun,
             **self._model_usage(),
+            config_error=self._config_error,
         )
 
     def _set_details(self) -> None:

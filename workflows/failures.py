@@ -23,6 +23,11 @@ with workflow.unsafe.imports_passed_through():
 # start-to-close (the activity's own backstop) included.
 BACKSTOP_PATCH = "backstop-timeout-not-worker-lost"
 
+# Histories recorded before a spec error found while provisioning (an env the worker
+# cannot import, a missing secret, a box the spec cannot start) ended the episode
+# `harness_start_failed` (`config_error`): the workflow failed, and batches ran it again.
+SPEC_ERROR_PATCH = "spec-error-start-failed"
+
 # Only these mean nobody holds the session: the task was never picked up, or the
 # worker running it stopped heartbeating.
 _LOST_TIMEOUTS = (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START)
@@ -38,8 +43,16 @@ def provision_failure(e: ActivityError) -> Termination | None:
     """The outcome a `provision` (or `restore`) ended with, if it is one: a harness
     failure, or `env_error` (the env's reset raised)."""
     kind = failure_type(e)
+    if is_spec_error(e):
+        return "harness_start_failed"
     # Looked up in the declared tuple, so the result is typed as the termination it is.
     return next((f for f in contract.PROVISION_OUTCOMES if f == kind), None)
+
+
+def is_spec_error(e: ActivityError) -> bool:
+    """A `provision` (or `restore`) that failed with a spec error: a configuration error,
+    the episode's outcome (older histories: the workflow failed)."""
+    return failure_type(e) in contract.SPEC_ERRORS and workflow.patched(SPEC_ERROR_PATCH)
 
 
 def failure_message(e: ActivityError) -> str:

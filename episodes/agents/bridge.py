@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from fastmcp import FastMCP
@@ -41,9 +41,13 @@ from fastmcp.server.middleware import Middleware, MiddlewareContext
 from fastmcp.tools.base import ToolResult
 from mcp.types import TextContent
 
-from episodes.agents.bridge_http import BearerAuth, InProcessServer
+from episodes.agents.bridge_http import BearerAuth, InProcessServer, bounded_protocol
 from episodes.agents.net import tcp_listener
 from episodes.json_depth import too_deep_message, value_too_deep
+from episodes.types.harness import HarnessLimits
+
+if TYPE_CHECKING:
+    from episodes.harness.budget import StreamBudget
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +77,20 @@ class ToolBridge:
         port: int = 0,
         unix_socket: bool | str | os.PathLike[str] = False,
         name: str = "episodes-env-tools",
+        limits: HarnessLimits | None = None,
+        budget: StreamBudget | None = None,
     ) -> None:
         """`unix_socket`: True puts `mcp.sock` in a fresh private directory this
         bridge owns (removed at stop); a path uses that socket path, whose
-        directory must exist and be private (mode 0700: no group/other bits)."""
+        directory must exist and be private (mode 0700: no group/other bits).
+        `limits` bound the connections, request bytes and times the harness may take
+        (`harness.limits`); request bodies are charged to `budget` (the session's)."""
         if token is not None and not token:
             raise ValueError("ToolBridge: token must be a non-empty string")
         self.token = token or secrets.token_urlsafe(32)
         self.on_call = on_call
+        self.limits = limits or (budget.limits if budget is not None else HarnessLimits())
+        self._budget = budget
         self._host = host
         self._port = port
         self._unix_request = unix_socket
@@ -128,11 +138,15 @@ class ToolBridge:
                     host_origin_protection=True,
                 ),
                 self.token,
+                self.limits,
+                self._budget,
             )
             config = uvicorn.Config(
                 app,
                 lifespan="on",
                 ws="none",
+                http=bounded_protocol(self.limits),
+                timeout_keep_alive=self.limits.idle_timeout_s,  # type: ignore[arg-type]
                 # Leave the worker's logging as it is (uvicorn would dictConfig it).
                 log_config=None,
                 log_level=None,

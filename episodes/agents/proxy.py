@@ -33,18 +33,22 @@ import os
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
 from episodes.agents.sender import SESSION_HEADER, Exhausted, Sender, error_text, one_line
-from episodes.agents.serve import HttpServer, Request
+from episodes.agents.serve import Bounds, HttpServer, Refusal, Request
 from episodes.agents.stream import assemble, stream_chunks
-from episodes.agents.upstream import UpstreamError
+from episodes.agents.upstream import SlowReader, UpstreamError
 from episodes.aio import finish
 from episodes.errors import ModelError
 from episodes.json_depth import text_too_deep, too_deep_message
+from episodes.types.harness import HarnessLimits
 from episodes.types.model import ModelSpec
+
+if TYPE_CHECKING:
+    from episodes.harness.budget import StreamBudget
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +89,8 @@ class ModelProxy:
         session_id: str | None = None,
         backoff_s: float = 0.5,
         max_backoff_s: float = 8.0,
+        limits: HarnessLimits | None = None,
+        budget: StreamBudget | None = None,
     ) -> None:
         """`upstream_key` defaults to the worker's `spec.api_key_env` (ModelError if unset).
 
@@ -92,6 +98,10 @@ class ModelProxy:
         also serves on that Unix socket (for boxes without a network). `session_id` goes
         upstream as header `X-Session-ID` on every call (sticky routing: a session's
         calls share their prefix, so one replica's cache serves them all).
+
+        `limits` bound what the harness may make the endpoint hold (connections, request
+        bytes, idle and slow requests; `harness.limits`); request bodies are charged to
+        `budget` (the session's, `turn_request_bytes`) before they are read.
         """
         self.spec = spec
         self._key = upstream_key if upstream_key is not None else read_upstream_key(spec)
@@ -109,6 +119,8 @@ class ModelProxy:
         self._sender = Sender(spec, self._key, session_id, backoff_s, max_backoff_s)
         self._stop_task: asyncio.Future[None] | None = None
         self._forced = spec.enforced()  # over the harness's values, on every call
+        self.limits = limits or (budget.limits if budget is not None else HarnessLimits())
+        self._budget = budget
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -128,7 +140,15 @@ class ModelProxy:
         if self._server is not None:
             return
         await self._sender.start()
-        self._server = HttpServer(self._handle, max_body=MAX_REQUEST_BYTES)
+        limits = self.limits
+        bounds = Bounds(
+            max_body=min(MAX_REQUEST_BYTES, limits.request_bytes),
+            connections=limits.connections,
+            held_bytes=limits.request_bytes,
+            idle_s=limits.idle_timeout_s,
+            request_s=limits.request_timeout_s,
+        )
+        self._server = HttpServer(self._handle, bounds=bounds, admit=self._admit)
         sock = tcp_listener()
         self.port = sock.getsockname()[1]
         await self._server.listen_tcp(sock)
@@ -158,14 +178,28 @@ class ModelProxy:
 
     # -- requests ------------------------------------------------------------------------
 
-    async def _handle(self, request: Request) -> None:
-        given = request.headers.get("authorization", "")
+    def _admit(self, method: str, path: str, headers: dict[str, str]) -> None:
+        """A request's head, before its body is read: the token, then the budget."""
+        given = headers.get("authorization", "")
         scheme, _, value = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(
             value.strip().encode(), self.token.encode()
         ):
-            msg = openai_error("invalid or missing session token", "invalid_request_error", "401")
-            return _json(request, 401, msg)
+            raise Refusal(401, "invalid or missing session token")
+        length = headers.get("content-length")
+        if self._budget is not None and length is not None:
+            # Digits only (the parser took nothing else). A chunked body is charged once
+            # read (`_handle`): it arrives within `request_bytes` meanwhile.
+            size = int(length)
+            why = self._budget.charge_request(size)
+            if why is not None:
+                raise Refusal(413 if size > self.limits.turn_request_bytes else 429, why)
+
+    async def _handle(self, request: Request) -> None:
+        if self._budget is not None and "content-length" not in request.headers:
+            why = self._budget.charge_request(len(request.body))
+            if why is not None:
+                return _json(request, 429, openai_error(why, "invalid_request_error", "429"))
         route = (request.method, request.path.rstrip("/"))
         if route == ("POST", "/v1/chat/completions"):
             return await self._chat(request)
@@ -235,6 +269,7 @@ class ModelProxy:
         received: list[bytes] = []
         broke: str | None = None
         gone = request.gone  # the harness hung up; nothing left to tell it
+        slow = False  # it read too slowly: cut off
 
         def passed(data: bytes) -> None:
             received.append(data)
@@ -256,6 +291,10 @@ class ModelProxy:
             # The harness's side (the writes) is told apart from the upstream's here.
             if not gone:
                 await resp.forward(passed, self.spec.timeout_s)
+        except SlowReader:
+            # The harness's doing, not the model's: its stream is cut, its call recorded.
+            gone, slow = True, True
+            request.close()
         except TimeoutError:
             broke = "model stream broke: upstream ReadTimeout"
         except UpstreamError as e:
@@ -281,7 +320,7 @@ class ModelProxy:
             started,
             attempts,
             stream=True,
-            error=str(broke) if broke else ("harness disconnected" if gone else None),
+            error=str(broke) if broke else _harness_error(gone, slow, self.spec.timeout_s),
         )
         request.end()
 
@@ -341,6 +380,12 @@ class ModelProxy:
             record["error"] = error
         self.calls += 1
         await _call(self.on_call, record)
+
+
+def _harness_error(gone: bool, slow: bool, timeout_s: float) -> str | None:
+    if slow:
+        return f"harness read the stream too slowly (waited on for {timeout_s:g} s in all): cut off"
+    return "harness disconnected" if gone else None
 
 
 def _json(request: Request, status: int, value: Any) -> None:

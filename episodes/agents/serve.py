@@ -3,114 +3,78 @@
 Why not aiohttp's server: the proxy serves two routes to one client (its session's
 harness), and at agent scale the server was a third of the proxy's CPU per call (its
 request and response objects, router, middleware, payload writer: ~0.1 ms a call at
-256 sessions). This one is an `asyncio.Protocol` per connection: a request is parsed
-from what the socket gave (its head split once, its body kept as bytes), handed to the
-handler as a `Request`, and answered with one `transport.write` (a whole answer) or
-one per piece (a stream, chunked): nothing between the handler and the socket.
+256 sessions). This one is an `asyncio.Protocol` per connection: the bytes go through
+llhttp (`httptools`, the parser uvicorn uses: a maintained one, not a hand-written one),
+a request is handed to the handler as a `Request`, and answered with one
+`transport.write` (a whole answer) or one per piece (a stream, chunked).
 
-It keeps what a harness's HTTP client needs: keep-alive and pipelined requests (one
-at a time, in order), `Content-Length` and chunked request bodies, `Expect:
-100-continue`, flow control (a stream waits while the harness reads slowly), limits
-(64 KiB of head, `max_body`: 431 / 413, then the connection closes), and a stop that
-refuses new connections, lets requests in flight finish for a moment, then cancels
-them. The harness is untrusted: a malformed request gets a 400 and the connection
+It keeps what a harness's HTTP client needs: keep-alive and pipelined requests (one at
+a time, in order), `Content-Length` and chunked request bodies, `Expect: 100-continue`,
+flow control (a stream waits while the harness reads slowly), and a stop that refuses
+new connections, lets requests in flight finish for a moment, then cancels them.
+
+The harness is untrusted, so every resource it can make the server hold is bounded
+(`Bounds`): a request's head is judged (`admit`: the token, the session's budgets)
+before a byte of its body is read; a head is at most 64 KiB (431), a body `max_body`
+(413); the bodies the session's connections hold at once are at most `held_bytes`
+(429); it may hold at most `connections` open (the rest are answered 429 and closed);
+a connection idle for `idle_s`, or a request whose head and body take longer than
+`request_s` to arrive, is closed. A malformed request gets a 400 and the connection
 closes; nothing it sends reaches a handler unless it parsed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
-from collections.abc import Awaitable, Callable
-from http import HTTPStatus
+from collections.abc import Callable
 from typing import Any
+
+import httptools
+
+from episodes.agents.serve_request import (
+    Admit,
+    Bounds,
+    Handler,
+    Refusal,
+    Request,
+    _phrase,
+)
+
+__all__ = ["Admit", "Bounds", "Handler", "HttpServer", "Refusal", "Request"]
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
 
 
-_PHRASES = {s.value: s.phrase.encode() for s in HTTPStatus}
-
-
-def _phrase(status: int) -> bytes:
-    return _PHRASES.get(status) or b"Status"  # any status an upstream may answer
-
-
-class Request:
-    """One parsed request; answer it with `respond`, or `start_stream` / `send` / `end`."""
-
-    __slots__ = ("_conn", "_keep_alive", "answered", "body", "headers", "method", "path")
-
+class HttpServer:
     def __init__(
         self,
-        conn: _Conn,
-        method: str,
-        path: str,
-        headers: dict[str, str],
-        body: bytes,
-        keep_alive: bool,
+        handler: Handler,
+        *,
+        max_body: int | None = None,
+        bounds: Bounds | None = None,
+        admit: Admit | None = None,
     ) -> None:
-        self.method, self.path, self.headers, self.body = method, path, headers, body
-        self._conn = conn
-        self._keep_alive = keep_alive
-        self.answered = False
-
-    @property
-    def gone(self) -> bool:
-        """The client hung up (what is sent from now on goes nowhere)."""
-        return self._conn.closed
-
-    def respond(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-        """The whole answer, in one write."""
-        self.answered = True
-        head = b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n" % (
-            status,
-            _phrase(status),
-            content_type.encode("latin-1"),
-            len(body),
-            b"" if self._keep_alive else b"Connection: close\r\n",
-        )
-        self._conn.write(head + body)
-
-    def start_stream(self, content_type: bytes = b"text/event-stream") -> None:
-        """A 200 whose body follows in pieces (`send`), ended by `end`."""
-        self.answered = True
-        self._conn.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nCache-Control: no-cache\r\n"
-            b"Transfer-Encoding: chunked\r\n%s\r\n"
-            % (content_type, b"" if self._keep_alive else b"Connection: close\r\n")
-        )
-
-    def send(self, data: bytes) -> bool:
-        """One piece of a stream; whether the client keeps up (False: it reads slower
-        than we send: wait for `on_writable` before sending more). ConnectionResetError
-        once the client hung up."""
-        conn = self._conn
-        if conn.closed:
-            raise ConnectionResetError("the client hung up")
-        if data:
-            conn.transport.write(b"%x\r\n%b\r\n" % (len(data), data))  # type: ignore[union-attr]
-        return not conn.paused
-
-    def on_writable(self, callback: Callable[[], Any] | None) -> None:
-        """Call `callback` when the client has read enough to send again (or hung up)."""
-        self._conn.on_writable = callback
-
-    def end(self) -> None:
-        if not self._conn.closed:
-            self._conn.write(b"0\r\n\r\n")
-
-
-Handler = Callable[[Request], Awaitable[None]]
-
-
-class HttpServer:
-    def __init__(self, handler: Handler, *, max_body: int) -> None:
+        if bounds is None:
+            assert max_body is not None, "max_body or bounds"
+            bounds = Bounds(max_body=max_body)
         self._handler = handler
-        self.max_body = max_body
+        self.bounds = bounds
+        self.admit = admit
+        self.held = 0  # body bytes the connections hold (arriving, queued or served)
         self._servers: list[asyncio.AbstractServer] = []
         self._conns: set[_Conn] = set()
+
+    @property
+    def max_body(self) -> int:
+        return self.bounds.max_body
+
+    @property
+    def connections(self) -> int:
+        return len(self._conns)
 
     async def listen_tcp(self, sock: Any) -> None:
         loop = asyncio.get_running_loop()
@@ -140,43 +104,80 @@ class HttpServer:
 class _Conn(asyncio.Protocol):
     def __init__(self, server: HttpServer) -> None:
         self.server = server
+        self.bounds = server.bounds
         self.transport: asyncio.Transport | None = None
-        self.buf = bytearray()
         self.task: asyncio.Task[None] | None = None
         self.closed = False
         self.paused = False
         self.on_writable: Callable[[], Any] | None = None
-        # A request whose head is parsed and whose body is still arriving: its head,
-        # and where its body ends (Content-Length) or how far its chunks are read.
-        self._head: tuple[str, str, bool, dict[str, str], int] | None = None
-        self._need = 0  # bytes the buffer must hold before parsing is worth trying
-        self._chunks: _Dechunker | None = None
-        self._continued = False  # its `100 Continue` is sent
+        self._parser = httptools.HttpRequestParser(self)
+        self._queue: collections.deque[Request] = collections.deque()  # parsed, not served
+        self._held = 0  # body bytes this connection holds (counted in server.held)
+        self._reading = True
+        self._loop = asyncio.get_running_loop()
+        # One timer per connection, moved on lazily (a request only notes its deadline).
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        # The request being parsed.
+        self._url = b""
+        self._headers: dict[str, str] = {}
+        self._head_bytes = 0  # of the head's parts llhttp handed over
+        self._head_raw = 0  # of the reads that held only (part of) the head
+        self._body: list[bytes] = []
+        self._size = 0
+        self._refused = False
+        self._in_head = True  # no request, or one whose head is not all in
+        self._ended = 0  # requests parsed whole
 
     # -- the socket ----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        if len(self.server._conns) >= self.bounds.connections:
+            # Past the session's bound: said, not served (its neighbours are not touched).
+            return self._refuse(
+                429, b"too many open connections for this session (harness.limits.connections)"
+            )
         self.server._conns.add(self)
+        self._expect(self.bounds.idle_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self.server._conns.discard(self)
+        self._release(self._held)
+        self._queue.clear()
+        self._body = []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         self._wake()
 
     def data_received(self, data: bytes) -> None:
-        # Hazard: the harness is untrusted, and a body may come in thousands of reads.
-        # Each read costs what it adds: the head is parsed once, a Content-Length body
-        # is waited for by its size, a chunked one is read on from where it stopped.
-        seen = len(self.buf)
-        self.buf += data
-        if self.task is None and (
-            len(self.buf) >= self._need
-            or (self._head is None and b"\r\n\r\n" in self.buf[max(0, seen - 3) :])
-        ):
-            self._next()
-        elif len(self.buf) > MAX_HEAD + self.server.max_body:
-            self.transport.pause_reading()  # type: ignore[union-attr]  # pipelined too far
+        if self._refused:
+            return
+        ended = self._ended
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            refusal = e.__context__
+            if isinstance(refusal, Refusal):
+                self._refuse(refusal.status, refusal.message.encode())
+            else:  # our bug, not the harness's: it still gets an answer
+                log.error("model proxy: parsing a request failed", exc_info=refusal)
+                self._refuse(500, b"internal error")
+        except httptools.HttpParserUpgrade:
+            self._refuse(400, b"protocol upgrades are not served")
+        except httptools.HttpParserError:
+            self._refuse(400, b"malformed request")
+        else:
+            if self._in_head and ended == self._ended:
+                # llhttp hands a header over once it is whole: a head that never ends is
+                # counted here (reads that ended no request hold only this head's bytes).
+                self._head_raw += len(data)
+                if self._head_raw > MAX_HEAD:
+                    return self._refuse(431, b"request head too large")
+            if self.task is None and self._queue:
+                self._serve_next()
 
     def eof_received(self) -> bool | None:
         return None  # close (a half-closed client has sent all it will)
@@ -200,76 +201,134 @@ class _Conn(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
 
-    def _refuse(self, status: int) -> None:
+    def _refuse(self, status: int, message: bytes) -> None:
         """A request we will not serve: say why, then close (the rest of it is unread)."""
-        body = b'{"error": {"message": "%s", "type": "invalid_request_error", "code": null}}' % (
-            _phrase(status)
+        self._refused = True
+        text = message.replace(b"\\", b"\\\\").replace(b'"', b'\\"')
+        body = b'{"error": {"message": "%s", "type": "invalid_request_error", "code": "%d"}}' % (
+            text,
+            status,
         )
         self.write(
             b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
             b"Connection: close\r\n\r\n%b" % (status, _phrase(status), len(body), body)
         )
-        self.buf.clear()
         self.close()
+
+    # -- time ----------------------------------------------------------------------------
+
+    def _expect(self, within: float | None) -> None:
+        """The client must send (the next request, the rest of this one) within `within`
+        s; None: nothing is expected of it (a request is being served)."""
+        if within is None:
+            self._deadline = None
+            return
+        self._deadline = due = self._loop.time() + within
+        timer = self._timer
+        if timer is not None and timer.when() > due:
+            timer.cancel()
+            timer = None
+        if timer is None:
+            self._timer = self._loop.call_at(due, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        due = self._deadline
+        if due is None or self.closed:
+            return
+        if self._loop.time() < due:
+            self._timer = self._loop.call_at(due, self._check)
+        elif self._url or self._headers or self._size:
+            self._refuse(408, b"the request took too long to arrive")
+        else:
+            self.close()  # idle: nothing to say
+
+    # -- the parser's callbacks (llhttp) -------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._head_bytes, self._head_raw = b"", {}, 0, 0
+        self._in_head = True
+        self._body, self._size = [], 0
+        if self.task is None and not self._queue:
+            self._expect(self.bounds.request_s)
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+        self._head_bytes += len(url)
+        if self._head_bytes > MAX_HEAD:
+            raise Refusal(431, "request head too large")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4
+        if self._head_bytes > MAX_HEAD:
+            raise Refusal(431, "request head too large")
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1").strip()
+        headers = self._headers
+        if key in headers:
+            if key in ("content-length", "transfer-encoding", "authorization", "host"):
+                raise Refusal(400, f"{key} twice")
+            text = f"{headers[key]}, {text}"
+        headers[key] = text
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        parser, headers = self._parser, self._headers
+        if parser.get_http_version() not in ("1.1", "1.0"):
+            raise Refusal(400, "not an HTTP/1.x request")
+        if not self._url.startswith(b"/"):
+            raise Refusal(400, "malformed request target")
+        method = parser.get_method().decode("latin-1")
+        path = self._url.decode("latin-1").partition("?")[0]
+        if self.server.admit is not None:
+            self.server.admit(method, path, headers)  # Refusal: before any of the body
+        length = headers.get("content-length")
+        if length is not None:  # llhttp took only digits; it checks the body against it
+            self._take(int(length))
+        if headers.get("expect", "").lower() == "100-continue" and length != "0":
+            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        if "content-length" not in self._headers:
+            self._take(len(body))  # chunked: charged as it arrives
+        self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self._in_head = True
+        self._ended += 1
+        parser = self._parser
+        parts, self._body = self._body, []
+        body = parts[0] if len(parts) == 1 else b"".join(parts)
+        method = parser.get_method().decode("latin-1")
+        path = self._url.decode("latin-1").partition("?")[0]
+        request = Request(self, method, path, self._headers, body, parser.should_keep_alive())
+        self._url, self._headers, self._size = b"", {}, 0
+        self._queue.append(request)
+        if self.task is not None and self._reading:
+            self._reading = False  # pipelined ahead: read on once this one is served
+            self.transport.pause_reading()  # type: ignore[union-attr]
+
+    def _take(self, n: int) -> None:
+        """Count `n` more bytes of the body being read against the bounds."""
+        self._size += n
+        if self._size > self.bounds.max_body:
+            raise Refusal(413, "request body too large")
+        if self.server.held + n > self.bounds.held_bytes:
+            raise Refusal(429, "the session's connections hold too many request bytes; retry later")
+        self.server.held += n
+        self._held += n
+
+    def _release(self, n: int) -> None:
+        n = min(n, self._held)
+        self._held -= n
+        self.server.held -= n
 
     # -- requests ------------------------------------------------------------------------
 
-    def _next(self) -> None:
-        """Start serving the next complete request in the buffer, if there is one."""
-        if self.closed:
-            return
-        buf = self.buf
-        if self._head is None:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEAD:
-                    self._refuse(431)
-                self._need = MAX_HEAD + 1  # or a blank line (data_received looks)
-                return
-            if end > MAX_HEAD:
-                return self._refuse(431)
-            try:
-                method, path, keep_alive, headers = _parse_head(bytes(buf[:end]))
-            except ValueError:
-                return self._refuse(400)
-            self._head = (method, path, keep_alive, headers, end + 4)
-        method, path, keep_alive, headers, start = self._head
-        if "transfer-encoding" in headers:
-            if headers["transfer-encoding"].lower() != "chunked" or "content-length" in headers:
-                return self._refuse(400)
-            if self._chunks is None:
-                self._chunks = _Dechunker(start, self.server.max_body)
-            try:
-                got = self._chunks.read(buf)
-            except OverflowError:
-                return self._refuse(413)
-            except ValueError:
-                return self._refuse(400)
-            if got is None:
-                self._need = len(buf) + 1  # any new bytes: read on from where it stopped
-                return self._await_body(headers)
-            body, stop = got
-        else:
-            length = headers.get("content-length", "0")
-            if not length.isdigit():
-                return self._refuse(400)
-            size = int(length)
-            if size > self.server.max_body:
-                return self._refuse(413)
-            stop = start + size
-            if len(buf) < stop:
-                self._need = stop
-                return self._await_body(headers)
-            body = bytes(buf[start:stop])
-        del buf[:stop]
-        self._head, self._chunks, self._need, self._continued = None, None, 0, False
-        request = Request(self, method, path, headers, body, keep_alive)
-        self.task = asyncio.get_running_loop().create_task(self._serve(request))
-
-    def _await_body(self, headers: dict[str, str]) -> None:
-        if headers.get("expect", "").lower() == "100-continue" and not self._continued:
-            self._continued = True  # looked at again with more bytes: said once
-            self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    def _serve_next(self) -> None:
+        request = self._queue.popleft()
+        self._expect(None)
+        self.task = self._loop.create_task(self._serve(request))
 
     async def _serve(self, request: Request) -> None:
         try:
@@ -287,76 +346,17 @@ class _Conn(asyncio.Protocol):
         finally:
             self.task = None
             self.on_writable = None
+            self._release(len(request.body))
         if not request._keep_alive:
             self.close()
-        elif self.buf:
-            self.transport.resume_reading()  # type: ignore[union-attr]
-            self._next()
-
-
-def _parse_head(head: bytes) -> tuple[str, str, bool, dict[str, str]]:
-    """(method, path without the query, keep-alive, headers by lower-case name)."""
-    lines = head.decode("latin-1").split("\r\n")
-    method, target, version = lines[0].split(" ")
-    if version not in ("HTTP/1.1", "HTTP/1.0") or not target.startswith("/"):
-        raise ValueError("not an HTTP/1.x request")
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, colon, value = line.partition(":")
-        if not colon or not name or name != name.strip():
-            raise ValueError("malformed header")
-        name = name.lower()
-        value = value.strip()
-        if name in headers:
-            if name in ("content-length", "transfer-encoding", "authorization", "host"):
-                raise ValueError(f"{name} twice")
-            value = f"{headers[name]}, {value}"
-        headers[name] = value
-    connection = headers.get("connection", "").lower()
-    if version == "HTTP/1.0":
-        keep_alive = "keep-alive" in connection
-    else:
-        keep_alive = "close" not in connection
-    return method, target.partition("?")[0], keep_alive, headers
-
-
-class _Dechunker:
-    """A chunked body read as it arrives: each `read` goes on from the last whole chunk,
-    so a body in many reads costs its length once, not once per read."""
-
-    def __init__(self, start: int, limit: int) -> None:
-        self.i = start  # where the next chunk's size line starts
-        self.limit = limit
-        self.parts: list[bytes] = []
-        self.total = 0
-
-    def read(self, buf: bytearray) -> tuple[bytes, int] | None:
-        """(body, where it ends), or None if not all in yet. OverflowError past the
-        limit, ValueError if malformed."""
-        while True:
-            i = self.i
-            end = buf.find(b"\r\n", i, i + 1026)
-            if end < 0:
-                if len(buf) - i > 1024:
-                    raise ValueError("chunk size line too long")
-                return None
-            size = int(bytes(buf[i:end]).split(b";", 1)[0].strip(), 16)  # ValueError
-            if size < 0:
-                raise ValueError("negative chunk size")
-            if size == 0:
-                trailers = buf.find(b"\r\n\r\n", end)
-                if trailers < 0:
-                    if len(buf) - end > MAX_HEAD:
-                        raise ValueError("trailers too long")
-                    return None
-                return b"".join(self.parts), trailers + 4
-            if self.total + size > self.limit:
-                raise OverflowError("body too large")
-            stop = end + 2 + size
-            if len(buf) < stop + 2:
-                return None
-            if buf[stop : stop + 2] != b"\r\n":
-                raise ValueError("chunk not followed by CRLF")
-            self.parts.append(bytes(buf[end + 2 : stop]))
-            self.total += size
-            self.i = stop + 2
+        elif self.closed:
+            return
+        elif self._queue:
+            self._serve_next()
+        else:
+            self._expect(
+                self.bounds.request_s if self._url or self._headers else self.bounds.idle_s
+            )
+            if not self._reading:
+                self._reading = True
+                self.transport.resume_reading()  # type: ignore[union-attr]

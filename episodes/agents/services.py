@@ -100,7 +100,9 @@ class AgentServices:
         try:
             if self._tools:
                 sock = str(channel[0] / "mcp.sock") if channel else False
-                self.bridge = ToolBridge(self._tools, on_call=self._record, unix_socket=sock)
+                self.bridge = ToolBridge(
+                    self._tools, on_call=self._record, unix_socket=sock, budget=self.budget
+                )
                 await self._stack.enter_async_context(self.bridge)
                 self.mcp_url = self.bridge.url
                 self.harness_env.update(self.bridge.env())
@@ -112,6 +114,7 @@ class AgentServices:
                     on_failure=self._failed,
                     uds_path=uds,
                     session_id=self.session_id,
+                    budget=self.budget,
                 )
                 await self._stack.enter_async_context(self.proxy)
                 self.harness_env.update(self.proxy.env())

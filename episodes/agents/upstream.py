@@ -41,6 +41,11 @@ class UpstreamError(Exception):
         self.kind = kind
 
 
+class SlowReader(Exception):
+    """A forwarded body waited on its reader (`pause()`d) longer than its timeout, in
+    all: the upstream connection is not held for a reader that does not read."""
+
+
 class Response:
     """An answer's status and headers; its body read whole, streamed or forwarded, once."""
 
@@ -97,7 +102,9 @@ class Response:
         """Hand the body's bytes to `sink` as they arrive, from the connection's own read
         callback (no task, await or timer per read); return when the body ended or
         `stop()` was called. TimeoutError when nothing came for `timeout` s (not while
-        `pause()`d), UpstreamError when the connection broke."""
+        `pause()`d), SlowReader when it was `pause()`d for `timeout` s in all (the reader
+        holds the upstream no longer than the upstream may stall), UpstreamError when the
+        connection broke."""
         conn = self._conn
         assert conn is not None and not self._done, "a body is read once"
         self._forwarding = fwd = _Forward(self, conn.wire, sink, timeout)
@@ -152,6 +159,8 @@ class _Forward:
         self.framing, self.inflate = resp._framing, resp._inflate
         self.last = self.loop.time()
         self.paused = False
+        self.paused_at = 0.0
+        self.waited = 0.0  # seconds paused for the reader, in all
         # One timer for the whole body, moved on lazily: a read only notes its time.
         self.timer: asyncio.TimerHandle | None = self.loop.call_at(self.last + timeout, self._check)
 
@@ -200,7 +209,14 @@ class _Forward:
 
     def _check(self) -> None:
         self.timer = None
-        if self.finished or self.paused:
+        if self.finished:
+            return
+        if self.paused:
+            due = self.paused_at + self.timeout - self.waited
+            if self.loop.time() >= due:
+                self.finish(SlowReader())
+            else:
+                self.timer = self.loop.call_at(due, self._check)
             return
         due = self.last + self.timeout
         if self.loop.time() >= due:
@@ -220,12 +236,18 @@ class _Forward:
     def pause(self) -> None:
         if not self.paused and not self.finished:
             self.paused = True
+            self.paused_at = self.loop.time()
             self.wire.transport.pause_reading()
+            if self.timer is None:
+                self.timer = self.loop.call_at(
+                    self.paused_at + self.timeout - self.waited, self._check
+                )
 
     def resume(self) -> None:
         if self.paused and not self.finished:
             self.paused = False
             self.last = self.loop.time()  # the upstream's time starts again now
+            self.waited += self.last - self.paused_at
             self.wire.transport.resume_reading()
             if self.timer is None:
                 self.timer = self.loop.call_at(self.last + self.timeout, self._check)

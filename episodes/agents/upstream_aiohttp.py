@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 
-from episodes.agents.upstream import UpstreamError
+from episodes.agents.upstream import SlowReader, UpstreamError
 
 
 class AiohttpUpstream:
@@ -68,11 +68,19 @@ class _AiohttpResponse:
         self._stopped = False
         self._resumed = asyncio.Event()
         self._resumed.set()
+        loop = asyncio.get_running_loop()
+        left = timeout  # the reader may hold the stream this long in all (SlowReader)
         async for data in self.iter_any(timeout):
             sink(data)
             if self._stopped:
                 return
-            await self._resumed.wait()
+            if not self._resumed.is_set():
+                began = loop.time()
+                try:
+                    await asyncio.wait_for(self._resumed.wait(), left)
+                except TimeoutError:
+                    raise SlowReader() from None
+                left -= loop.time() - began
 
     def pause(self) -> None:
         self._resumed.clear()

@@ -167,9 +167,10 @@ class Framing:
         elif "chunked" in headers.get("transfer-encoding", "").lower():
             self._dechunk = Dechunker()
         elif "content-length" in headers:
-            self._left = int(headers["content-length"])  # ValueError: not a number
-            if self._left < 0:
-                raise ValueError("negative Content-Length")
+            length = headers["content-length"]
+            if not (length.isascii() and length.isdigit()):  # int() takes "+5", "5_0", "²"
+                raise ValueError("Content-Length is not a number")
+            self._left = int(length)
             self.done = self._left == 0
         else:
             self.until_close = True  # the body ends with the connection
@@ -206,7 +207,7 @@ class Dechunker:
             if 0 < end < len(data) - 4 and data.endswith(b"\r\n"):
                 line = data[:end]
                 if b";" not in line:
-                    size = int(line, 16)  # ValueError: malformed, as below
+                    size = _size(line)  # ValueError: malformed, as below
                     if 0 < size == len(data) - end - 4:
                         return data[end + 2 : -2]
         buf = self._buf + data if self._buf else data
@@ -219,9 +220,7 @@ class Dechunker:
                     raise ValueError("chunk size line too long")
                 break
             line = buf[i:end]
-            size = int(line.split(b";", 1)[0] if b";" in line else line, 16)
-            if size < 0:
-                raise ValueError("negative chunk size")
+            size = _size(line.split(b";", 1)[0].rstrip(b" \t") if b";" in line else line)
             if size == 0:
                 if buf.startswith(b"\r\n", end + 2):
                     stop = end + 4  # no trailers
@@ -242,6 +241,13 @@ class Dechunker:
             i = stop + 2
         self._buf = b"" if self.done else buf[i:]
         return out[0] if len(out) == 1 else b"".join(out)
+
+
+def _size(line: bytes) -> int:
+    """A chunk size: hex digits only (int(x, 16) also takes "0x2", "-0", "+2", "2_0")."""
+    if not line or len(line) > 16 or line.strip(b"0123456789abcdefABCDEF"):
+        raise ValueError("malformed chunk size")
+    return int(line, 16)
 
 
 def parse_head(raw: bytes) -> tuple[int, dict[str, str]]:

@@ -1,4 +1,4 @@
-"""`episodes run SPEC --batch`: one EvalBatchWorkflow on the server instead of client fan-out.
+"""`episodes run SPEC --on-server`: one EvalBatchWorkflow on the server instead of client fan-out.
 
 The progress bar is fed by the batch's `progress` query, so it survives this process:
 run the same command again to re-attach to a running (or finished) batch.
@@ -6,7 +6,9 @@ run the same command again to re-attach to a running (or finished) batch.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from rich.table import Table
 
 from episodes.cli.common import console, progress_bar
 from episodes.cli.embedded import client_for
-from episodes.cli.run import budget_line
+from episodes.cli.run import budget_line, config_error_lines, every_failed_lines
 from episodes.client.batches import (
     batch_input,
     episode_results,
@@ -25,9 +27,11 @@ from episodes.client.batches import (
 from episodes.client.config import Config
 from episodes.client.dispatch import dispatch_spec
 from episodes.client.fleet import on_fleet
+from episodes.errors import Interrupted
 from episodes.specfile import load_spec
-from episodes.types.io import BatchProgress, BatchResult
+from episodes.types.io import BatchProgress
 from episodes.types.metrics import BatchMetrics, report_ks
+from episodes.types.results import EpisodeResult
 
 
 async def run_spec_batch(
@@ -40,17 +44,18 @@ async def run_spec_batch(
     pass_threshold: float,
     policy_version: int | None = None,
     fleet: dict[str, Any] | None = None,
-) -> BatchResult:
+) -> int:
+    """The batch on the server, its metrics and what went wrong; the exit status (1: a
+    configuration error stopped episodes, or every episode failed)."""
     from episodes.envs import check_env_ref
 
     spec = on_fleet(dispatch_spec(load_spec(path), policy_version), **(fleet or {}))
     check_env_ref(spec.env)
-    inp = batch_input(spec, batch=batch, concurrency=concurrency, pass_threshold=pass_threshold)
+    inp = batch_input(spec, batch_id=batch, concurrency=concurrency, pass_threshold=pass_threshold)
     total = total_episodes(inp)
 
     async with contextlib.AsyncExitStack() as stack:
-        client, ui_url = await client_for(stack, cfg)
-        task_queue = cfg.settings.task_queue
+        client, ui_url, task_queue = await client_for(stack, cfg)
         handle = await start_batch(client, inp, task_queue=task_queue)
         console.print(f"batch workflow [bold]{handle.id}[/]", highlight=False, soft_wrap=True)
         with progress_bar() as progress:
@@ -60,7 +65,13 @@ async def run_spec_batch(
                 runs = f" · run {p.runs}" if p.runs > 1 else ""
                 progress.update(bar, completed=p.done, last=f"{p.running} running{runs} · {p.last}")
 
-            result = await wait_batch(client, handle, on_progress=show)
+            try:
+                result = await wait_batch(client, handle, on_progress=show)
+            except asyncio.CancelledError:
+                raise Interrupted(
+                    f"interrupted: batch {handle.id} goes on on the server; the same command "
+                    f"re-attaches to it (`temporal workflow cancel -w {handle.id}` stops it)"
+                ) from None
             progress.update(bar, completed=result.metrics.count, last="done")
         console.print(
             metrics_table(
@@ -74,15 +85,22 @@ async def run_spec_batch(
             console.print(budget_line(result.budget, result.metrics.count, result.total))
         for error in result.errors:
             console.print(f"[red]failed[/] {error}", highlight=False, soft_wrap=True)
-        if out:
+        m = result.metrics
+        results: list[EpisodeResult] = []
+        # A configuration error ends its episodes harness_start_failed: their results say.
+        if out or m.terminations.get("harness_start_failed"):
             results = await episode_results(client, result.batch, expected=result.total)
+        lines = config_error_lines(results) or every_failed_lines(Counter(m.terminations), None)
+        for line in lines:
+            console.print(line, highlight=False, soft_wrap=True)
+        if out:
             with out.open("w") as sink:
                 for r in results:
                     sink.write(r.model_dump_json() + "\n")
             console.print(f"results: {out} ({len(results)} episodes)", soft_wrap=True)
         if ui_url:
             console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
-        return result
+        return 1 if lines else 0
 
 
 def metrics_table(

@@ -21,7 +21,7 @@ from rich.table import Table
 
 from episodes.client.config import flag
 from episodes.errors import EpisodesError
-from episodes.types.attempts import attempt_of, final_attempts
+from episodes.types.attempts import final_attempts
 from episodes.types.results import INFRA_TERMINATIONS, EpisodeResult
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     try:
         return asyncio.run(coro)
     except EpisodesError as e:
-        fail(str(e))
+        fail(str(e), code=getattr(e, "exit_code", 2))
     except KeyboardInterrupt:
         fail("interrupted", code=130)
 
@@ -74,11 +74,11 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
     for kind, n in sorted(Counter(r.termination for r in results).items()):
         table.add_row(f"  {kind}", str(n))
     # Infrastructure vs agent: a lost worker (after its restarts and the batch's retries)
-    # is not the agent's outcome; `.r<n>` episodes are the batch's fresh re-runs.
+    # is not the agent's outcome; `retries`: the batch's fresh re-runs after those (a
+    # re-run of an episode a Ctrl-C cancelled is not one, though its id is `.r<n>` too).
     infra = sum(r.termination in INFRA_TERMINATIONS for r in results)
     table.add_row("infrastructure failures", f"{infra} (after retries)")
-    retried = sum(attempt_of(r.workflow_id) for r in results)  # `.r<n>`: n fresh episodes
-    table.add_row("retried as fresh episodes", str(retried))
+    table.add_row("retried as fresh episodes", str(sum(r.retries for r in results)))
     restarts = sum(r.restarts for r in results)
     if restarts:
         table.add_row("worker-lost restarts", str(restarts))
@@ -236,6 +236,15 @@ CONFIG_OPTIONS: dict[str, Any] = {
         typer.Option(
             "--workflow-sandbox/--no-workflow-sandbox",
             help="Run the workflows in the Temporal SDK's sandbox (slower).",
+            rich_help_panel=_SET,
+        ),
+    ],
+    "require_sandbox": Annotated[
+        bool | None,
+        typer.Option(
+            "--require-sandbox/--no-require-sandbox",
+            help="A worker that cannot make sandboxes (the default runtime) refuses to "
+            "start; --no-require-sandbox starts it anyway.",
             rich_help_panel=_SET,
         ),
     ],

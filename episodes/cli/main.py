@@ -24,29 +24,66 @@ app = typer.Typer(
     help="Durable multi-turn agent episodes on Temporal.",
 )
 
+DEV_PORT = 7233
 TaskQueue = Annotated[str, typer.Option(help="The shared task queue workers poll.")]
 
 
 @app.command()
 def dev(
-    port: Annotated[int, typer.Option(help="gRPC port of the dev server.")] = 7233,
+    port: Annotated[
+        int | None,
+        typer.Option(
+            help="gRPC port of the dev server (default: 7233, or free ports when a server "
+            "that is not this checkout's has it; a given port that is taken is an error)."
+        ),
+    ] = None,
     ui_port: Annotated[int | None, typer.Option(help="UI port (default: port + 1000).")] = None,
     task_queue: TaskQueue = DEFAULT_TASK_QUEUE,
     max_sessions: Annotated[int, typer.Option(help="Live sessions this worker holds.")] = 256,
     viewer_port: Annotated[
         int, typer.Option(help="Port of the episodes viewer (`episodes view`; 0: any free).")
     ] = 8234,
+    reload: Annotated[
+        bool,
+        typer.Option(
+            "--reload",
+            help="Import an env module again when its file changes, for the episodes that "
+            "start after (running ones keep their code). Without it: a warning.",
+        ),
+    ] = False,
+    require_sandbox: Annotated[
+        bool,
+        typer.Option(
+            help="Refuse to start when this machine cannot make sandboxes (the default "
+            "runtime); --no-require-sandbox starts anyway.",
+        ),
+    ] = True,
 ) -> None:
     """Start the embedded Temporal dev server (SQLite under .episodes/, UI), a worker and
     the episodes viewer."""
     from episodes.cli.embedded import embedded_stack, viewer_beside
+    from episodes.envs.stale import set_reload
+
+    set_reload(reload)
 
     async def main() -> None:
         async with embedded_stack(
-            port=port, ui_port=ui_port, task_queue=task_queue, max_sessions=max_sessions
+            port=port,
+            prefer_port=DEV_PORT,
+            ui_port=ui_port,
+            task_queue=task_queue,
+            max_sessions=max_sessions,
+            require_sandbox=require_sandbox,
+            shared=True,
         ) as stack:
             s = stack.server
-            how = "reusing the server already on" if s.reused else "dev server on"
+            if stack.moved_from is not None:
+                common.err_console.print(
+                    f"[yellow]127.0.0.1:{stack.moved_from} is taken by a server this checkout "
+                    f"did not start: this one is on {s.address} (`--port` chooses)",
+                    highlight=False,
+                )
+            how = "reusing this checkout's dev server on" if s.reused else "dev server on"
             common.console.print(f"[green]✓[/] {how} [bold]{s.address}[/]")
             if s.ui_url and not s.reused:
                 common.console.print(f"[green]✓[/] Temporal UI: [bold]{s.ui_url}[/]")
@@ -81,16 +118,19 @@ def run_cmd(
         typer.Option("--batch-id", help="Batch id for workflow ids (default: spec name)."),
     ] = None,
     concurrency: Annotated[int | None, typer.Option(help="Episodes in flight.")] = None,
-    batch: Annotated[
+    on_server: Annotated[
         bool,
         typer.Option(
-            "--batch",
+            "--on-server",
             help="Run as one EvalBatchWorkflow on the server (durable, metrics, pass@k) "
             "instead of starting each episode from here.",
         ),
     ] = False,
+    batch: Annotated[
+        bool, typer.Option("--batch", hidden=True, help="Deprecated: --on-server.")
+    ] = False,
     pass_threshold: Annotated[
-        float, typer.Option(help="With --batch: an episode passes when reward >= this.")
+        float, typer.Option(help="With --on-server: an episode passes when reward >= this.")
     ] = 1.0,
     policy_version: Annotated[
         int | None,
@@ -110,8 +150,9 @@ def run_cmd(
     """Run every task x sample of SPEC, show progress, print a summary.
 
     With no address configured (flag, TEMPORAL_ADDRESS or a profile) it brings up the
-    embedded dev server and a worker for the run."""
-    from episodes.cli.run import run_spec
+    embedded dev server and a worker for the run. Exit status 1 when a configuration
+    error stopped episodes or every episode failed (the reason under the summary)."""
+    from episodes.cli.run import exit_code, run_spec
 
     on_fleet = fleet.fleet_kwargs(
         priority,
@@ -122,9 +163,15 @@ def run_cmd(
         max_episode_seconds,
     )
     if batch:
+        common.err_console.print(
+            "[yellow]warning:[/] --batch is deprecated: use --on-server (--batch-id names "
+            "the batch)",
+            highlight=False,
+        )
+    if on_server or batch:
         from episodes.cli.batch import run_spec_batch
 
-        common.run(
+        code = common.run(
             run_spec_batch(
                 spec,
                 cfg=cfg,
@@ -136,8 +183,8 @@ def run_cmd(
                 fleet=on_fleet,
             )
         )
-        return
-    common.run(
+        raise typer.Exit(code)
+    results = common.run(
         run_spec(
             spec,
             cfg=cfg,
@@ -148,6 +195,7 @@ def run_cmd(
             fleet=on_fleet,
         )
     )
+    raise typer.Exit(exit_code(results))
 
 
 app.add_typer(schedule_app, name="schedule")
@@ -221,12 +269,22 @@ def view(
         str, typer.Option(help="Listen address (the viewer has no login: keep it local).")
     ] = "127.0.0.1",
     ui_address: Annotated[
-        str, typer.Option(help="The Temporal UI, for links to each episode's workflow.")
-    ] = "http://127.0.0.1:8233",
+        str | None,
+        typer.Option(
+            help="The Temporal UI, for links to each episode's workflow (default: this "
+            "checkout's `episodes dev` UI when no address is configured, else "
+            "http://127.0.0.1:8233).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve a web viewer of batches and episodes (read from Temporal) and print its address."""
     from episodes.cli.view import serve_viewer
+    from episodes.client.devstate import running_server
 
+    if ui_address is None:
+        own = running_server() if cfg.address is None else None
+        ui_address = (own.ui_url if own else None) or "http://127.0.0.1:8233"
     common.run(serve_viewer(cfg, host=host, port=port, ui_address=ui_address))
 
 

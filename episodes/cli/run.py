@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+from collections import Counter
 from pathlib import Path
 from typing import Any
+
+from rich.markup import escape
+from temporalio.client import Client
 
 from episodes.cli.common import console, progress_bar, summary_table
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
+from episodes.client.batches import episodes_query
 from episodes.client.config import Config
 from episodes.client.dispatch import dispatch_spec
+from episodes.errors import EpisodesError, Interrupted
 from episodes.specfile import load_spec
-from episodes.types.results import EpisodeResult
+from episodes.types.results import OK_TERMINATIONS, EpisodeResult
 
 
 async def run_spec(
@@ -35,38 +42,113 @@ async def run_spec(
     total = len(tasks) * spec.samples
 
     async with contextlib.AsyncExitStack() as stack:
-        client, ui_url = await client_for(stack, cfg)
-        task_queue = cfg.settings.task_queue
+        client, ui_url, task_queue = await client_for(stack, cfg)
         sink = stack.enter_context(out.open("w")) if out else None
         results: list[EpisodeResult] = []
         episodes = EpisodesClient(client, task_queue=task_queue)
-        with progress_bar() as progress:
-            bar = progress.add_task(spec.name, total=total, last="")
-            async for result in episodes.run_batch(
-                spec,
-                concurrency=concurrency,
-                batch=batch,
-                policy_version=policy_version,
-                **(fleet or {}),
-            ):
-                results.append(result)
-                if sink:
-                    sink.write(result.model_dump_json() + "\n")
-                    sink.flush()
-                reward = "-" if result.reward is None else f"{result.reward:.2f}"
-                progress.update(
-                    bar,
-                    advance=1,
-                    last=f"{result.task_id}#{result.sample} {result.termination} {reward}",
-                )
+        try:
+            with progress_bar() as progress:
+                bar = progress.add_task(spec.name, total=total, last="")
+                async for result in episodes.run_batch(
+                    spec,
+                    concurrency=concurrency,
+                    batch_id=batch,
+                    policy_version=policy_version,
+                    **(fleet or {}),
+                ):
+                    results.append(result)
+                    if sink:
+                        sink.write(result.model_dump_json() + "\n")
+                        sink.flush()
+                    reward = "-" if result.reward is None else f"{result.reward:.2f}"
+                    progress.update(
+                        bar,
+                        advance=1,
+                        last=f"{result.task_id}#{result.sample} {result.termination} {reward}",
+                    )
+        except asyncio.CancelledError:
+            # The user's Ctrl-C: the stream cancelled the episodes still running (they
+            # end `cancelled`, boxes released). One line, not a traceback.
+            await _settle(client, batch or spec.name)
+            raise Interrupted(
+                f"interrupted: {total - len(results)} episode(s) cancelled, {len(results)} of "
+                f"{total} finished; the same command runs the cancelled ones again"
+            ) from None
         console.print(summary_table(results, title=f"{spec.name}: {total} episodes"))
         if episodes.budget_exhausted:
             console.print(budget_line(episodes.budget_exhausted, len(results), total))
+        for line in failure_lines(results):
+            console.print(line, highlight=False, soft_wrap=True)
         if out:
             console.print(f"results: {out}")
         if ui_url:
             console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
         return results
+
+
+async def _settle(client: Client, batch_id: str, timeout_s: float = 15.0) -> None:
+    """Wait (a little) for the cancelled episodes to end, so that a worker this command
+    hosts is not stopped under them: they close `cancelled`, and the next run of the
+    batch runs them again. A second Ctrl-C leaves at once."""
+    try:
+        query = f"{episodes_query(batch_id)} AND ExecutionStatus = 'Running'"
+    except EpisodesError:  # an id the visibility query cannot hold
+        return
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    with console.status("cancelling the running episodes"):
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                if (await client.count_workflows(query)).count == 0:
+                    return
+            except Exception:  # the server is gone: nothing to wait for
+                return
+            await asyncio.sleep(0.2)
+
+
+def failure_lines(results: list[EpisodeResult]) -> list[str]:
+    """What goes under the summary when the run went wrong: each configuration error
+    once (it says what to fix), or that every episode failed. Empty: the run is fine."""
+    lines = config_error_lines(results)
+    if not lines:
+        failed = [r for r in results if r.termination not in OK_TERMINATIONS]
+        lines = every_failed_lines(
+            Counter(r.termination for r in results), failed[0] if failed else None
+        )
+    return lines
+
+
+def config_error_lines(results: list[EpisodeResult]) -> list[str]:
+    """Each configuration error once, with how many episodes it stopped."""
+    config = Counter(_first_line(r.error) for r in results if r.config_error)
+    return [
+        f"[bold red]configuration error[/] ({n} episode{'s' if n > 1 else ''}, not run "
+        f"again): {error}"
+        for error, n in config.items()
+    ]
+
+
+def every_failed_lines(terminations: Counter[str], example: EpisodeResult | None) -> list[str]:
+    """One line (and the first error) when no episode ended well; else none."""
+    if not terminations or any(k in OK_TERMINATIONS for k in terminations):
+        return []
+    kinds = ", ".join(f"{k} {n}" for k, n in terminations.items())
+    lines = [f"[bold red]every episode failed[/] ({kinds})"]
+    if example is not None:
+        lines[0] += f": `episodes show {example.workflow_id}` shows one"
+        if example.error:
+            lines.append(f"  first error: {_first_line(example.error)}")
+    return lines
+
+
+def exit_code(results: list[EpisodeResult]) -> int:
+    """1 when a configuration error stopped episodes or every episode failed, else 0."""
+    return 1 if failure_lines(results) else 0
+
+
+def _first_line(error: str | None) -> str:
+    """The error's first line, as text (rich must not read `[...]` in it as markup)."""
+    text = (error or "").strip()
+    return escape(text.splitlines()[0]) if text else "(no message)"
 
 
 def budget_line(budget: str, done: int, total: int) -> str:

@@ -18,10 +18,12 @@ async def run_worker(cfg: Config) -> None:
     from activities.logs import configure_logging
     from activities.telemetry import MetricsServer, count_agent_call
     from episodes.agents.services import AgentServices
+    from episodes.cli.embedded import NO_SANDBOX_HINT, check_sandbox, warn_no_sandbox
     from episodes.client.connect import connect_config
     from workers.worker import EpisodeWorker, WorkerOptions
 
     s = cfg.settings
+    warn_no_sandbox(check_sandbox(s.require_sandbox, hint=NO_SANDBOX_HINT))
     configure_logging(s.log_level, s.log_format)
     AgentServices.observer = count_agent_call
     metrics: MetricsServer | None = None

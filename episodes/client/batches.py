@@ -21,6 +21,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes import search_attributes as sa
+from episodes.client.dispatch import batch_id_arg
 from episodes.errors import EpisodesError
 from episodes.search_attributes import batch_search_attributes, task_priority
 from episodes.types.attempts import final_attempts
@@ -33,16 +34,18 @@ from episodes.types.tuning import MAX_INPUT_BYTES
 def batch_input(
     spec: EpisodeSpec,
     *,
-    batch: str | None = None,
+    batch_id: str | None = None,
     schedule: str | None = None,
     concurrency: int | None = None,
     pass_threshold: float = 1.0,
+    batch: str | None = None,
 ) -> BatchInput:
-    """The workflow input, with the dataset read now (a workflow cannot read files)."""
+    """The workflow input, with the dataset read now (a workflow cannot read files).
+    `batch_id`: default the spec's name (`batch=`: its deprecated spelling)."""
     tasks = spec.load_tasks()
     inp = BatchInput(
         spec=spec.model_copy(update={"tasks": tasks, "dataset": None, "harbor": None}),
-        batch=batch,
+        batch=batch_id_arg(batch_id, batch, "batch_input"),
         schedule=schedule,
         concurrency=concurrency,
         pass_threshold=pass_threshold,
@@ -124,7 +127,8 @@ async def wait_batch(
         waiting.cancel()
 
 
-def _episodes_query(batch: str) -> str:
+def episodes_query(batch: str) -> str:
+    """The visibility query of a batch's episodes."""
     # A quote would end the string in the visibility query (and let a batch id add terms).
     if "'" in batch or "\\" in batch:
         raise EpisodesError(f"batch id {batch!r}: quotes and backslashes are not allowed")
@@ -135,7 +139,7 @@ async def final_episodes(client: Client, batch: str) -> list[WorkflowExecution]:
     """A batch's episodes (found by EpisodeBatch), sorted by id: the final attempt of
     each (task, sample) (`episodes.types.attempts`), never an attempt a re-run replaced.
     Those that finished or started a moment ago may not be visible yet."""
-    runs = [wf async for wf in client.list_workflows(_episodes_query(batch))]
+    runs = [wf async for wf in client.list_workflows(episodes_query(batch))]
     final = final_attempts(runs, workflow_id=lambda wf: wf.id, started=lambda wf: wf.start_time)
     return sorted(final, key=lambda wf: wf.id)
 
@@ -154,7 +158,7 @@ async def episode_results(
     Visibility lags a little behind completion: wait up to `wait_s` for `expected`.
     Episodes whose workflow failed have no result and are left out.
     """
-    query = _episodes_query(batch)
+    query = episodes_query(batch)
     deadline = asyncio.get_running_loop().time() + wait_s
     while (await client.count_workflows(query)).count < expected:
         if asyncio.get_running_loop().time() >= deadline:

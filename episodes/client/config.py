@@ -65,6 +65,9 @@ class Settings(BaseModel):
     workflow_sandbox: bool = False
     """Run the workflows in the Temporal SDK's sandbox (slower; they are checked in it
     by the test suite either way)."""
+    require_sandbox: bool = True
+    """A worker that cannot make bubblewrap sandboxes (the default runtime) refuses to
+    start, with the reason; false starts it anyway (its specs use other runtimes)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -126,13 +129,14 @@ class Config:
     def namespace(self) -> str:
         return self.temporal.namespace or "default"
 
-    def connect_config(
-        self, *, default_address: str | None = DEFAULT_ADDRESS
-    ) -> ClientConnectConfig:
-        """`Client.connect` keyword arguments (reads the TLS files named by the config)."""
+    def connect_config(self, *, default_address: str | None = None) -> ClientConnectConfig:
+        """`Client.connect` keyword arguments (reads the TLS files named by the config).
+
+        With no address configured: `default_address`, else this checkout's running dev
+        server (`.episodes/server.json`, wherever its ports are), else 127.0.0.1:7233."""
         profile = self.temporal
-        if not profile.address and default_address:
-            profile = replace(profile, address=default_address)
+        if not profile.address:
+            profile = replace(profile, address=default_address or local_default_address())
         try:
             cfg = profile.to_client_connect_config()
         except OSError as e:
@@ -152,7 +156,14 @@ class Config:
             how.append("TLS")
         src = f", config {self.file}" if self.file else ""
         auth = f" ({', '.join(how)})" if how else ""
-        return f"{self.address or DEFAULT_ADDRESS} namespace {self.namespace!r}{auth}{src}"
+        return f"{self.address or local_default_address()} namespace {self.namespace!r}{auth}{src}"
+
+
+def local_default_address() -> str:
+    """This checkout's running dev server (`episodes dev`), else 127.0.0.1:7233."""
+    from episodes.client.devstate import local_address
+
+    return local_address() or DEFAULT_ADDRESS
 
 
 def config_file(flag_path: Path | None, env: Mapping[str, str]) -> Path | None:

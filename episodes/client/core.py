@@ -26,6 +26,7 @@ from episodes.client.dispatch import (
     Member,
     Outcome,
     await_result,
+    batch_id_arg,
     cancel_episode,
     dispatch_spec,
     run_member,
@@ -92,12 +93,15 @@ class EpisodesClient:
         task: Task,
         sample: int = 0,
         *,
-        batch: str | None = None,
+        batch_id: str | None = None,
         attempt: int = 0,
+        batch: str | None = None,
     ) -> WorkflowHandle[object, EpisodeResult]:
         """Start one episode, or attach to the one already running/finished under its id.
+        `batch_id`: its batch (default: the spec's name; `batch=`: deprecated spelling).
         `attempt` > 0: the fresh episode a batch runs after an infrastructure failure."""
-        handle, _ = await self._start_episode(spec, task, sample, batch=batch, attempt=attempt)
+        batch_id = batch_id_arg(batch_id, batch, "start_episode")
+        handle, _ = await self._start_episode(spec, task, sample, batch=batch_id, attempt=attempt)
         return handle
 
     async def _start_episode(
@@ -140,9 +144,16 @@ class EpisodesClient:
         return handle, False
 
     async def run_episode(
-        self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int = 0,
+        *,
+        batch_id: str | None = None,
+        batch: str | None = None,
     ) -> EpisodeResult:
-        handle = await self.start_episode(spec, task, sample, batch=batch)
+        batch_id = batch_id_arg(batch_id, batch, "run_episode")
+        handle, _ = await self._start_episode(spec, task, sample, batch=batch_id, attempt=0)
         return await await_result(handle)
 
     async def transcript(self, workflow_id: str) -> Transcript:
@@ -158,10 +169,11 @@ class EpisodesClient:
         task: Task,
         sample: int = 0,
         *,
-        batch: str | None = None,
+        batch_id: str | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         workflow_id: str | None = None,
         turns_per_run: int = DEFAULT_TURNS_PER_RUN,
+        batch: str | None = None,
     ) -> InteractiveSession:
         """An interactive session: the trainer sends each turn (see `episodes.client.interactive`)."""
         return await open_session(
@@ -170,7 +182,7 @@ class EpisodesClient:
             spec,
             task,
             sample,
-            batch=batch,
+            batch=batch_id_arg(batch_id, batch, "open_session"),
             idle_timeout_s=idle_timeout_s,
             workflow_id=workflow_id,
             turns_per_run=turns_per_run,
@@ -182,7 +194,7 @@ class EpisodesClient:
         spec: EpisodeSpec | str | Path,
         *,
         concurrency: int | None = None,
-        batch: str | None = None,
+        batch_id: str | None = None,
         groups: Literal[False] = False,
         policy_version: int | None = None,
         max_staleness: int | None = None,
@@ -190,6 +202,7 @@ class EpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        batch: str | None = None,
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
     @overload
@@ -198,7 +211,7 @@ class EpisodesClient:
         spec: EpisodeSpec | str | Path,
         *,
         concurrency: int | None = None,
-        batch: str | None = None,
+        batch_id: str | None = None,
         groups: Literal[True],
         policy_version: int | None = None,
         max_staleness: int | None = None,
@@ -206,6 +219,7 @@ class EpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        batch: str | None = None,
     ) -> AsyncGenerator[Group, None]: ...
 
     def run_batch(
@@ -213,7 +227,7 @@ class EpisodesClient:
         spec: EpisodeSpec | str | Path,
         *,
         concurrency: int | None = None,
-        batch: str | None = None,
+        batch_id: str | None = None,
         groups: bool = False,
         policy_version: int | None = None,
         max_staleness: int | None = None,
@@ -221,8 +235,11 @@ class EpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        batch: str | None = None,
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
+        `batch_id`: the batch's id, in every workflow id (default: the spec's name; the
+        same id again re-attaches; `batch=` is its deprecated spelling).
 
         An episode whose workflow failed is yielded as a `workflow_failed` result (its
         `error` says why); the stream goes on. One that ended for an infrastructure
@@ -245,6 +262,7 @@ class EpisodesClient:
         start, the stream ends once those in flight have, and `self.budget_exhausted`
         names the budget (episodes only, not groups).
         """
+        batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
             spec = load_spec(spec)
         spec = on_fleet(

@@ -92,6 +92,9 @@ class DevServer:
     # Tests and benchmarks: pick free ports (and pick again if one is taken between
     # choosing it and the server binding it; many servers start on one machine).
     auto_port: bool = False
+    # False: a server already on the port is refused (one line), never reused: it may be
+    # another checkout's, with its own histories and workers (issue 27).
+    reuse: bool = True
     process: subprocess.Popen[bytes] | None = None
     reused: bool = False
 
@@ -143,6 +146,11 @@ class DevServer:
 
     def _start_once(self, timeout_s: float) -> DevServer:
         if port_open(self.ip, self.port):
+            if not self.reuse:
+                raise DevServerError(
+                    f"{self.address} is taken by a server this command did not start (another "
+                    "checkout's `episodes dev`?): stop it, or choose another port"
+                )
             self.reused = True
             return self
         if self.db_file is not None:

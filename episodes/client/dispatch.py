@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
-from temporalio.exceptions import ActivityError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from episodes import contract
 from episodes.errors import EpisodeFailed, EpisodesError
@@ -48,6 +49,21 @@ class Outcome:
     result: EpisodeResult
     infra: bool
     """It ended for an infrastructure reason, after the retries its budget allowed."""
+
+
+def batch_id_arg(batch_id: str | None, batch: str | None, where: str) -> str | None:
+    """`batch_id=`, or the deprecated `batch=` spelling of it (a warning says so)."""
+    if batch is None:
+        return batch_id
+    if batch_id is not None and batch_id != batch:
+        raise EpisodesError(f"{where}: batch_id={batch_id!r} and batch={batch!r}: give one")
+    warnings.warn(
+        f"{where}(batch=...) is deprecated: use batch_id=... (the batch id; the same "
+        "word as `episodes run --batch-id`)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return batch
 
 
 def dispatch_spec(spec: EpisodeSpec, policy_version: int | None) -> EpisodeSpec:
@@ -85,7 +101,8 @@ async def run_member(
                 continue
             failed = failed_result(spec, m.task, m.sample, e, time.monotonic() - m.began)
             return Outcome(
-                failed, is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed)
+                failed.model_copy(update={"retries": m.retries}),
+                is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed),
             )
         if closed and result.termination == "cancelled":
             # Cancelled when an earlier run_batch was left (Ctrl-C, an exception in the
@@ -96,7 +113,7 @@ async def run_member(
         if infra and m.retries < budget:
             m.retries += 1
             continue
-        return Outcome(result, infra)
+        return Outcome(result.model_copy(update={"retries": m.retries}), infra)
 
 
 async def cancel_episode(client: Client, workflow_id: str | None) -> None:
@@ -124,7 +141,12 @@ def failed(workflow_id: str, cause: BaseException) -> EpisodeFailed:
     while isinstance(root, FailureError) and root.cause is not None:
         root = root.cause  # "Activity task failed" says nothing: the innermost does
     message = str(detail) if root is detail else f"{detail}: {root}"
-    return EpisodeFailed(workflow_id, message, provision_failed=provision_failed)
+    config = isinstance(root, ApplicationError) and root.type in contract.SPEC_ERRORS
+    if isinstance(root, ApplicationError) and config:
+        message = root.message  # the one line that says what to fix
+    return EpisodeFailed(
+        workflow_id, message, provision_failed=provision_failed, config_error=config
+    )
 
 
 def failed_result(
@@ -138,7 +160,9 @@ def failed_result(
         env=spec.env,
         spec_name=spec.name,
         termination=WORKFLOW_FAILED,
-        error=str(e),
+        # A configuration error is the same line for every episode: printed once.
+        error=e.detail if e.config_error else str(e),
         turns=0,
         duration_s=duration_s,
+        config_error=e.config_error,
     )

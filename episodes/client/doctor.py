@@ -165,6 +165,15 @@ async def check_workers(client: Client, task_queue: str) -> Check:
     return Check("workers", True, f"{len(names)} polling {task_queue!r}: {', '.join(names[:5])}")
 
 
+def _sandbox_limits() -> str:
+    """How this worker's sandboxes hold their limits (docs/containment.md#limits)."""
+    from episodes.runtimes import cgroup, seccomp
+
+    how = cgroup.available() or "rlimits (no cgroup: memory per process, no CPU quota)"
+    filt = "a seccomp filter" if seccomp.program() is not None else "no seccomp (no libseccomp)"
+    return f"limits by {how}, {filt}"
+
+
 def check_runtime(name: str, required: bool) -> Check:
     label = f"runtime {name}"
     if name == "subprocess":
@@ -177,7 +186,12 @@ def check_runtime(name: str, required: bool) -> Check:
                 "trusted harnesses with harness.runtime.isolation: none"
             )
             return Check(label, False, f"isolation none only: {problem}", fix, required)
-        return Check(label, True, "sandbox (bwrap) and isolation none", required=required)
+        return Check(
+            label,
+            True,
+            f"sandbox (bwrap) and isolation none; sandbox {_sandbox_limits()}",
+            required=required,
+        )
     if name == "docker":
         try:
             from episodes.runtimes.docker_engine import shared_client

@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeVar, overload
 from temporalio.converter import DataConverter
 
 from episodes.client.core import EpisodesClient
+from episodes.client.dispatch import batch_id_arg
 from episodes.client.groups import Group
 from episodes.client.interactive import InteractiveSession
 from episodes.training.samples import EpisodeSamples
@@ -116,20 +117,29 @@ class SyncEpisodesClient:
         task: Task,
         sample: int = 0,
         *,
-        batch: str | None = None,
+        batch_id: str | None = None,
         attempt: int = 0,
+        batch: str | None = None,
     ) -> str:
         """Start one episode (or attach to the one under its id) without waiting for it;
         the workflow id, for `transcript()` or the UI."""
+        batch_id = batch_id_arg(batch_id, batch, "start_episode")
         handle = self._loop.run(
-            self.async_client.start_episode(spec, task, sample, batch=batch, attempt=attempt)
+            self.async_client.start_episode(spec, task, sample, batch_id=batch_id, attempt=attempt)
         )
         return handle.id
 
     def run_episode(
-        self, spec: EpisodeSpec, task: Task, sample: int = 0, *, batch: str | None = None
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int = 0,
+        *,
+        batch_id: str | None = None,
+        batch: str | None = None,
     ) -> EpisodeResult:
-        return self._loop.run(self.async_client.run_episode(spec, task, sample, batch=batch))
+        batch_id = batch_id_arg(batch_id, batch, "run_episode")
+        return self._loop.run(self.async_client.run_episode(spec, task, sample, batch_id=batch_id))
 
     @property
     def policy_version(self) -> int | None:
@@ -146,10 +156,11 @@ class SyncEpisodesClient:
         spec: EpisodeSpec | str | Path,
         *,
         concurrency: int | None = None,
-        batch: str | None = None,
+        batch_id: str | None = None,
         groups: Literal[False] = False,
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        batch: str | None = None,
     ) -> Iterator[EpisodeResult]: ...
 
     @overload
@@ -158,10 +169,11 @@ class SyncEpisodesClient:
         spec: EpisodeSpec | str | Path,
         *,
         concurrency: int | None = None,
-        batch: str | None = None,
+        batch_id: str | None = None,
         groups: Literal[True],
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        batch: str | None = None,
     ) -> Iterator[SyncGroup]: ...
 
     def run_batch(
@@ -169,19 +181,21 @@ class SyncEpisodesClient:
         spec: EpisodeSpec | str | Path,
         *,
         concurrency: int | None = None,
-        batch: str | None = None,
+        batch_id: str | None = None,
         groups: bool = False,
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        batch: str | None = None,
     ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]:
         """Results as each episode finishes, or with `groups` each task's samples as a
         `SyncGroup` once all ended (see `EpisodesClient.run_batch`). Closing the iterator
         early (`break`, an exception, `.close()`) cancels the episodes it still waits for."""
+        batch_id = batch_id_arg(batch_id, batch, "run_batch")
         if groups:
             grouped = self.async_client.run_batch(
                 spec,
                 concurrency=concurrency,
-                batch=batch,
+                batch_id=batch_id,
                 groups=True,
                 policy_version=policy_version,
                 max_staleness=max_staleness,
@@ -190,7 +204,7 @@ class SyncEpisodesClient:
         results = self.async_client.run_batch(
             spec,
             concurrency=concurrency,
-            batch=batch,
+            batch_id=batch_id,
             policy_version=policy_version,
             max_staleness=max_staleness,
         )

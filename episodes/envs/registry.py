@@ -9,8 +9,10 @@ Every failure is one `EnvironmentLoadError` line that names the reference.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any
 
+from episodes.envs import stale
 from episodes.envs.base import Environment
 from episodes.errors import EnvironmentLoadError
 
@@ -25,7 +27,19 @@ BUILTINS: dict[str, str] = {
 
 
 def resolve_env_class(ref: str) -> type[Environment]:
-    """The Environment subclass `ref` names, imported but not instantiated."""
+    """The Environment subclass `ref` names, imported but not instantiated. A user's env
+    module edited since it was imported is warned about, or re-imported (`stale`)."""
+    cls = _resolve(ref)
+    if stale.refresh([cls.__module__, _module_name(ref)], ref):
+        cls = _resolve(ref)
+    return cls
+
+
+def _module_name(ref: str) -> str:
+    return BUILTINS.get(ref, ref).partition(":")[0]
+
+
+def _resolve(ref: str) -> type[Environment]:
     if not isinstance(ref, str) or not ref.strip():
         raise EnvironmentLoadError(f"env {ref!r}: an env reference must be a non-empty string")
     target = BUILTINS.get(ref)
@@ -46,8 +60,9 @@ def resolve_env_class(ref: str) -> type[Environment]:
     except ModuleNotFoundError as e:
         missing = e.name or module_name
         raise EnvironmentLoadError(
-            f"env {ref!r}: cannot import module {module_name!r} (no module named {missing!r}; "
-            "is it installed or on PYTHONPATH?)"
+            f"env {ref!r}: cannot import module {module_name!r} (no module named {missing!r}): "
+            "the worker imports the env, so start the worker in the module's directory, "
+            "add that directory to PYTHONPATH, or install the module"
         ) from None
     except Exception as e:  # a broken module: report its error, not our traceback
         raise EnvironmentLoadError(
@@ -65,6 +80,10 @@ def resolve_env_class(ref: str) -> type[Environment]:
         raise EnvironmentLoadError(
             f"env {ref!r}: {attr!r} is not a subclass of episodes.envs.base.Environment"
         )
+    stale.track(module)
+    defining = sys.modules.get(obj.__module__)
+    if defining is not None:
+        stale.track(defining)
     return obj
 
 

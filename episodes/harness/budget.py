@@ -22,12 +22,27 @@ class StreamBudget:
         self.in_turn = False
         self.events = 0  # charged since the phase (a turn, or between turns) began
         self.bytes = 0
+        self.requested = 0  # request bytes the model proxy took in this phase
 
     def begin_turn(self) -> None:
-        self.in_turn, self.events, self.bytes = True, 0, 0
+        self.in_turn, self.events, self.bytes, self.requested = True, 0, 0, 0
 
     def end_turn(self) -> None:
-        self.in_turn, self.events, self.bytes = False, 0, 0
+        self.in_turn, self.events, self.bytes, self.requested = False, 0, 0, 0
+
+    def charge_request(self, nbytes: int) -> str | None:
+        """Count a request's body as it is taken in; why it is refused (and not
+        counted) if it would pass `turn_request_bytes`, else None. The session goes on:
+        only the request is refused (HTTP 429)."""
+        limit = self.limits.turn_request_bytes
+        if self.requested + nbytes > limit:
+            where = "in one turn" if self.in_turn else "between turns"
+            return (
+                f"the harness sent more than {limit} request bytes {where} "
+                "(harness.limits.turn_request_bytes; raise it in the spec if that is intended)"
+            )
+        self.requested += nbytes
+        return None
 
     def charge(self, nbytes: int, events: int = 1) -> None:
         """Count what arrived; raises BudgetExceeded once a budget is passed."""

@@ -21,6 +21,7 @@ from episodes.errors import (
     HarnessFailure,
     HarnessReportedError,
     HarnessStartFailed,
+    LimitExceeded,
     ProtocolError,
     TurnTimeout,
 )
@@ -280,8 +281,10 @@ class ProcessDriver:
             failure = e
         except (TimeoutError, Exited, ProtocolError) as e:
             self._broken = f"turn {n} failed"
+            # Asked before the stop: a box past a limit is still there to say which.
+            over = await self.runtime.limit_exceeded()
             await self.stop()
-            failure = self._turn_failure(n, e, timeout_s)
+            failure = self._turn_failure(n, e, timeout_s, over)
         except BaseException:
             # Cancelled (or on_event raised) mid-turn: the harness's state is unknown.
             self._broken = f"turn {n} was interrupted"
@@ -318,8 +321,12 @@ class ProcessDriver:
     def _end_turn(self) -> None:
         """After a turn, however it ended (the process may be stopped by now)."""
 
-    def _turn_failure(self, n: int, e: BaseException, timeout_s: float) -> HarnessFailure:
+    def _turn_failure(
+        self, n: int, e: BaseException, timeout_s: float, over: str | None = None
+    ) -> HarnessFailure:
         tail, code = self.stderr_tail, self.returncode
+        if over is not None:  # whatever the harness saw of it: the box's limit ended it
+            return LimitExceeded(f"turn {n}: {over}", stderr_tail=tail, exit_code=code)
         if isinstance(e, TimeoutError):
             return TurnTimeout(self._timeout_message(n, e, timeout_s), stderr_tail=tail)
         if isinstance(e, ProtocolError):

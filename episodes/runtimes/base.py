@@ -128,6 +128,12 @@ class Runtime(abc.ABC):
         """
         return False
 
+    async def limit_exceeded(self) -> str | None:
+        """One line naming the limit (`limits`) the box went past, or None: a process
+        of a box past a limit ends its episode `limit_exceeded`, not as a crash. This
+        default knows of none."""
+        return None
+
     @abc.abstractmethod
     async def alive(self) -> bool:
         """True if the box still exists and can run processes."""

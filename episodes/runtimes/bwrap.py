@@ -104,10 +104,12 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def command_files(argv: list[str]) -> list[str]:
-    """Absolute paths in a harness command that name existing files on this worker:
-    a script the harness runs. The worker binds them read-only into its sandbox."""
-    bound = ["/usr", *_python_dirs()]
+def command_files(argv: list[str], ro_paths: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Absolute paths in a harness command that name existing files on this worker and
+    that no bind covers yet (the system, the worker's Python, a directory of
+    `ro_paths`): a script the harness runs. The worker binds them read-only into its
+    sandbox."""
+    bound = ["/usr", *_python_dirs(), *ro_paths]
     return [
         a
         for a in argv
@@ -115,11 +117,37 @@ def command_files(argv: list[str]) -> list[str]:
     ]
 
 
+def _outermost(binds: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The binds no other one covers. bwrap cannot bind a file inside a directory it
+    bound read-only before (`Can't create file at ...`): a venv's bin/python named by
+    the command beside the venv in `ro_paths` failed every box start (issue 27)."""
+    out: list[tuple[str, str]] = []
+    for i, (host, box) in enumerate(binds):
+        covered = any(
+            _under(box, other) and (box != other or j < i)
+            for j, (_, other) in enumerate(binds)
+            if j != i
+        )
+        if not covered:
+            out.append((host, box))
+    return out
+
+
 def bwrap_argv(
-    bwrap: str, workdir: str, channel: str, ro_paths: list[str], control_fd: int
+    bwrap: str,
+    workdir: str,
+    channel: str,
+    ro_paths: list[str],
+    control_fd: int,
+    disk: int | None = None,
+    seccomp_fd: int | None = None,
+    rlimits: str = "",
 ) -> list[str]:
     """The whole bwrap command line of a box (its agent is the command; bwrap passes the
-    worker's end of the control socket on as `control_fd`)."""
+    worker's end of the control socket on as `control_fd`). `disk`: the size of the
+    box's /tmp tmpfs, in which its workdir lies (it must be under /tmp then); None: an
+    unsized /tmp. `seccomp_fd`: a compiled seccomp program bwrap installs. `rlimits`:
+    what `sandbox_init` sets on itself before it starts anything."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
     argv += ["--ro-bind", "/usr", "/usr"]
@@ -130,11 +158,37 @@ def bwrap_argv(
             argv += ["--ro-bind", top, top]
     for name in _ETC:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
-    for host, box in [*_python_binds(), *((p, p) for p in ro_paths)]:
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += [*(["--size", str(disk)] if disk is not None else []), "--tmpfs", "/tmp"]
+    for host, box in _outermost([*_python_binds(), *((p, p) for p in ro_paths)]):
         argv += ["--ro-bind", host, box]
     relay = str(Path(episodes.__file__).resolve().parent / "agents" / "relay.py")
     argv += ["--ro-bind", relay, RELAY_IN_BOX, "--ro-bind", channel, CHANNEL_IN_BOX]
-    argv += ["--bind", workdir, workdir, "--chdir", workdir]
+    if disk is not None:  # in the box's own sized /tmp: nothing of it on the host
+        argv += ["--dir", workdir, "--chdir", workdir]
+    else:
+        argv += ["--bind", workdir, workdir, "--chdir", workdir]
+    if seccomp_fd is not None:
+        argv += ["--seccomp", str(seccomp_fd)]
     argv += ["--", sys.executable, "-I", sandbox_init.__file__, str(control_fd)]
-    return argv
+    return argv + ([rlimits] if rlimits else [])
+
+
+def sized_tmpfs(bwrap: str) -> bool:
+    """Whether this bwrap can size a tmpfs (`--size`, bubblewrap 0.10 and later)."""
+    return _version(bwrap) >= (0, 10)
+
+
+_versions: dict[str, tuple[int, ...]] = {}
+
+
+def _version(bwrap: str) -> tuple[int, ...]:
+    import subprocess
+
+    if bwrap not in _versions:
+        try:
+            out = subprocess.run([bwrap, "--version"], capture_output=True, timeout=10).stdout
+            _versions[bwrap] = tuple(int(x) for x in out.split()[-1].decode().split(".")[:2])
+        except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+            _versions[bwrap] = (0,)
+    return _versions[bwrap]

@@ -34,7 +34,9 @@ from episodes.runtimes.docker_engine import (
     remove,
     shared_client,
 )
+from episodes.runtimes.docker_limits import DockerLimitWatch
 from episodes.runtimes.docker_process import WRAPPER, DockerProcess
+from episodes.runtimes.sandbox_limits import box_dir_prefix
 from episodes.types.runtime import DockerConfig
 
 __all__ = ["DockerProcess", "DockerRuntime", "cleanup_orphans", "image_available"]
@@ -101,6 +103,7 @@ class DockerRuntime(Runtime):
         self._api: Any = None
         self._start_task: asyncio.Future[None] | None = None
         self._channel: Path | None = None
+        self._limits: DockerLimitWatch | None = None
 
     @property
     def channel_dir(self) -> tuple[Path, str] | None:
@@ -116,6 +119,9 @@ class DockerRuntime(Runtime):
         except asyncio.CancelledError:
             await self.stop()  # the container may appear after all: do not leave it
             raise
+        if self._limits is None:
+            self._limits = DockerLimitWatch(self)
+            await self._limits.start()
 
     def _create(self) -> None:
         client = shared_client()
@@ -138,7 +144,7 @@ class DockerRuntime(Runtime):
         # The box has no network, so a session's tool bridge and model proxy reach it as
         # Unix sockets in this private (0700) host directory; the bearer tokens still
         # guard them. Per box, so a parked box keeps it for the next session.
-        self._channel = Path(tempfile.mkdtemp(prefix="episodes-box-"))
+        self._channel = Path(tempfile.mkdtemp(prefix=box_dir_prefix()))
         mounts.append(docker.types.Mount(CHANNEL_IN_BOX, str(self._channel), type="bind"))
         if cfg.read_only and all(m.target != cfg.workdir for m in cfg.mounts):
             # Anonymous, so the engine seeds it from the image's workdir (its files and
@@ -170,10 +176,17 @@ class DockerRuntime(Runtime):
             cap_add=["KILL"] if cfg.capabilities == "minimal" else None,
             security_opt=["no-new-privileges"],
             read_only=cfg.read_only,
-            tmpfs={"/tmp": "rw,nosuid,nodev,mode=1777"} if cfg.read_only else {},
-            pids_limit=cfg.pids_limit,
-            mem_limit=cfg.memory,
-            nano_cpus=int(cfg.cpus * 1e9),
+            # The box's limits (`cfg.limits`): the engine's cgroup holds memory (no
+            # swap beyond it), processes and CPU; the disk limit sizes /tmp.
+            tmpfs=(
+                {"/tmp": f"rw,nosuid,nodev,mode=1777,size={cfg.limits.disk}"}
+                if cfg.read_only
+                else {}
+            ),
+            pids_limit=cfg.limits.processes,
+            mem_limit=cfg.limits.memory,
+            memswap_limit=cfg.limits.memory,
+            nano_cpus=int(cfg.limits.cpus * 1e9),
             environment=dict(cfg.env),
             working_dir=cfg.workdir,
             mounts=mounts,
@@ -190,6 +203,9 @@ class DockerRuntime(Runtime):
         except Exception:  # gone, or the engine does not answer: either way not usable
             return False
         return bool(info["State"]["Running"])
+
+    async def limit_exceeded(self) -> str | None:
+        return await self._limits.exceeded() if self._limits is not None else None
 
     async def open_process(
         self,
@@ -265,6 +281,8 @@ class DockerRuntime(Runtime):
             return False
 
     async def _teardown(self) -> None:
+        if self._limits is not None:
+            await self._limits.stop()
         if self._start_task is None:
             return
         with contextlib.suppress(BaseException):

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable, SpecError
+from episodes.runtimes import cgroup, seccomp
 from episodes.runtimes.base import Runtime, RuntimeProcess
 from episodes.runtimes.bwrap import (
     BWRAP_MISSING,
@@ -44,7 +45,9 @@ from episodes.runtimes.bwrap import (
     bwrap_path,
     command_files,
     sandbox_problem,
+    sized_tmpfs,
 )
+from episodes.runtimes.sandbox_limits import LimitWatch, box_dir_prefix
 from episodes.runtimes.sandbox_process import SandboxProcess
 from episodes.runtimes.subprocess import _SETPRIV
 
@@ -86,6 +89,8 @@ class SandboxRuntime(Runtime):
         self._send_lock = asyncio.Lock()
         self._start_task: asyncio.Future[None] | None = None
         self.argv: list[str] = []
+        self._watch: LimitWatch | None = None
+        self._host_workdir = False
 
     @property
     def channel_dir(self) -> tuple[Path, str] | None:
@@ -114,30 +119,57 @@ class SandboxRuntime(Runtime):
         missing = [p for p in self.config.ro_paths if not os.path.exists(p)]
         if missing:
             raise SpecError(f"harness.runtime.ro_paths: {missing[0]} does not exist on this worker")
-        self.workdir = tempfile.mkdtemp(prefix=f"episodes-{self.id}-")
-        self._channel = tempfile.mkdtemp(prefix="episodes-box-")
+        limits = self.config.limits
+        # The box's workdir and /tmp are one tmpfs of `limits.disk` inside the box (so
+        # nothing of them is on the host); an old bwrap without --size binds a host one.
+        disk = limits.disk if sized_tmpfs(bwrap) else None
+        if disk is not None:
+            self.workdir = f"/tmp/episodes-{self.id}"
+        else:
+            self.workdir = tempfile.mkdtemp(prefix=f"{box_dir_prefix()}{self.id}-")
+            self._host_workdir = True
+        self._channel = tempfile.mkdtemp(prefix=box_dir_prefix())
+        group = await asyncio.to_thread(cgroup.make, self.id, limits)
+        # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
+        rlimits = f"nproc={limits.processes},fsize={limits.disk}"
+        if group is None:
+            rlimits += f",data={limits.memory}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        filter_fd = seccomp.program_fd()
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         self.argv = bwrap_argv(
-            bwrap, self.workdir, self._channel, self.config.ro_paths, theirs.fileno()
+            bwrap,
+            self.workdir,
+            self._channel,
+            self.config.ro_paths,
+            theirs.fileno(),
+            disk=disk,
+            seccomp_fd=filter_fd,
+            rlimits=rlimits,
         )
         # Dies with the worker, as a subprocess box does (see `subprocess`): bwrap then
         # takes its pid 1, and so the whole box, with it (--die-with-parent).
         prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+        command = [*prefix, *self.argv]
+        if group is not None:
+            command = group.enter_argv(command)
+        self._watch = LimitWatch(self, limits, group, disk)
+        fds = (theirs.fileno(),) if filter_fd is None else (theirs.fileno(), filter_fd)
         try:
             self._bwrap = await asyncio.create_subprocess_exec(
-                *prefix,
-                *self.argv,
+                *command,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
                 env={},
                 start_new_session=True,
-                pass_fds=(theirs.fileno(),),
+                pass_fds=fds,
             )
         finally:
             theirs.close()
+            if filter_fd is not None:
+                os.close(filter_fd)
         ours.setblocking(False)
         self._sock = ours
         loop.add_reader(ours.fileno(), self._on_readable)
@@ -145,7 +177,15 @@ class SandboxRuntime(Runtime):
             await asyncio.wait_for(asyncio.shield(self._ready), _READY_TIMEOUT_S)
         except (TimeoutError, ConnectionError):
             why = await self._bwrap_stderr()
+            if why.startswith("bwrap:") and await asyncio.to_thread(sandbox_problem) is None:
+                # This machine makes sandboxes: what failed is this box's own setup (a
+                # bind of the spec's): no other worker would do better.
+                raise SpecError(f"the sandbox did not start: {why}") from None
             raise RuntimeUnavailable(f"the sandbox did not start: {why}") from None
+        self._watch.start()
+
+    async def limit_exceeded(self) -> str | None:
+        return self._watch.exceeded() if self._watch is not None else None
 
     async def _bwrap_stderr(self) -> str:
         assert self._bwrap is not None and self._bwrap.stderr is not None
@@ -312,18 +352,22 @@ class SandboxRuntime(Runtime):
         if self._start_task is not None:
             with contextlib.suppress(BaseException):
                 await self._start_task
+        if self._watch is not None:
+            await self._watch.stop()
         if self._bwrap is not None:
             # bwrap's pid 1 dies with it (--die-with-parent), and with pid 1 the pid
             # namespace: every process of the box, daemons included.
             with contextlib.suppress(ProcessLookupError):
                 self._bwrap.kill()
             await self._bwrap.wait()
+        if self._watch is not None:
+            await self._watch.release()
         if self._sock is not None:
             self._lost()
         for proc in self._procs.values():
             proc._exited(-signal.SIGKILL)
             proc.release()
-        for d in (self.workdir, self._channel):
+        for d in (self.workdir if self._host_workdir else None, self._channel):
             if d is not None:
                 await asyncio.to_thread(shutil.rmtree, d, True)
 

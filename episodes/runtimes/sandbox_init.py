@@ -140,8 +140,22 @@ class Agent:
         self.send({"id": msg["id"], "clean": False})
 
 
+def _rlimits(spec: str) -> None:
+    """Bounds this agent and so every process of the box: "nproc=512,fsize=N,data=N"
+    (RLIMIT_NPROC counts this box's own user namespace, so other boxes and the worker
+    do not add up; a harness cannot raise a hard limit)."""
+    import resource
+
+    names = {"nproc": "RLIMIT_NPROC", "fsize": "RLIMIT_FSIZE", "data": "RLIMIT_DATA"}
+    for item in filter(None, spec.split(",")):
+        name, _, value = item.partition("=")
+        resource.setrlimit(getattr(resource, names[name]), (int(value), int(value)))
+
+
 def main() -> int:
     _undumpable()
+    if len(sys.argv) > 2:
+        _rlimits(sys.argv[2])
     fd = int(sys.argv[1])
     os.set_inheritable(fd, False)
     sock = socket.socket(fileno=fd)

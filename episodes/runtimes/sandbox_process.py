@@ -116,7 +116,12 @@ class SandboxProcess(RuntimeProcess):
             if sig != signal.SIGKILL:
                 return
             self._swept = True  # once: the group id may be reused in the box later
-        await self._box._request({"op": "signal", "pid": self._pid, "sig": int(sig)})
+        try:
+            await self._box._request({"op": "signal", "pid": self._pid, "sig": int(sig)})
+        except RuntimeError:
+            # The box's agent is gone (the box was ended, at a limit say): so is every
+            # process of it, this one included.
+            pass
 
     async def terminate(self) -> None:
         await self._signal(signal.SIGTERM)

@@ -64,7 +64,7 @@ def box_config(spec: EpisodeSpec) -> RuntimeConfig:
         return config
     from episodes.runtimes.sandbox import command_files
 
-    extra = [f for f in command_files(harness_argv(spec)) if f not in config.ro_paths]
+    extra = [f for f in command_files(harness_argv(spec), config.ro_paths)]
     if not extra:
         return config
     return config.model_copy(update={"ro_paths": [*config.ro_paths, *extra]})

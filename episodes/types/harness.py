@@ -93,8 +93,24 @@ class HarnessLimits(Model):
     between_turns_bytes: int = Field(default=16 * _MIB, ge=1024)
     """Bytes those events may add up to between two turns."""
     connections: int = Field(default=64, ge=1)
-    """Connections a box on another machine (Modal, Prime) may hold open at once to the
-    session's tools and model through the stdio tunnel; more are refused (closed)."""
+    """Connections the harness may hold open at once to each of the session's endpoints
+    (the model proxy, the tool bridge, and the stdio tunnel of a box on another machine
+    such as Modal or Prime); more are refused (HTTP 429 or 503, or closed)."""
+    request_bytes: int = Field(default=128 * _MIB, ge=_MIB)
+    """Bytes of request bodies the session's model proxy holds at once, over all its
+    connections (one request's body is also at most 64 MiB): past it a request is
+    refused with 429 before its body is read on."""
+    turn_request_bytes: int = Field(default=1024 * _MIB, ge=_MIB)
+    """Bytes of request bodies the harness may send the model proxy in one turn (and
+    between two turns): past it each request is refused with 429 (413 if its own
+    Content-Length says so) before its body is read. A model call resends the whole
+    conversation, so this is well above `turn_bytes`, which counts what is recorded."""
+    idle_timeout_s: Seconds = 60.0
+    """An endpoint's connection on which no request arrives for this long is closed
+    (the harness's HTTP client opens a new one when it needs it)."""
+    request_timeout_s: Seconds = 60.0
+    """How long a request's head and body may take to arrive; past it the request is
+    answered 408 and its connection closed (a slow sender holds nothing for long)."""
 
 
 class HarnessSpec(Model):

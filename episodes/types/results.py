@@ -23,6 +23,9 @@ Termination = Literal[
     "turn_timeout",
     "protocol_error",
     "harness_error",
+    # The box went past one of its `limits` (memory, processes, disk): the harness's
+    # doing; which limit is in `error`.
+    "limit_exceeded",
     "worker_lost",
     # The environment's own code raised (reset or step): its message and traceback tail
     # are in `error`.
@@ -66,6 +69,7 @@ AGENT_TERMINATIONS: frozenset[str] = frozenset(
         "protocol_error",
         "turn_timeout",
         "idle_timeout",
+        "limit_exceeded",
     }
 )
 ENV_TERMINATIONS: frozenset[str] = frozenset({"env_error"})
@@ -88,6 +92,7 @@ ErrorType = Literal[
     "turn_timeout",
     "protocol_error",
     "harness_error",
+    "limit_exceeded",
     "worker_lost",
 ]
 
@@ -212,3 +217,11 @@ class EpisodeResult(Model):
     """Calls through the session's model proxy over the whole episode, and the tokens
     the upstream reported for them (0 in results from before they were counted)."""
     model_tokens: int = 0
+    retries: int = 0
+    """Fresh episodes (`<id>.r<n>`) a client-side batch (`run_batch`) ran for this task
+    and sample after infrastructure failures before this one. A re-run of an episode
+    cancelled when an earlier run was left (Ctrl-C) is not one. 0 elsewhere."""
+    config_error: bool = False
+    """It could not start because of its configuration (an env module the worker cannot
+    import, a secret it cannot read, a box the spec cannot start): `harness_start_failed`
+    with the fix in `error`. Running it again fails the same way, so no batch does."""

@@ -5,15 +5,71 @@ Only pydantic here: specs (and through them workflows) import this module.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import re
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from episodes.types.base import Seconds
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def _bytes(value: Any) -> Any:
+    """Docker's notation ("512m", "2g"; binary units, "GiB"/"MB" spellings too) or a
+    number of bytes."""
+    if isinstance(value, str):
+        m = _SIZE.match(value)
+        if m is None:
+            raise ValueError(f"{value!r} is not a size (write it as 512m, 2g or a byte count)")
+        return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+    return value
+
+
+Bytes = Annotated[int, BeforeValidator(_bytes), Field(gt=0)]
+"""A size in bytes; specs may write "64m", "2g", "1GiB"."""
 
 
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Limits(_Config):
+    """What one box may use, with the same names on every runtime (docs/containment.md
+    says how each runtime enforces each). A box past one ends its episode
+    `limit_exceeded`, naming the limit. The defaults bound a runaway harness; a spec
+    raises them."""
+
+    memory: Bytes = 2 * 2**30
+    """Memory of the whole box (every process, and what it keeps in its tmpfs)."""
+    processes: int = Field(default=512, gt=0)
+    """The most processes (threads included) the box may hold: a fork bomb stops there."""
+    disk: Bytes = 2 * 2**30
+    """What the box may write: its workdir and /tmp together."""
+    cpus: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """CPU cores' worth of time the box may use at once."""
+
+
+def _lift(data: Any, aliases: dict[str, tuple[str, int]]) -> Any:
+    """Moves a runtime's old spelling of a limit (Docker's `memory`, `pids_limit`,
+    `cpus`; Modal's `memory_mb`...) into `limits`, scaled to its unit, so specs written
+    before `limits` keep working."""
+    if not isinstance(data, dict) or not any(k in data for k in aliases):
+        return data
+    data = dict(data)
+    given = data.get("limits") or {}
+    limits = dict(given) if isinstance(given, dict) else given.model_dump()
+    for old, (new, scale) in aliases.items():
+        if old in data:
+            value = data.pop(old)
+            limits.setdefault(new, value * scale if scale != 1 and _number(value) else value)
+    data["limits"] = limits
+    return data
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 class SubprocessConfig(_Config):
@@ -40,6 +96,10 @@ class SubprocessConfig(_Config):
     same path: what the harness needs of the worker's files. The harness command's own
     files (absolute paths in `command` naming existing files) are added by the worker.
     Ignored with `isolation: none`, which sees every file anyway."""
+    limits: Limits = Field(default_factory=Limits)
+    """What the box may use. The sandbox enforces them with a cgroup where the worker
+    can make one, else with rlimits and sized tmpfs mounts (docs/containment.md);
+    `isolation: none` enforces none of them."""
 
     @field_validator("ro_paths")
     @classmethod
@@ -66,12 +126,10 @@ class DockerConfig(_Config):
     image: str = "episodes-harness:latest"
     """A local image (built by scripts/build-image.sh by default; no registry is
     pulled from)."""
-    cpus: float = 1.0
-    """CPU limit of the container."""
-    memory: str = "1g"
-    """Memory limit of the container (Docker's notation: "512m", "2g")."""
-    pids_limit: int = 256
-    """The most processes the container may hold (a fork bomb stops there)."""
+    limits: Limits = Field(default_factory=Limits)
+    """What the container may use: memory and processes by the engine's cgroup, CPU by
+    its quota, disk by the size of its /tmp tmpfs (the workdir volume is not sized).
+    `memory`, `pids_limit` and `cpus` at this level are the old spellings."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables set in the container (inline: never secrets)."""
     mounts: list[DockerMount] = Field(default_factory=list)
@@ -101,6 +159,28 @@ class DockerConfig(_Config):
     `default`: the engine's default set, as `docker run` gives, for images whose own
     scripts need it (apt-get, chown): Harbor tasks' boxes."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return _lift(
+            data, {"memory": ("memory", 1), "pids_limit": ("processes", 1), "cpus": ("cpus", 1)}
+        )
+
+    @property
+    def memory(self) -> int:
+        """Old spelling of `limits.memory` (bytes)."""
+        return self.limits.memory
+
+    @property
+    def pids_limit(self) -> int:
+        """Old spelling of `limits.processes`."""
+        return self.limits.processes
+
+    @property
+    def cpus(self) -> float:
+        """Old spelling of `limits.cpus`."""
+        return self.limits.cpus
+
 
 class ModalConfig(_Config):
     """A Modal sandbox; processes are `sandbox.exec` calls."""
@@ -110,16 +190,28 @@ class ModalConfig(_Config):
     """The sandbox's image (a registry name Modal pulls)."""
     app_name: str = "episodes"
     """The Modal app the sandboxes are created in."""
-    cpu: float = 1.0
-    """CPU cores of the sandbox."""
-    memory_mb: int = 1024
-    """Memory of the sandbox."""
+    limits: Limits = Field(default_factory=Limits)
+    """Memory and CPU are the sandbox's (Modal enforces them); disk and processes are
+    not bounded by this runtime. `cpu` and `memory_mb` are the old spellings."""
     timeout_s: Seconds = 3600
     """Modal's own lifetime bound: a sandbox nobody stops is deleted after it."""
     workdir: str = "/work"
     """The working directory of every process in the sandbox."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables set in the sandbox (inline: never secrets)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return _lift(data, {"cpu": ("cpus", 1), "memory_mb": ("memory", 2**20)})
+
+    @property
+    def cpu(self) -> float:
+        return self.limits.cpus
+
+    @property
+    def memory_mb(self) -> int:
+        return -(-self.limits.memory // 2**20)
 
 
 class PrimeConfig(_Config):
@@ -130,18 +222,40 @@ class PrimeConfig(_Config):
     """The VM's image (a registry name Prime pulls)."""
     vm: bool = True
     """A full VM (True) or a container sandbox."""
-    cpu_cores: int = 1
-    """CPU cores of the box."""
-    memory_gb: int = 2
-    """Memory of the box."""
-    disk_size_gb: int = 10
-    """Disk of the box."""
+    limits: Limits = Field(default_factory=Limits)
+    """Memory, CPU and disk are the VM's, rounded up to whole GiB and cores (Prime
+    enforces them); processes are not bounded by this runtime. `cpu_cores`,
+    `memory_gb` and `disk_size_gb` are the old spellings."""
     timeout_minutes: int = 60
     """Prime's own lifetime bound: a box nobody stops is deleted after it."""
     workdir: str = "/work"
     """The working directory of every process in the box."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables set in the box (inline: never secrets)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_spellings(cls, data: Any) -> Any:
+        return _lift(
+            data,
+            {
+                "cpu_cores": ("cpus", 1),
+                "memory_gb": ("memory", 2**30),
+                "disk_size_gb": ("disk", 2**30),
+            },
+        )
+
+    @property
+    def cpu_cores(self) -> int:
+        return max(1, -(-int(self.limits.cpus * 1000) // 1000))
+
+    @property
+    def memory_gb(self) -> int:
+        return -(-self.limits.memory // 2**30)
+
+    @property
+    def disk_size_gb(self) -> int:
+        return -(-self.limits.disk // 2**30)
 
 
 RuntimeConfig = Annotated[

@@ -85,6 +85,17 @@ def test_failure_type_names_are_the_exception_class_names() -> None:
         kinds.add(cls.error_type)
         stack += cls.__subclasses__()
     assert set(contract.PROVISION_FAILURES) <= kinds
+    # Every spec error leaves the worker as a type the workflow reads as a configuration
+    # error (not a failed workflow): its own name, or SpecError.
+    import episodes.envs.harbor.task  # noqa: F401  (a subclass of its own)
+
+    specs, stack = set(), [SpecError]
+    while stack:
+        cls = stack.pop()
+        specs.add(cls)
+        stack += cls.__subclasses__()
+    assert set(contract.SPEC_ERRORS) <= {c.__name__ for c in specs}
+    assert {activities.session.spec_error_type(c("x")) for c in specs} <= set(contract.SPEC_ERRORS)
 
 
 async def test_an_unknown_session_fails_as_session_not_found() -> None:

@@ -66,7 +66,7 @@ async def test_pinned_session_stays_on_its_build_across_a_deploy(dev_server, cli
             dev_server.address, queue, tmp_path / "b.log", *versioning, "--build-id", "b"
         )
         await set_current(client, deployment, "b")
-        new = await episodes.run_episode(spec, spec.tasks[0], batch=f"{spec.name}-new")
+        new = await episodes.run_episode(spec, spec.tasks[0], batch_id=f"{spec.name}-new")
         assert new.termination == "env_done"
 
         # The session opened on a keeps running there (its harness is in a's memory).
@@ -76,7 +76,7 @@ async def test_pinned_session_stays_on_its_build_across_a_deploy(dev_server, cli
 
         old_ids = {i.split("@")[0] for i in await identities(client, f"{spec.name}-old")}
         assert old_ids == {a.worker_id}, old_ids
-        new_id = (await episodes.start_episode(spec, spec.tasks[0], batch=f"{spec.name}-new")).id
+        new_id = (await episodes.start_episode(spec, spec.tasks[0], batch_id=f"{spec.name}-new")).id
         new_ids = {i.split("@")[0] for i in await identities(client, new_id)}
         assert new_ids == {b.worker_id}, new_ids
     finally:

@@ -117,11 +117,11 @@ async def test_await_episode_does_not_take_provision_slots(client) -> None:
     episodes = EpisodesClient(client, task_queue=queue)
     batch = _name("reattach")
     hang = spec(name=batch, command=HANG, turn_timeout_s=300)
-    first = await episodes.start_episode(hang, hang.tasks[0], batch=batch)
+    first = await episodes.start_episode(hang, hang.tasks[0], batch_id=batch)
     try:
         assert await wait_until(lambda: len(w.registry) == 1, timeout=30)
         # The batch finds its episode running: it waits for it with `await_episode`.
-        bh = await start_batch(client, batch_input(hang, batch=batch), task_queue=queue)
+        bh = await start_batch(client, batch_input(hang, batch_id=batch), task_queue=queue)
         assert await wait_until(lambda: _awaiting(bh), timeout=30)
         # One session and one waiting batch on a 2-session worker: a new episode still
         # provisions (before, the wait held the second slot until the episode ended).

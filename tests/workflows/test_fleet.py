@@ -274,7 +274,7 @@ async def test_episodes_run_says_which_budget_stopped_it(
     }
     args = ["run", str(write_spec(tmp_path, data)), "--address", dev_server.address]
     args += ["--task-queue", "episodes-test", "--max-episode-seconds", "0.001"]
-    code, out, err = await episodes(*args, *(["--batch"] if server_batch else []))
+    code, out, err = await episodes(*args, *(["--on-server"] if server_batch else []))
     assert code == 0, out + err
     assert "budget_exhausted: max_episode_seconds reached; 1 of 4 episodes ran" in out
     assert await wait_until(lambda: _episodes_of_is(client, name, 1), timeout=30)

@@ -95,7 +95,7 @@ async def test_ui_finds_the_episode_by_search_attribute(
         ],
     )
     ec = EpisodesClient(client, task_queue="episodes-test")
-    solved, missed = await asyncio.gather(*(ec.run_episode(s, t, batch=batch) for t in s.tasks))
+    solved, missed = await asyncio.gather(*(ec.run_episode(s, t, batch_id=batch) for t in s.tasks))
     assert (solved.reward, missed.reward) == (1.0, 0.0)
     query = f'EpisodeBatch = "{batch}" AND EpisodeReward >= 0.5'
     # Visibility lags a little behind completion; the browser should not race it.

@@ -75,7 +75,7 @@ async def test_episodes_are_findable_by_each_search_attribute(client, worker) ->
     )
     ec = EpisodesClient(client, task_queue=QUEUE)
     results = await asyncio.gather(
-        *(ec.run_episode(s, t, batch=batch) for s in (script, capped, guess) for t in s.tasks)
+        *(ec.run_episode(s, t, batch_id=batch) for s in (script, capped, guess) for t in s.tasks)
     )
     by_task = {r.task_id.rsplit("-", 1)[0]: r for r in results}
     # The outcomes the queries below rely on, so a failed query means visibility.

@@ -83,8 +83,9 @@ class HarborEnv(Environment):
         return config.model_copy(
             update={
                 "image": image.tag,
-                "cpus": env.cpus,
-                "memory": f"{env.memory_bytes_mb}m",
+                "limits": config.limits.model_copy(
+                    update={"cpus": env.cpus, "memory": env.memory_bytes_mb * 2**20}
+                ),
                 "network": network,
                 "env": {**config.env, **env.env},
                 "workdir": env.workdir or image.workdir,

@@ -73,13 +73,18 @@ async def test_pipelined_requests_on_one_connection_are_answered_in_order(server
 
 
 async def test_requests_arriving_a_byte_at_a_time_are_parsed_once_each(server, monkeypatch):
-    # An untrusted harness may send a request in as many pieces as it likes: each head
-    # is parsed once (not once per read), a chunked body read on from where it stopped.
+    # An untrusted harness may send a request in as many pieces as it likes: the parser
+    # (llhttp) goes on from where it stopped, each head is judged once (not once per read).
     from episodes.agents import serve
 
     heads = []
-    parse = serve._parse_head
-    monkeypatch.setattr(serve, "_parse_head", lambda head: heads.append(head) or parse(head))
+    complete = serve._Conn.on_headers_complete
+
+    def counted(conn: serve._Conn) -> None:
+        heads.append(conn._url)
+        complete(conn)
+
+    monkeypatch.setattr(serve._Conn, "on_headers_complete", counted)
     reader, writer = await asyncio.open_connection("127.0.0.1", server)
     wire = (
         b"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc"
@@ -122,8 +127,13 @@ async def test_expect_100_continue_then_connection_close(server):
         (b"POST /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n", 400),
         (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
         (b"POST /x HTTP/1.1\r\nContent-Length: 1001\r\n\r\n", 413),
-        (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n", 413),
+        (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n" + b"x" * 1001, 413),
         (b"GET /x HTTP/1.1\r\nX-Long: " + b"a" * 70_000, 431),
+        # Each crashed the connection handler or passed the hand-written parser (issue 28).
+        (b"POST /x HTTP/1.1\r\nContent-Length: \xb2\r\n\r\n", 400),  # latin-1 superscript 2
+        (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nhi\r\n0\r\n\r\n", 400),
+        (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n-0\r\n\r\n", 400),
+        (b"POST /x HTTP/1.1\r\nContent-Length: +3\r\n\r\nabc", 400),
     ],
 )
 async def test_a_request_it_will_not_serve_is_refused_and_the_connection_closed(
@@ -152,4 +162,16 @@ async def test_stop_cancels_a_request_in_flight_after_its_grace():
     await started.wait()
     await srv.close(timeout=0.05)
     assert await reader.read() == b""  # the connection is closed, no answer
+    writer.close()
+
+
+async def test_expect_100_continue_with_a_chunked_body(server):
+    reader, writer = await asyncio.open_connection("127.0.0.1", server)
+    writer.write(
+        b"POST /c HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nTransfer-Encoding: chunked\r\n\r\n"
+    )
+    assert await reader.readuntil(b"\r\n\r\n") == b"HTTP/1.1 100 Continue\r\n\r\n"
+    writer.write(b"3\r\nabc\r\n0\r\n\r\n")
+    ((status, body),) = await _answers(reader, 1)
+    assert status == 200 and json.loads(body)["n"] == 3
     writer.close()

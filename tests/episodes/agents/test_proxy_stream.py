@@ -31,7 +31,8 @@ def _event(content: str | None = None, *, usage: bool = False) -> bytes:
 
 class RawUpstream:
     """Answers every request with a chunked SSE stream that does what `mode` says:
-    `pieces` (the contents, then usage and [DONE]), `endless`, `stall` or `cut` (two
+    `pieces` (the contents, then usage and [DONE]), `endless`, `flood` (endless, big
+    pieces, no pause), `stall` or `cut` (two
     pieces, then nothing more / the connection closes)."""
 
     def __init__(self, mode: str, pieces: list[str] | None = None) -> None:
@@ -58,6 +59,9 @@ class RawUpstream:
                     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
                     b"Transfer-Encoding: chunked\r\n\r\n"
                 )
+                while self.mode == "flood":  # as fast as the proxy reads it
+                    writer.write(_event("z" * 65_000))
+                    await writer.drain()
                 if self.mode == "endless":
                     while True:
                         writer.write(_event("x"))
@@ -178,6 +182,30 @@ async def test_a_slow_reader_gets_the_whole_stream_while_the_upstream_waits(monk
     assert text == "".join(pieces)
     (record,) = calls
     assert _content(record) == "".join(pieces) and "error" not in record
+
+
+async def test_a_harness_that_stops_reading_holds_the_upstream_no_longer_than_the_timeout():
+    # Before: the timeout stopped counting while the proxy waited on the harness, so a
+    # harness that never read held an upstream connection (and a replica's slot) for good.
+    calls: list = []
+    async with RawUpstream("flood") as base_url:
+        async with _proxy(base_url, calls, timeout_s=0.5) as proxy:
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", proxy.port))
+            _reader, writer = await asyncio.open_connection(sock=sock)
+            body = json.dumps({"messages": [], "stream": True}).encode()
+            writer.write(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (proxy.token.encode(), len(body), body)
+            )
+            # Never read: the call ends, the upstream's connection is dropped.
+            await asyncio.wait_for(proxy.recorded.wait(), 20)  # type: ignore[attr-defined]
+            writer.close()
+    (record,) = calls
+    assert record["error"].startswith("harness read the stream too slowly")
+    assert proxy.failure is None  # the harness's doing, not the model's
 
 
 @pytest.mark.parametrize(

@@ -135,3 +135,33 @@ async def test_connections_past_the_cap_are_closed():
         await tunnel.stop()
         await runtime.stop()
         server.close()
+
+
+async def test_the_model_proxys_bounds_hold_through_the_tunnel():
+    # Issue 28: the tunnel carries bytes; the proxy behind it judges the token on the
+    # head and closes idle connections, and the box's end of each goes with it.
+    from episodes.agents.proxy import ModelProxy
+    from episodes.types.harness import HarnessLimits
+    from episodes.types.model import ModelSpec
+
+    spec = ModelSpec(base_url="http://127.0.0.1:9/v1", model="m")
+    proxy = ModelProxy(spec, upstream_key="k", limits=HarnessLimits(idle_timeout_s=0.3))
+    runtime = SubprocessRuntime()
+    await runtime.start()
+    await proxy.start()
+    assert proxy.port is not None
+    tunnel = StdioTunnel({"model": ("127.0.0.1", proxy.port)})
+    try:
+        ports = await tunnel.start(runtime)
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["model"])
+        writer.write(b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 60000000\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        assert head.startswith(b"HTTP/1.1 401 ")  # on the head: the body never sent
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", ports["model"])
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # idle: closed
+        writer.close()
+    finally:
+        await tunnel.stop()
+        await proxy.stop()
+        await runtime.stop()

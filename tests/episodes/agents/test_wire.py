@@ -30,7 +30,20 @@ def test_one_whole_chunk_per_read_and_what_follows_the_end():
 
 
 @pytest.mark.parametrize(
-    "raw", [b"zz\r\nab\r\n", b"2\r\nabc\r\n", b"-2\r\nab\r\n", b"2;x\r\nabXY", b"1" * 2000]
+    "raw",
+    [
+        b"zz\r\nab\r\n",
+        b"2\r\nabc\r\n",
+        b"-2\r\nab\r\n",
+        b"2;x\r\nabXY",
+        b"1" * 2000,
+        # int(x, 16) takes these; a chunk size is hex digits only (issue 28).
+        b"0x2\r\nab\r\n",
+        b"-0\r\n\r\n",
+        b"+2\r\nab\r\n",
+        b"2_0\r\n" + b"a" * 32 + b"\r\n",
+        b" 2\r\nab\r\n",
+    ],
 )
 def test_malformed_chunks_are_errors(raw):
     with pytest.raises(ValueError):
@@ -43,5 +56,6 @@ def test_content_length_takes_its_bytes_and_notes_more():
     assert f.feed(b"deXX") == b"de" and f.done and f.extra
     assert Framing(204, {}).done and Framing(200, {"content-length": "0"}).done
     assert Framing(200, {}).until_close
-    with pytest.raises(ValueError):
-        Framing(200, {"content-length": "-1"})
+    for bad in ("-1", "+5", "\u00b2", " 5", "5_0", "0x5"):
+        with pytest.raises(ValueError):
+            Framing(200, {"content-length": bad})

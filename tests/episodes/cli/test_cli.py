@@ -14,13 +14,13 @@ import yaml
 from tests.conftest import ROOT
 
 
-async def episodes(*args: str, timeout: float = 120) -> tuple[int, str, str]:
+async def episodes(*args: str, timeout: float = 120, cwd: Path = ROOT) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
         "episodes.cli.main",
         *args,
-        cwd=ROOT,
+        cwd=cwd,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
@@ -180,3 +180,53 @@ async def test_show_prints_each_message_once_code_as_text_and_the_score(
     assert markup in stdout  # a message is text, never rich markup
     # The score's details without --json.
     assert "matches" in stdout and "[false, true]" in stdout.replace("\n", " "), stdout
+
+
+# An env of the user's own, next to the spec: `episodes run` (started here) imports it,
+# the worker (the test process, started elsewhere) cannot.
+CODEENV = """
+from episodes.envs.script import ScriptEnv
+
+
+class CodeEnv(ScriptEnv):
+    pass
+"""
+
+
+@pytest.mark.parametrize("mode", ["client", "on-server"])
+async def test_an_env_the_worker_cannot_import_is_one_config_error(
+    tmp_path, dev_server, worker, mode
+) -> None:
+    (tmp_path / "codeenv_27.py").write_text(CODEENV)
+    name = f"cfg-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, {**good_spec(name), "env": "codeenv_27:CodeEnv"})
+    flags = ["--on-server"] if mode == "on-server" else []
+    code, stdout, stderr = await episodes(
+        "run",
+        str(spec),
+        "--address",
+        dev_server.address,
+        "--task-queue",
+        "episodes-test",
+        *flags,
+        cwd=tmp_path,
+    )
+    assert code == 1, stdout + stderr
+    # Printed once under the summary (four episodes), with what to do about it.
+    assert stdout.count("configuration error") == 1, stdout
+    flat = " ".join(stdout.split())
+    assert "(4 episodes, not run again)" in flat
+    assert "cannot import module 'codeenv_27'" in flat and "PYTHONPATH" in flat
+    assert "harness_start_failed" in flat and "workflow_failed" not in flat
+    assert "Traceback" not in stdout + stderr
+
+
+async def test_a_run_in_which_every_episode_failed_exits_1(tmp_path, dev_server, worker) -> None:
+    data = good_spec(f"allfail-{uuid.uuid4().hex[:6]}")
+    data["harness"]["command"] = "{python} -c 'import sys; sys.exit(3)'"
+    spec = write_spec(tmp_path, data)
+    code, stdout, stderr = await episodes(
+        "run", str(spec), "--address", dev_server.address, "--task-queue", "episodes-test"
+    )
+    assert code == 1, stdout + stderr
+    assert "every episode failed (harness_start_failed 4)" in " ".join(stdout.split())

@@ -11,7 +11,7 @@ from episodes.cli.common import summary_table
 from episodes.types.results import EpisodeResult
 
 
-def _result(wid: str, termination: str, reward: float | None) -> EpisodeResult:
+def _result(wid: str, termination: str, reward: float | None, retries: int = 0) -> EpisodeResult:
     return EpisodeResult(
         workflow_id=wid,
         task_id="t",
@@ -22,6 +22,7 @@ def _result(wid: str, termination: str, reward: float | None) -> EpisodeResult:
         turns=1,
         reward=reward,
         duration_s=1.0,
+        retries=retries,
     )
 
 
@@ -29,7 +30,8 @@ def test_the_summary_counts_final_attempts() -> None:
     results = [
         _result("b.t.s0", "worker_lost", None),
         _result("b.t.s0.r1", "model_error", None),
-        _result("b.t.s0.r2", "env_done", 1.0),  # the final attempt of sample 0
+        # The final attempt of sample 0, after two fresh re-runs (as run_batch says).
+        _result("b.t.s0.r2", "env_done", 1.0, retries=2),
         _result("b.t.s1", "env_done", 0.0),
     ]
     console = Console(width=120, record=True)

@@ -350,8 +350,9 @@ async def test_a_rerun_after_leaving_the_stream_runs_what_it_cancelled(client, w
 
 
 async def test_a_failed_episode_is_a_result_and_the_stream_goes_on(client, worker) -> None:
-    """One episode whose workflow fails (its box cannot be provisioned) is yielded as a
-    `workflow_failed` result; the others are neither cancelled nor lost."""
+    """One episode that cannot be provisioned (its box's reuse key cannot render: a spec
+    error) is yielded as a configuration error, `harness_start_failed` (before issue
+    27 its workflow failed); the others are neither cancelled nor lost."""
     q0, q1 = _quick("q0"), _quick("q1")
     q0["data"]["box"], q1["data"]["box"] = "a", "b"
     bad = {"id": "bad", "data": {"snippets": ["1"]}}  # no `box`: its key cannot render
@@ -361,6 +362,7 @@ async def test_a_failed_episode_is_a_result_and_the_stream_goes_on(client, worke
         results.append(r)
     by_task = {r.task_id: r for r in results}
     assert sorted(by_task) == ["bad", "q0", "q1"]
-    assert by_task["bad"].termination == "workflow_failed"
+    assert by_task["bad"].termination == "harness_start_failed"
+    assert by_task["bad"].config_error and by_task["bad"].workflow_id.endswith("bad.s0")
     assert "box" in (by_task["bad"].error or "")
     assert by_task["q0"].termination == by_task["q1"].termination == "env_done"

@@ -149,7 +149,7 @@ async def test_a_model_upstream_that_gives_up_is_rerun_by_batches_and_groups(cli
         assert (m.infra_failures, m.retried, m.groups_failed, m.groups_complete) == (1, 1, 1, 0)
 
         ec = EpisodesClient(client, task_queue=QUEUE)
-        [g] = [g async for g in ec.run_batch(s, groups=True, batch=f"{s.name}-client")]
+        [g] = [g async for g in ec.run_batch(s, groups=True, batch_id=f"{s.name}-client")]
     assert g.failed is not None and "model_error after 1 re-run(s)" in g.failed
     assert g.results[0].workflow_id == f"{s.name}-client.ab.s0.r1"
 

@@ -115,7 +115,7 @@ async def test_a_template_that_drops_reasoning_splits_each_call(client, worker):
 async def _run_batch(client, batch, specs_tasks) -> list:
     episodes = EpisodesClient(client, task_queue="episodes-test")
     results = [
-        await episodes.run_episode(spec, task, sample, batch=batch)
+        await episodes.run_episode(spec, task, sample, batch_id=batch)
         for spec, task, sample in specs_tasks
     ]
     # Visibility lags completion a little: the export lists what it sees.

@@ -38,7 +38,7 @@ async def _run_batch(client, name: str, samples: int = 2) -> list:  # type: igno
     s = spec(name=name, tasks=_tasks())
     ec = EpisodesClient(client, task_queue="episodes-test")
     results = await asyncio.gather(
-        *(ec.run_episode(s, t, k, batch=name) for t in s.tasks for k in range(samples))
+        *(ec.run_episode(s, t, k, batch_id=name) for t in s.tasks for k in range(samples))
     )
     q = f'EpisodeBatch = "{name}" AND EpisodeTermination = "env_done"'
     assert await wait_until(lambda: _indexed(client, q, len(results)), timeout=30, interval=0.3)

@@ -115,7 +115,9 @@ async def test_batch_page_figures_and_a_search_hit(client, worker, viewer_url, b
         ],
     )
     ec = EpisodesClient(client, task_queue="episodes-test")
-    await asyncio.gather(*(ec.run_episode(s, t, k, batch=name) for t in s.tasks for k in range(3)))
+    await asyncio.gather(
+        *(ec.run_episode(s, t, k, batch_id=name) for t in s.tasks for k in range(3))
+    )
     q = f'EpisodeBatch = "{name}" AND EpisodeTermination = "env_done"'
     assert await wait_until(lambda: _indexed(client, q, 9), timeout=30, interval=0.3)
 

@@ -174,7 +174,7 @@ async def start_all(
     client: Client, queue: str, spec: EpisodeSpec, *, batch: str | None = None
 ) -> list[str]:
     ec = EpisodesClient(client, task_queue=queue)
-    handles = [await ec.start_episode(spec, t, batch=batch) for t in spec.load_tasks()]
+    handles = [await ec.start_episode(spec, t, batch_id=batch) for t in spec.load_tasks()]
     return [h.id for h in handles]
 
 

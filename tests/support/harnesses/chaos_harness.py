@@ -13,6 +13,8 @@ Modes:
                       ending in ':hang' is never answered.
   hog                 echo; at turn 1 allocate (and touch) memory until killed
   fork-bomb           echo; at turn 1 every process forks forever (retrying on EAGAIN)
+  fill path=P         echo; at turn 1 write files in P (default /tmp) forever (retrying on
+                      ENOSPC)
   deaf                echo turn 0, then never read stdin again and never answer
   probe look=A,B look_s=S frontend=H:P outside=P1,P2
                       at turn 0, try to escape its box and reply with what it got:
@@ -77,6 +79,20 @@ def fork_bomb() -> None:
             os.fork()  # parent and child both go on forking
         except OSError:
             time.sleep(0.05)  # the pids limit: keep pressing
+
+
+def fill(path: str) -> None:
+    sys.stderr.write(f"fill: writing in {path}\n")
+    sys.stderr.flush()
+    block, n = b"x" * MIB, 0
+    while True:
+        try:
+            with open(os.path.join(path, f"fill-{os.getpid()}-{n}"), "wb") as f:
+                for _ in range(8):
+                    f.write(block)
+            n += 1
+        except OSError:
+            time.sleep(0.05)  # the disk limit: keep pressing
 
 
 def environ_names(wanted: set[str], look_s: float) -> list[str]:
@@ -157,6 +173,9 @@ def main(argv: list[str]) -> None:
         sdk.serve(logging_echo(float(opts.get("delay", "0")), opts.get("dir")))
     elif mode == "probe":
         sdk.serve(probe(opts))
+    elif mode == "fill":
+        path = opts.get("path", "/tmp")
+        sdk.serve(lambda turn, message, emit: fill(path) if turn == 1 else message)
     elif mode in ("hog", "fork-bomb"):
         act = hog if mode == "hog" else fork_bomb
         sdk.serve(lambda turn, message, emit: act() if turn == 1 else message)

@@ -2,6 +2,7 @@
 
     .venv/bin/python -m tests.workflows.histories.record          # every history
     .venv/bin/python -m tests.workflows.histories.record --new    # only issue 11's paths
+    .venv/bin/python -m tests.workflows.histories.record --issue27=NAME  # a spec error
 
 Runs a few episodes, interactive sessions and a batch on a private dev server and
 saves every run's history here as JSON. Re-record only when a workflow's commands
@@ -294,9 +295,22 @@ async def record_issue13(client: Client) -> None:
     await _save(client, "episode_turn_activities", h.id, h.first_execution_run_id)
 
 
+async def record_issue27(client: Client, name: str) -> None:
+    """Issue 27: an env the worker cannot import (a spec error while provisioning).
+    Recorded before patch `spec-error-start-failed` (`episode_spec_error`: the workflow
+    failed) and after it (`episode_spec_error_outcome`: the episode ends
+    harness_start_failed)."""
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = _spec(name.replace("_", "-")).model_copy(update={"env": "no_such_module:Env"})
+    h = await ec.start_episode(s, s.tasks[0])
+    await _result(h)
+    await _save(client, name, h.id, h.first_execution_run_id)
+
+
 async def main() -> None:
     only_new = "--new" in sys.argv[1:]
     only_13 = "--issue13" in sys.argv[1:]
+    issue27 = [a.removeprefix("--issue27=") for a in sys.argv[1:] if a.startswith("--issue27=")]
     with tempfile.TemporaryDirectory() as tmp:
         server = DevServer(
             auto_port=True, headless=True, db_file=Path(tmp) / "t.db", log_file=Path(tmp) / "log"
@@ -307,6 +321,9 @@ async def main() -> None:
             worker = EpisodeWorker(client, WorkerOptions(task_queue=QUEUE, worker_id="recorder"))
             task = asyncio.create_task(worker.run())
             try:
+                if issue27:
+                    await record_issue27(client, issue27[0])
+                    return
                 if only_13:
                     await record_issue13(client)
                     return

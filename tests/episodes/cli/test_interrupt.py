@@ -1,0 +1,120 @@
+"""A user's own Ctrl-C during `episodes run` is a cancel (issue 27): one line, the running
+episodes end `cancelled`, no tracebacks in the worker's log, and the next run of the
+same batch does not count their re-runs as infrastructure retries."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import uuid
+
+import pytest
+
+from episodes.client.batches import episode_ids
+from episodes.types.io import EpisodeProgress
+from episodes.types.results import EpisodeResult
+from tests.conftest import ROOT
+from tests.episodes.cli.test_cli import episodes, write_spec
+
+
+def _spec(name: str, *, slow: bool) -> dict:
+    env = (
+        {"env": "tests.support.envs:Endless", "env_args": {"delay_s": 0.5}, "max_turns": 1000}
+        if slow
+        else {"env": "script", "max_turns": 10}
+    )
+    return {
+        "name": name,
+        "tasks": [
+            {"id": "a", "data": {"messages": ["x"]}},
+            {"id": "b", "data": {"messages": ["y"]}},
+        ],
+        "harness": {"command": "{python} -m episodes.harness.reference.echo"},
+        "turn_timeout_s": 30,
+        **env,
+    }
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _tracebacks(records: list[logging.LogRecord]) -> list[str]:
+    """Records at INFO or above that carry a traceback, or name a CancelledError."""
+    found = []
+    for r in records:
+        if r.levelno < logging.INFO:
+            continue
+        text = r.getMessage()
+        if r.exc_info or "CancelledError" in text or "Traceback" in text:
+            found.append(f"{r.name}: {text} {r.exc_info[0] if r.exc_info else ''}")
+    return found
+
+
+async def test_ctrl_c_is_a_cancel(tmp_path, dev_server, client, worker) -> None:
+    name = f"intr-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, _spec(name, slow=True))
+    args = ["run", str(spec), "--address", dev_server.address, "--task-queue", "episodes-test"]
+    records = _Records()
+    logging.getLogger().addHandler(records)
+    proc = None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "episodes.cli.main",
+            *args,
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        # Both episodes started and turning before the user presses Ctrl-C.
+        handles = []
+        for _ in range(600):
+            ids = await episode_ids(client, name)
+            if len(ids) == 2:
+                handles = [client.get_workflow_handle(i, result_type=EpisodeResult) for i in ids]
+                states = [await h.query("progress", result_type=EpisodeProgress) for h in handles]
+                if all(s.turns_done >= 1 for s in states):
+                    break
+            await asyncio.sleep(0.2)
+        else:
+            pytest.fail("the episodes never started")
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        stdout, stderr = out.decode(), err.decode()
+        assert proc.returncode == 130, stdout + stderr
+        assert "Traceback" not in stdout + stderr
+        lines = [line for line in stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "interrupted" in lines[0], stderr
+        assert "2 episode(s) cancelled" in lines[0], stderr
+        results = [await asyncio.wait_for(h.result(), 60) for h in handles]
+        assert [r.termination for r in results] == ["cancelled", "cancelled"]
+        # The worker's log: a cancel is not an error.
+        await asyncio.sleep(1)  # the releases' log lines
+        assert _tracebacks(records.records) == []
+    finally:
+        logging.getLogger().removeHandler(records)
+        if proc is not None and proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        for wid in await episode_ids(client, name):  # a failed test leaves none running
+            with contextlib.suppress(Exception):
+                await client.get_workflow_handle(wid).terminate()
+
+    # The same batch again (now quick): the cancelled episodes run again as `.r1`,
+    # which is not an infrastructure retry.
+    write_spec(tmp_path, _spec(name, slow=False))
+    code, stdout, stderr = await episodes(*args)
+    assert code == 0, stdout + stderr
+    flat = " ".join(stdout.split())
+    assert "retried as fresh episodes │ 0" in flat, stdout
+    assert "cancelled" not in flat
