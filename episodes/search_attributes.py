@@ -12,7 +12,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
+from temporalio.common import (
+    Priority,
+    SearchAttributeKey,
+    SearchAttributePair,
+    TypedSearchAttributes,
+)
 
 if TYPE_CHECKING:
     from episodes.types.results import Task
@@ -26,8 +31,11 @@ TERMINATION = SearchAttributeKey.for_keyword("EpisodeTermination")
 SCHEDULE = SearchAttributeKey.for_keyword("EpisodeSchedule")
 REWARD = SearchAttributeKey.for_float("EpisodeReward")
 TURNS = SearchAttributeKey.for_int("EpisodeTurns")
+# A batch's place on a shared fleet (spec.priority, spec.fairness_key), when set.
+PRIORITY = SearchAttributeKey.for_int("EpisodePriority")
+FAIRNESS = SearchAttributeKey.for_keyword("EpisodeFairnessKey")
 
-ALL = [ENV, TASK, BATCH, SPEC, TERMINATION, SCHEDULE, REWARD, TURNS]
+ALL = [ENV, TASK, BATCH, SPEC, TERMINATION, SCHEDULE, REWARD, TURNS, PRIORITY, FAIRNESS]
 
 # name -> the type word the Temporal CLI takes (`--search-attribute NAME=TYPE`).
 CLI_TYPES = {
@@ -39,7 +47,30 @@ CLI_TYPES = {
     "EpisodeSchedule": "Keyword",
     "EpisodeReward": "Double",
     "EpisodeTurns": "Int",
+    "EpisodePriority": "Int",
+    "EpisodeFairnessKey": "Keyword",
 }
+
+
+def task_priority(spec: EpisodeSpec) -> Priority:
+    """Temporal's task priority for a batch's workflows (the server hands it down to
+    their children and activities): `Priority.default` when the spec sets none."""
+    if spec.priority is None and spec.fairness_key is None and spec.fairness_weight is None:
+        return Priority.default
+    return Priority(
+        priority_key=spec.priority,
+        fairness_key=spec.fairness_key,
+        fairness_weight=spec.fairness_weight,
+    )
+
+
+def _priority_pairs(spec: EpisodeSpec) -> list[SearchAttributePair]:
+    pairs: list[SearchAttributePair] = []
+    if spec.priority is not None:
+        pairs.append(SearchAttributePair(PRIORITY, spec.priority))
+    if spec.fairness_key is not None:
+        pairs.append(SearchAttributePair(FAIRNESS, spec.fairness_key))
+    return pairs
 
 
 def episode_search_attributes(
@@ -55,7 +86,7 @@ def episode_search_attributes(
     ]
     if schedule:
         pairs.append(SearchAttributePair(SCHEDULE, schedule))
-    return TypedSearchAttributes(pairs)
+    return TypedSearchAttributes(pairs + _priority_pairs(spec))
 
 
 def batch_search_attributes(
@@ -67,4 +98,4 @@ def batch_search_attributes(
         pairs.append(SearchAttributePair(BATCH, batch))
     if schedule:
         pairs.append(SearchAttributePair(SCHEDULE, schedule))
-    return TypedSearchAttributes(pairs)
+    return TypedSearchAttributes(pairs + _priority_pairs(spec))

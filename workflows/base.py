@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         ScoreTranscriptInput,
         SessionRef,
     )
+    from episodes.types.priority import model_usage
     from episodes.types.results import (
         EpisodeResult,
         ScoreResult,
@@ -87,6 +88,9 @@ class EpisodeBase:
         self._score_recorded = False
         # A session was opened (its env reset) at some point of the chain.
         self._opened = False
+        # The earlier runs' model calls and tokens (the carry's).
+        self._earlier_calls = 0
+        self._earlier_tokens = 0
         # It could not start for a reason in its configuration (a spec error).
         self._config_error = False
 
@@ -100,6 +104,7 @@ class EpisodeBase:
         self._opened = True
         self._restarts, self._turns_replayed = carry.restarts, carry.turns_replayed
         self._divergences, self._turns_rerun = carry.replay_divergences, carry.turns_rerun
+        self._earlier_calls, self._earlier_tokens = carry.model_calls, carry.model_tokens
 
     def _carry(self, started: datetime) -> dict:
         assert self._ref is not None
@@ -112,7 +117,16 @@ class EpisodeBase:
             "turns_replayed": self._turns_replayed,
             "replay_divergences": self._divergences,
             "turns_rerun": self._turns_rerun,
+            **self._model_usage(),
         }
+
+    def _model_usage(self) -> dict[str, int]:
+        """The chain's model calls and tokens so far (batch budgets count them)."""
+        tokens, calls = self._earlier_tokens, self._earlier_calls
+        for t in self._turns:
+            more_tokens, more_calls = model_usage(t.events)
+            tokens, calls = tokens + more_tokens, calls + more_calls
+        return {"model_calls": calls, "model_tokens": tokens}
 
     # The SDK collects handlers over the class hierarchy, so each subclass answers it.
     @workflow.query(name=contract.PROGRESS)
@@ -383,6 +397,7 @@ class EpisodeBase:
             turns_replayed=self._turns_replayed,
             replay_divergences=self._divergences,
             turns_rerun=self._turns_rerun,
+            **self._model_usage(),
             config_error=self._config_error,
         )
 

@@ -10,6 +10,15 @@ of a briefly narrower window once per run.
 
 Child ids are `<batch>.<task>.s<sample>`: a child that already exists (a re-run batch)
 is not started again; its recorded result is fetched by the `await_episode` activity.
+
+Priority and fairness (`spec.priority`, `fairness_key`, `fairness_weight`) come with
+the batch's own start and the server hands them down to the children and their
+activities; they are also set on each child, for a batch started without them.
+Budgets (`spec.budget`) are counted in the metrics accumulator, which continue-as-new
+carries and a re-run rebuilds from the episodes it re-attaches to: once one is
+reached no child starts, the ones in flight finish, and the batch ends
+`budget_exhausted`. (Neither changes the commands of a history recorded without
+them: no patch marker.)
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         EpisodeInput,
     )
     from episodes.types.metrics import BatchMetrics, MetricsAccumulator, report_ks
+    from episodes.types.priority import BudgetName, exhausted
     from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
 
 KEEP_ERRORS = 5
@@ -67,6 +77,8 @@ class _Outcome:
     error: str | None = None
     infra: bool = False  # ended for an infrastructure reason (after its retries)
     retries: int = 0  # fresh episodes run for it after infrastructure failures
+    model_calls: int = 0
+    model_tokens: int = 0
 
 
 @workflow.defn(name=contract.BATCH_WORKFLOW)
@@ -81,6 +93,7 @@ class EvalBatchWorkflow:
         self._last = ""
         self._errors: list[str] = []
         self._acc = MetricsAccumulator()
+        self._budget: BudgetName | None = None  # the budget reached, if any
 
     @workflow.query(name=contract.PROGRESS)
     def progress(self) -> BatchProgress:
@@ -117,6 +130,7 @@ class EvalBatchWorkflow:
             samples=spec.samples, pass_threshold=inp.pass_threshold
         )
         self._failed = self._acc.terminations.get(WORKFLOW_FAILED, 0)
+        self._budget = self._over_budget(inp)
         started_at = state.started_at or workflow.now()
         if state.runs == 1:
             self._upsert_attributes(inp)
@@ -126,7 +140,7 @@ class EvalBatchWorkflow:
         started = 0
         in_flight: dict[asyncio.Task[_Outcome], int] = {}
         while True:
-            while len(in_flight) < limit and nxt < self._total:
+            while len(in_flight) < limit and nxt < self._total and self._budget is None:
                 if started and self._should_continue_as_new(started, inp.children_per_run):
                     self._status = "draining"
                     break
@@ -142,10 +156,14 @@ class EvalBatchWorkflow:
             for t in sorted(done, key=lambda t: in_flight[t]):
                 del in_flight[t]
                 self._record(t.result())
+            if self._budget is None:
+                self._budget = self._over_budget(inp)
+                if self._budget is not None:
+                    self._status = "budget_exhausted"  # the ones in flight finish
             self._running = len(in_flight)
             self._set_details()
 
-        if nxt < self._total:
+        if nxt < self._total and self._budget is None:
             workflow.continue_as_new(
                 inp.model_copy(
                     update={
@@ -160,7 +178,7 @@ class EvalBatchWorkflow:
                     }
                 )
             )
-        self._status = "done"
+        self._status = "done" if self._budget is None else "budget_exhausted"
         summary = self._acc.summary()
         if summary.mean_reward is not None:
             workflow.upsert_search_attributes([sa.REWARD.value_set(summary.mean_reward)])
@@ -174,6 +192,8 @@ class EvalBatchWorkflow:
             elapsed_s=(workflow.now() - started_at).total_seconds(),
             metrics=summary,
             errors=self._errors,
+            status=self._status,
+            budget=self._budget,
         )
 
     # -- one child -----------------------------------------------------------------
@@ -218,6 +238,7 @@ class EvalBatchWorkflow:
                     search_attributes=sa.episode_search_attributes(
                         spec, task, self._batch, inp.schedule
                     ),
+                    priority=sa.task_priority(spec),
                     static_summary=f"{spec.env} · task {task.id} · sample {sample}",
                 )
             except WorkflowAlreadyStartedError:
@@ -254,6 +275,8 @@ class EvalBatchWorkflow:
             result.reward,
             result.duration_s,
             infra=self._infra(result.termination),
+            model_calls=result.model_calls,
+            model_tokens=result.model_tokens,
         )
 
     def _infra(self, termination: str) -> bool:
@@ -265,7 +288,14 @@ class EvalBatchWorkflow:
 
     def _record(self, o: _Outcome) -> None:
         self._acc.add(
-            o.task_id, o.termination, o.reward, o.duration_s, infra=o.infra, retries=o.retries
+            o.task_id,
+            o.termination,
+            o.reward,
+            o.duration_s,
+            infra=o.infra,
+            retries=o.retries,
+            model_calls=o.model_calls,
+            model_tokens=o.model_tokens,
         )
         reward = "-" if o.reward is None else f"{o.reward:.2f}"
         self._last = f"{o.task_id}#{o.sample} {o.termination} {reward}"
@@ -274,6 +304,15 @@ class EvalBatchWorkflow:
             self._errors = [*self._errors, o.error][-KEEP_ERRORS:]
 
     # -- helpers -------------------------------------------------------------------
+
+    def _over_budget(self, inp: BatchInput) -> BudgetName | None:
+        acc = self._acc
+        return exhausted(
+            inp.spec.budget,
+            model_tokens=acc.model_tokens,
+            model_calls=acc.model_calls,
+            episode_seconds=acc.durations.sum_s,
+        )
 
     def _should_continue_as_new(self, started: int, children_per_run: int) -> bool:
         return started >= children_per_run or workflow.info().is_continue_as_new_suggested()
@@ -307,6 +346,13 @@ class EvalBatchWorkflow:
                 f"- infrastructure: {m.infra_failures} failed after retries, "
                 f"{m.retried} fresh episodes run again"
             )
+        if m.model_calls or self._budget is not None:
+            lines.append(
+                f"- spent: {m.model_tokens} model tokens, {m.model_calls} model calls, "
+                f"{m.episode_seconds:.1f} episode seconds"
+            )
+        if self._budget is not None:
+            lines.append(f"- stopped: `{self._budget}` reached, no more episodes started")
         if m.groups_complete or m.groups_failed:
             lines.append(f"- groups: {m.groups_complete} complete, {m.groups_failed} failed")
         if self._errors:

@@ -10,12 +10,13 @@ import asyncio
 import contextlib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.table import Table
 
 from episodes.cli.common import console, progress_bar
 from episodes.cli.embedded import client_for
-from episodes.cli.run import config_error_lines, every_failed_lines
+from episodes.cli.run import budget_line, config_error_lines, every_failed_lines
 from episodes.client.batches import (
     batch_input,
     episode_results,
@@ -25,6 +26,7 @@ from episodes.client.batches import (
 )
 from episodes.client.config import Config
 from episodes.client.dispatch import dispatch_spec
+from episodes.client.fleet import on_fleet
 from episodes.errors import Interrupted
 from episodes.specfile import load_spec
 from episodes.types.io import BatchProgress
@@ -41,12 +43,13 @@ async def run_spec_batch(
     concurrency: int | None,
     pass_threshold: float,
     policy_version: int | None = None,
+    fleet: dict[str, Any] | None = None,
 ) -> int:
     """The batch on the server, its metrics and what went wrong; the exit status (1: a
     configuration error stopped episodes, or every episode failed)."""
     from episodes.envs import check_env_ref
 
-    spec = dispatch_spec(load_spec(path), policy_version)
+    spec = on_fleet(dispatch_spec(load_spec(path), policy_version), **(fleet or {}))
     check_env_ref(spec.env)
     inp = batch_input(spec, batch_id=batch, concurrency=concurrency, pass_threshold=pass_threshold)
     total = total_episodes(inp)
@@ -78,6 +81,8 @@ async def run_spec_batch(
                 elapsed_s=result.elapsed_s,
             )
         )
+        if result.budget is not None:
+            console.print(budget_line(result.budget, result.metrics.count, result.total))
         for error in result.errors:
             console.print(f"[red]failed[/] {error}", highlight=False, soft_wrap=True)
         m = result.metrics
@@ -120,6 +125,9 @@ def metrics_table(
         table.add_row(f"  {kind}", str(n))
     table.add_row("infrastructure failures", f"{m.infra_failures} (after retries)")
     table.add_row("retried as fresh episodes", str(m.retried))
+    if m.model_calls:
+        table.add_row("model calls / tokens", f"{m.model_calls} / {m.model_tokens}")
+    table.add_row("episode time", f"{m.episode_seconds:.1f} s (summed)")
     table.add_row(
         "groups complete / failed", f"{m.groups_complete} / {m.groups_failed} (a task's samples)"
     )

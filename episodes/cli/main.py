@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from episodes.cli import common
+from episodes.cli import common, fleet
 from episodes.cli.doctor import doctor, setup
 from episodes.cli.schedule import app as schedule_app
 from episodes.client.config import Config
@@ -140,6 +140,12 @@ def run_cmd(
             "model.policy_version, recorded on each model call).",
         ),
     ] = None,
+    priority: fleet.Priority = None,
+    fairness_key: fleet.FairnessKey = None,
+    fairness_weight: fleet.FairnessWeight = None,
+    max_model_tokens: fleet.MaxModelTokens = None,
+    max_model_calls: fleet.MaxModelCalls = None,
+    max_episode_seconds: fleet.MaxEpisodeSeconds = None,
 ) -> None:
     """Run every task x sample of SPEC, show progress, print a summary.
 
@@ -148,6 +154,14 @@ def run_cmd(
     error stopped episodes or every episode failed (the reason under the summary)."""
     from episodes.cli.run import exit_code, run_spec
 
+    on_fleet = fleet.fleet_kwargs(
+        priority,
+        fairness_key,
+        fairness_weight,
+        max_model_tokens,
+        max_model_calls,
+        max_episode_seconds,
+    )
     if batch:
         common.err_console.print(
             "[yellow]warning:[/] --batch is deprecated: use --on-server (--batch-id names "
@@ -166,6 +180,7 @@ def run_cmd(
                 concurrency=concurrency,
                 pass_threshold=pass_threshold,
                 policy_version=policy_version,
+                fleet=on_fleet,
             )
         )
         raise typer.Exit(code)
@@ -177,6 +192,7 @@ def run_cmd(
             batch=batch_id,
             concurrency=concurrency,
             policy_version=policy_version,
+            fleet=on_fleet,
         )
     )
     raise typer.Exit(exit_code(results))

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from rich.markup import escape
 from temporalio.client import Client
@@ -29,6 +30,7 @@ async def run_spec(
     batch: str | None,
     concurrency: int | None,
     policy_version: int | None = None,
+    fleet: dict[str, Any] | None = None,
 ) -> list[EpisodeResult]:
     from episodes.envs import check_env_ref
 
@@ -48,7 +50,11 @@ async def run_spec(
             with progress_bar() as progress:
                 bar = progress.add_task(spec.name, total=total, last="")
                 async for result in episodes.run_batch(
-                    spec, concurrency=concurrency, batch_id=batch, policy_version=policy_version
+                    spec,
+                    concurrency=concurrency,
+                    batch_id=batch,
+                    policy_version=policy_version,
+                    **(fleet or {}),
                 ):
                     results.append(result)
                     if sink:
@@ -69,6 +75,8 @@ async def run_spec(
                 f"{total} finished; the same command runs the cancelled ones again"
             ) from None
         console.print(summary_table(results, title=f"{spec.name}: {total} episodes"))
+        if episodes.budget_exhausted:
+            console.print(budget_line(episodes.budget_exhausted, len(results), total))
         for line in failure_lines(results):
             console.print(line, highlight=False, soft_wrap=True)
         if out:
@@ -141,3 +149,11 @@ def _first_line(error: str | None) -> str:
     """The error's first line, as text (rich must not read `[...]` in it as markup)."""
     text = (error or "").strip()
     return escape(text.splitlines()[0]) if text else "(no message)"
+
+
+def budget_line(budget: str, done: int, total: int) -> str:
+    """What `episodes run` says of a batch a budget stopped."""
+    return (
+        f"[yellow]budget_exhausted[/]: {budget} reached; {done} of {total} episodes ran, "
+        "no more were started (run it again with a larger budget to go on)"
+    )

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 from temporalio.client import Client
 
-from episodes.cli import common
+from episodes.cli import common, fleet
 from episodes.client.config import Config
 
 if TYPE_CHECKING:
@@ -48,6 +48,12 @@ def create(
     pass_threshold: Annotated[
         float, typer.Option(help="An episode passes when its reward is at least this.")
     ] = 1.0,
+    priority: fleet.Priority = None,
+    fairness_key: fleet.FairnessKey = None,
+    fairness_weight: fleet.FairnessWeight = None,
+    max_model_tokens: fleet.MaxModelTokens = None,
+    max_model_calls: fleet.MaxModelCalls = None,
+    max_episode_seconds: fleet.MaxEpisodeSeconds = None,
 ) -> None:
     """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
     from episodes.client.schedules import create_schedule
@@ -68,6 +74,14 @@ def create(
             overlap=overlap,
             concurrency=concurrency,
             pass_threshold=pass_threshold,
+            fleet=fleet.fleet_kwargs(
+                priority,
+                fairness_key,
+                fairness_weight,
+                max_model_tokens,
+                max_model_calls,
+                max_episode_seconds,
+            ),
         )
         when = f"cron {cron!r}" if cron else f"every {every}"
         common.console.print(

@@ -23,7 +23,7 @@ from episodes import contract
 from episodes import search_attributes as sa
 from episodes.client.dispatch import batch_id_arg
 from episodes.errors import EpisodesError
-from episodes.search_attributes import batch_search_attributes
+from episodes.search_attributes import batch_search_attributes, task_priority
 from episodes.types.attempts import final_attempts
 from episodes.types.io import BatchInput, BatchProgress, BatchResult
 from episodes.types.results import EpisodeResult
@@ -81,6 +81,8 @@ async def start_batch(
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             search_attributes=batch_search_attributes(inp.spec, batch, inp.schedule),
+            # Handed down by the server to its episodes and their activities.
+            priority=task_priority(inp.spec),
             static_summary=f"batch {batch} · {inp.spec.name} · {total_episodes(inp)} episodes",
         )
     except WorkflowAlreadyStartedError:

@@ -31,12 +31,15 @@ from episodes.client.dispatch import (
     dispatch_spec,
     run_member,
 )
+from episodes.client.fleet import on_fleet
 from episodes.client.interactive import InteractiveSession, open_session
 from episodes.errors import EpisodesError
-from episodes.search_attributes import episode_search_attributes
+from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.specfile import load_spec
 from episodes.types.io import EpisodeInput
+from episodes.types.metrics import MetricsAccumulator
 from episodes.types.model import UpstreamSpec
+from episodes.types.priority import BatchBudget, BudgetName, exhausted
 from episodes.types.results import EpisodeResult, Task, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, DEFAULT_TURNS_PER_RUN
@@ -54,6 +57,8 @@ class EpisodesClient:
         # The fleet episodes are dispatched to (`run_batch`); None: the spec's own
         # `model.base_url` / `model.upstreams` (see docs/tools-and-models.md).
         self.upstreams: list[UpstreamSpec] | None = None
+        # The budget (`spec.budget`) the last `run_batch` stream reached, if any.
+        self.budget_exhausted: BudgetName | None = None
 
     @classmethod
     async def connect(
@@ -129,6 +134,8 @@ class EpisodesClient:
                 # trainer hosting one), the first workflow task comes back with the start.
                 request_eager_start=True,
                 search_attributes=episode_search_attributes(spec, task, batch),
+                # The batch's priority and fairness, handed down to the episode's activities.
+                priority=task_priority(spec),
                 static_summary=f"{spec.env} · task {task.id} · sample {sample}",
                 static_details=(
                     f"**spec** `{spec.name}` · **batch** `{batch}`\n\n"
@@ -195,6 +202,10 @@ class EpisodesClient:
         groups: Literal[False] = False,
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        fairness_weight: float | None = None,
+        budget: BatchBudget | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
@@ -208,6 +219,10 @@ class EpisodesClient:
         groups: Literal[True],
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        fairness_weight: float | None = None,
+        budget: BatchBudget | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[Group, None]: ...
 
@@ -220,6 +235,10 @@ class EpisodesClient:
         groups: bool = False,
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        fairness_weight: float | None = None,
+        budget: BatchBudget | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
@@ -240,16 +259,34 @@ class EpisodesClient:
         trainer moves it on by setting the attribute. `max_staleness` (groups only):
         a group not complete while `self.policy_version` is more than this ahead of its
         version is cancelled and dispatched again at the current version.
+
+        `priority` (1 first .. 5), `fairness_key`, `fairness_weight` and `budget`
+        replace the spec's (`episodes.client.fleet.on_fleet`): every episode and its
+        activities carry the priority and fairness. Past a budget no more episodes
+        start, the stream ends once those in flight have, and `self.budget_exhausted`
+        names the budget (episodes only, not groups).
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
             spec = load_spec(spec)
+        spec = on_fleet(
+            spec,
+            priority=priority,
+            fairness_key=fairness_key,
+            fairness_weight=fairness_weight,
+            budget=budget,
+        )
         if policy_version is not None:
             self.policy_version = policy_version
         limit = concurrency or spec.concurrency
         if groups:
             from episodes.client.groups import stream_groups
 
+            if spec.budget is not None and spec.budget.is_set():
+                raise EpisodesError(
+                    "a budget is counted over episodes: drop groups=True, or run the "
+                    "batch as a batch workflow (episodes.client.batches.start_batch)"
+                )
             if max_staleness is not None and self.policy_version is None:
                 raise EpisodesError(
                     "max_staleness needs a policy version: pass policy_version= "
@@ -258,6 +295,7 @@ class EpisodesClient:
             return stream_groups(self, spec, batch=batch, limit=limit, max_staleness=max_staleness)
         if max_staleness is not None:
             raise EpisodesError("max_staleness applies to groups: pass groups=True")
+        self.budget_exhausted = None
         return self._stream_results(spec, batch=batch, limit=limit)
 
     async def _stream_results(
@@ -265,9 +303,12 @@ class EpisodesClient:
     ) -> AsyncGenerator[EpisodeResult, None]:
         work = deque(Member(t, s) for t in spec.load_tasks() for s in range(spec.samples))
         running: dict[asyncio.Task[Outcome], Member] = {}
+        # Counted from the results, so a restarted trainer re-attaching to the episodes
+        # that finished counts them again and stops where it stopped.
+        spent = MetricsAccumulator()
         try:
             while True:
-                while len(running) < limit and work:
+                while len(running) < limit and work and self.budget_exhausted is None:
                     m = work.popleft()
                     at = dispatch_spec(spec, self.policy_version, self.upstreams)
                     t = asyncio.create_task(
@@ -279,7 +320,23 @@ class EpisodesClient:
                 done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 for t in done:
                     running.pop(t)
-                    yield t.result().result
+                    result = t.result().result
+                    spent.add(
+                        result.task_id,
+                        result.termination,
+                        result.reward,
+                        result.duration_s,
+                        model_calls=result.model_calls,
+                        model_tokens=result.model_tokens,
+                    )
+                    if self.budget_exhausted is None:
+                        self.budget_exhausted = exhausted(
+                            spec.budget,
+                            model_tokens=spent.model_tokens,
+                            model_calls=spent.model_calls,
+                            episode_seconds=spent.durations.sum_s,
+                        )
+                    yield result
         finally:
             for t in running:
                 t.cancel()

@@ -37,6 +37,10 @@ TUNING_FLAGS = [
     "matching.numTaskqueueReadPartitions=1",
     "--dynamic-config-value",
     "matching.numTaskqueueWritePartitions=1",
+    # Fairness keys (a batch's fairness_key and weight) need the fairness-aware matcher;
+    # priority keys work without it (docs/operations/fleet.md).
+    "--dynamic-config-value",
+    "matching.enableFairness=true",
     "--sqlite-pragma",
     "journal_mode=wal",
     "--sqlite-pragma",

@@ -314,6 +314,38 @@ async def _check_s3(s: object) -> Check:
     return Check("blob store", True, f"s3 bucket {bucket!r} reachable")
 
 
+async def check_fleet(client: Client) -> list[Check]:
+    """Priority and fairness keys (batches sharing a fleet), tried on a probe queue."""
+    from episodes.client.doctor_fleet import probe_fleet
+
+    try:
+        priority, fairness = await probe_fleet(client)
+    except Exception as e:
+        detail = f"could not probe: {_short(e)}"
+        return [Check("priority", False, detail, required=False)]
+    unsure = "the probe got no answer (a queue with several partitions mixes it up)"
+    return [
+        Check(
+            "priority",
+            bool(priority),
+            "the server serves priority 1 before 5"
+            if priority
+            else (unsure if priority is None else "served in arrival order"),
+            "a Temporal server of 1.27 or later",
+            required=False,
+        ),
+        Check(
+            "fairness",
+            bool(fairness),
+            "the server shares a queue between fairness keys"
+            if fairness
+            else (unsure if fairness is None else "served in arrival order"),
+            "set the dynamic config `matching.enableFairness: true` (docs/operations/fleet.md)",
+            required=False,
+        ),
+    ]
+
+
 async def run_checks(
     cfg: Config, *, runtimes: Iterable[str] = (), workers: bool = True
 ) -> list[Check]:
@@ -330,6 +362,7 @@ async def run_checks(
             checks.append(await check_search_attributes(client))
             if workers:
                 checks.append(await check_workers(client, cfg.settings.task_queue))
+            checks += await check_fleet(client)
     for name in RUNTIMES:
         checks.append(await asyncio.to_thread(check_runtime, name, name in wanted))
     checks += await check_payloads()

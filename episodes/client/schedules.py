@@ -35,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import search_attributes as sa
 from episodes.client.batches import batch_input, total_episodes
+from episodes.client.fleet import on_fleet
 from episodes.contract import BATCH_WORKFLOW
 from episodes.errors import ScheduleError
 from episodes.types.base import Model
@@ -103,13 +104,17 @@ async def create_schedule(
     overlap: str = "skip",
     concurrency: int | None = None,
     pass_threshold: float = 1.0,
+    fleet: dict[str, Any] | None = None,
 ) -> ScheduleHandle:
+    """`fleet`: `episodes.client.fleet.on_fleet`'s keywords (priority, fairness, budget),
+    over the spec's; each run is a batch with them."""
     if (cron is None) == (every is None):
         raise ScheduleError("give exactly one of --cron EXPR or --every DURATION")
     if overlap not in OVERLAP:
         raise ScheduleError(f"--overlap {overlap!r}: choose one of {', '.join(OVERLAP)}")
     if not name or any(c.isspace() for c in name) or "'" in name or '"' in name:
         raise ScheduleError(f"schedule name {name!r}: use no spaces or quotes")
+    spec = on_fleet(spec, **(fleet or {}))
     inp = batch_input(spec, schedule=name, concurrency=concurrency, pass_threshold=pass_threshold)
     if cron is not None:
         when, sched_spec = f"cron {cron}", ScheduleSpec(cron_expressions=[cron])
@@ -123,6 +128,7 @@ async def create_schedule(
         id=schedule_workflow_id(name),
         task_queue=task_queue,
         typed_search_attributes=sa.batch_search_attributes(inp.spec, None, inp.schedule),
+        priority=sa.task_priority(inp.spec),
         static_summary=f"schedule {name} · {spec.name} · {total_episodes(inp)} episodes",
     )
     try:

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from episodes.types.base import Model, Seconds, SecondsOrZero
 from episodes.types.metrics import BatchMetrics, MetricsAccumulator
+from episodes.types.priority import BudgetName
 from episodes.types.results import (
     ScoreResult,
     Task,
@@ -63,6 +64,9 @@ class EpisodeCarry(Model):
     turns_replayed: int = 0
     replay_divergences: int = 0
     turns_rerun: int = 0
+    model_calls: int = 0
+    """The earlier runs' model calls and tokens (batch budgets count them)."""
+    model_tokens: int = 0
 
 
 class EpisodeInput(Model):
@@ -288,7 +292,9 @@ class BatchInput(Model):
     state: BatchState = Field(default_factory=BatchState)
 
 
-BatchStatus = Literal["running", "draining", "done"]
+BatchStatus = Literal["running", "draining", "done", "budget_exhausted"]
+"""`budget_exhausted`: a budget of `spec.budget` was reached, the batch started no more
+episodes (`BatchResult.budget` names it)."""
 
 
 class BatchProgress(Model):
@@ -317,3 +323,7 @@ class BatchResult(Model):
     """From the first run's start to the end."""
     metrics: BatchMetrics
     errors: list[str] = Field(default_factory=list)
+    status: BatchStatus = "done"
+    budget: BudgetName | None = None
+    """With status `budget_exhausted`: the budget reached (the spending is in
+    `metrics`: model_tokens, model_calls, episode_seconds)."""

@@ -133,6 +133,12 @@ class BatchMetrics(Model):
     `batch_retries`: not the agent's doing. Agent outcomes are every other termination."""
     retried: int = 0
     """Fresh episodes run again after an infrastructure failure (`<id>.r1`, ...)."""
+    model_calls: int = 0
+    """Calls through the sessions' model proxies, and the tokens the upstream reported
+    for them, over the finished episodes (what `spec.budget` counts)."""
+    model_tokens: int = 0
+    episode_seconds: float = 0.0
+    """The finished episodes' time, summed (each held a box for about as long)."""
     groups_complete: int = 0
     """Groups (a task's samples in the batch, `contract.group_id`) whose every member
     ended with an outcome of the agent's or the env's: a trainer may learn from them."""
@@ -167,6 +173,8 @@ class MetricsAccumulator(Model):
     retried: int = 0
     groups_complete: int = 0
     groups_failed: int = 0
+    model_calls: int = 0
+    model_tokens: int = 0
 
     def passes(self, reward: float | None) -> bool:
         return reward is not None and reward >= self.pass_threshold
@@ -180,8 +188,12 @@ class MetricsAccumulator(Model):
         *,
         infra: bool = False,
         retries: int = 0,
+        model_calls: int = 0,
+        model_tokens: int = 0,
     ) -> None:
         self.count += 1
+        self.model_calls += max(0, model_calls)
+        self.model_tokens += max(0, model_tokens)
         self.infra_failures += infra
         self.retried += retries
         self.terminations[termination] = self.terminations.get(termination, 0) + 1
@@ -238,6 +250,9 @@ class MetricsAccumulator(Model):
             retried=self.retried,
             groups_complete=self.groups_complete,
             groups_failed=self.groups_failed,
+            model_calls=self.model_calls,
+            model_tokens=self.model_tokens,
+            episode_seconds=d.sum_s,
             duration_s=DurationSummary(
                 p50=d.quantile(0.5),
                 p90=d.quantile(0.9),

@@ -213,6 +213,10 @@ class EpisodeResult(Model):
     turns_replayed: int = 0
     replay_divergences: int = 0
     turns_rerun: int = 0
+    model_calls: int = 0
+    """Calls through the session's model proxy over the whole episode, and the tokens
+    the upstream reported for them (0 in results from before they were counted)."""
+    model_tokens: int = 0
     retries: int = 0
     """Fresh episodes (`<id>.r<n>`) a client-side batch (`run_batch`) ran for this task
     and sample after infrastructure failures before this one. A re-run of an episode

@@ -25,6 +25,7 @@ from episodes.errors import SpecError
 from episodes.types.base import Model, Seconds
 from episodes.types.harness import BUILTIN_HARNESSES, HarnessSpec
 from episodes.types.model import ModelSpec
+from episodes.types.priority import BatchBudget
 from episodes.types.results import Task
 from episodes.types.runtime import SubprocessConfig
 
@@ -139,6 +140,19 @@ class EpisodeSpec(Model):
     no external storage)."""
     concurrency: int = Field(default=16, ge=1)
     """Episodes of a batch in flight at once."""
+    priority: int | None = Field(default=None, ge=1, le=5)
+    """The batch's priority on a shared fleet: 1 (first) to 5 (last); None: the
+    server's default, 3. Every workflow and activity of its episodes carries it
+    (Temporal's task-queue priority; docs/operations/fleet.md)."""
+    fairness_key: str | None = Field(default=None, min_length=1, max_length=64)
+    """Within one priority, batches share the fleet by fairness key (a tenant, a team,
+    `training` / `evals`), in proportion to `fairness_weight`."""
+    fairness_weight: float | None = Field(default=None, ge=0.001, le=1000)
+    """This fairness key's share relative to the others' (None: 1.0)."""
+    budget: BatchBudget | None = None
+    """Limits on the batch's spending (`max_model_tokens`, `max_model_calls`,
+    `max_episode_seconds`): past one it starts no more episodes and ends
+    `budget_exhausted`."""
     reuse_key: str | None = None
     """A template over task fields, e.g. "{task.id}" or "{task.data[repo]}"; episodes
     with the same rendered key may reuse a parked box on the same worker."""

@@ -20,6 +20,7 @@ from urllib.parse import quote
 from temporalio.client import Client
 
 from episodes.viewer import visibility
+from episodes.viewer.fleet import batch_fleet
 from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound
 
@@ -35,7 +36,14 @@ async def batch_view(client: Client, name: str, threshold: float = 1.0) -> dict[
         raise NotFound(f"no episodes in batch {name!r}")
     stats = batch_stats(rows, threshold)
     rows.sort(key=lambda r: (r.get("task") or "", r.get("sample") or 0, r.get("start") or ""))
-    return {"batch": name, "stats": stats, "episodes": rows, "truncated": truncated}
+    fleet = await batch_fleet(client, name, rows)
+    return {
+        "batch": name,
+        "stats": stats,
+        "episodes": rows,
+        "truncated": truncated,
+        "fleet": fleet,
+    }
 
 
 async def first_view(
@@ -144,6 +152,7 @@ def _batch(data: dict[str, Any]) -> str:
         _card("agent failures", sides.get("agent", 0)),
         _card("infra failures", sides.get("infra", 0)),
         _card("env errors", sides.get("env", 0)),
+        *_fleet_cards(data.get("fleet") or {}),
     ]
     d, t = s["duration_s"], s["turns"]
     groups = [
@@ -246,6 +255,22 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
     if d["total_turns"] > shown:
         turns.append(f'<p class="muted">{shown} of {d["total_turns"]} turns shown</p>')
     return "\n".join(head + turns)
+
+
+def _fleet_cards(f: Mapping[str, Any]) -> list[str]:
+    """Priority, fairness key, and a batch workflow's status and spending (as batch.js)."""
+    cards = []
+    if f.get("priority") is not None:
+        cards.append(_card("priority", f["priority"], "1 first .. 5 last"))
+    if f.get("fairness_key"):
+        cards.append(_card("fairness key", f["fairness_key"]))
+    if f.get("status") == "budget_exhausted":
+        cards.append(_card("budget_exhausted", f.get("budget") or "", "no more episodes started"))
+    if f.get("model_calls"):
+        cards.append(_card("model tokens", f["model_tokens"], f"{f['model_calls']} calls"))
+    if f.get("episode_seconds") is not None:
+        cards.append(_card("episode time", _dur(f["episode_seconds"]), "summed"))
+    return cards
 
 
 def _compare(ids: list[str], pages: list[dict[str, Any]]) -> str:

@@ -155,6 +155,8 @@ def row(wf: WorkflowExecution) -> dict[str, Any]:
         "side": side(termination),
         "reward": attrs.get(sa.REWARD),
         "turns": attrs.get(sa.TURNS),
+        "priority": attrs.get(sa.PRIORITY),
+        "fairness_key": attrs.get(sa.FAIRNESS),
         "start": wf.start_time.isoformat() if wf.start_time else None,
         "close": closed.isoformat() if closed else None,
         "duration_s": (closed - wf.start_time).total_seconds()

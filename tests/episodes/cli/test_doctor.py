@@ -16,8 +16,11 @@ async def test_healthy_configuration_exits_0(dev_server, worker) -> None:
         "doctor", "--address", dev_server.address, "--task-queue", "episodes-test"
     )
     assert code == 0, out + err
-    for line in ("✓ server", "✓ namespace", "✓ search attributes: all 8", "✓ workers: 1 polling"):
+    for line in ("✓ server", "✓ namespace", "✓ search attributes: all 10", "✓ workers: 1 polling"):
         assert line in out
+    # The embedded dev server turns fairness on (issue 31).
+    assert "✓ priority: the server serves priority 1 before 5" in out, out
+    assert "✓ fairness: the server shares a queue between fairness keys" in out
     assert worker.worker_id in out
     assert "everything needed is there" in out
 
@@ -96,6 +99,6 @@ async def test_bare_server_missing_search_attributes_then_setup(tmp_path) -> Non
 
         code, out, _ = await episodes("doctor", "--address", server.address, "--no-workers")
         assert code == 0, out
-        assert "✓ search attributes: all 8 registered" in out
+        assert "✓ search attributes: all 10 registered" in out
     finally:
         server.stop()
