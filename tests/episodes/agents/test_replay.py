@@ -9,7 +9,6 @@ a call that reached the upstream again could never reproduce the recorded reply.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import httpx
@@ -18,50 +17,12 @@ import pytest
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.replay import Replay
 from episodes.agents.scripted import ScriptedUpstream
-from episodes.envs.base import Environment
 from episodes.session.live import LiveSession
 from episodes.types.model import ModelSpec
-from episodes.types.results import ScoreResult, StepOutcome, Task, Transcript
 from episodes.types.spec import parse_spec
+from tests.support.notebook import sampling_policy
 
 pytestmark = pytest.mark.timeout(120)
-
-
-class Notebook(Environment):
-    """Never done; a `note` tool that keeps notes (its state a replay must rebuild)."""
-
-    def __init__(self, **env_args: Any) -> None:
-        super().__init__(**env_args)
-        self.notes: list[str] = []
-
-    def tools(self) -> list[Any]:
-        def note(text: str) -> str:
-            """Take a note."""
-            self.notes.append(text)
-            return f"noted #{len(self.notes)}"
-
-        return [note]
-
-    def reset(self, task: Task) -> Any:
-        return "note m0"
-
-    def step(self, reply: Any) -> StepOutcome:
-        return StepOutcome(message=f"note m{len(self.notes)}")
-
-    def score(self, transcript: Transcript) -> ScoreResult:
-        return ScoreResult(reward=float(len(self.notes)))
-
-
-class DeterministicNotebook(Notebook):
-    deterministic_tools = True
-
-
-def sampling_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
-    """A note of the last user message, then a reply with a freshly sampled word."""
-    last = messages[-1]
-    if last.get("role") == "user":
-        return {"tool_calls": [{"name": "note", "arguments": {"text": last["content"]}}]}
-    return f"ok {uuid.uuid4().hex[:8]}"
 
 
 def _spec(base_url: str, env: str, *, stream: bool = False) -> Any:
@@ -69,7 +30,7 @@ def _spec(base_url: str, env: str, *, stream: bool = False) -> Any:
     return parse_spec(
         {
             "name": "replay",
-            "env": f"{__name__}:{env}",
+            "env": f"tests.support.notebook:{env}",
             "tasks": [{"id": "t"}],
             "max_turns": 4,
             "harness": {"command": "{python} -m episodes.harness.reference.llm" + flag},
