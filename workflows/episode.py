@@ -39,6 +39,9 @@ with workflow.unsafe.imports_passed_through():
 
 # The drive's result carries its last turns and the drive releases the session (issue 13).
 FOLD_END_PATCH = "drive-folds-episode-end"
+# A fork's branch opens by replaying its parent's turns (a `restore` of the parent's
+# history) instead of a `provision`; inputs from before forks never name one.
+FORK_PATCH = "fork-replays-parent"
 
 
 @workflow.defn(name=contract.EPISODE_WORKFLOW)
@@ -62,7 +65,9 @@ class EpisodeWorkflow(EpisodeBase):
         score: ScoreResult | None = None
         paused = False
         try:
-            if carry is None:
+            if carry is None and inp.fork is not None and workflow.patched(FORK_PATCH):
+                error = await self._fork_open(inp, inp.fork)
+            elif carry is None:
                 error = await self._provision_or_outcome(inp)
             while self._ref is not None:
                 self._status = "running"
