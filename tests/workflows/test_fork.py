@@ -17,6 +17,7 @@ from episodes.agents.chat_template import ChatTemplate
 from episodes.agents.scripted import ScriptedUpstream
 from episodes.client import EpisodesClient
 from episodes.training.samples import samples_of
+from episodes.types.results import EpisodeResult
 from episodes.types.spec import parse_spec
 from tests.support.notebook import NOTEBOOK, sampling_policy
 
@@ -31,7 +32,9 @@ def _by_session(upstream: ScriptedUpstream) -> dict[str, list[int]]:
     return out
 
 
-async def test_a_fork_replays_the_parent_exactly_then_samples_anew(client, worker) -> None:
+async def test_a_fork_replays_the_parent_exactly_then_samples_anew(
+    client, worker, tmp_path
+) -> None:
     episodes = EpisodesClient(client, task_queue="episodes-test")
     async with ScriptedUpstream(policy=sampling_policy, template=ChatTemplate()) as upstream:
         spec = parse_spec(
@@ -52,6 +55,20 @@ async def test_a_fork_replays_the_parent_exactly_then_samples_anew(client, worke
         results = await asyncio.wait_for(asyncio.gather(*(h.result() for h in handles)), 180)
         served = list(upstream.served)
         sessions = _by_session(upstream)
+        # The same from the command line: one branch at turn 3, its result in a file.
+        from tests.episodes.cli.test_cli import episodes as cli
+
+        out = tmp_path / "fork.jsonl"
+        address = client.service_client.config.target_host
+        code, _, err = await cli(
+            *("fork", parent.workflow_id, "--at-turn", "3", "--samples", "1"),
+            *("--out", str(out), "--address", address, "--task-queue", "episodes-test"),
+        )
+        assert code == 0, err
+        cli_result = EpisodeResult.model_validate_json(out.read_text().strip())
+        assert cli_result.workflow_id == f"{parent.workflow_id}.f3.0"
+        assert (cli_result.turns_replayed, cli_result.replay_divergences) == (3, 0)
+        assert len(upstream.chat_requests) == 8 + 4 * 4 + 2  # turn 3 only
     assert [r.workflow_id for r in results] == [f"{parent.workflow_id}.f2.{i}" for i in range(4)]
     for i, r in enumerate(results):
         assert (r.termination, r.turns, r.turns_replayed) == ("max_turns", 4, 2), r.error
