@@ -1,6 +1,6 @@
 """Exact replay: a session's model proxy and tool bridge answering from a recorded run.
 
-A restored (and, later, a forked) session brings a fresh harness to where a recorded
+A restored session (after a lost worker) or a fork's branch brings a fresh harness to where a recorded
 one was by sending it the recorded turn messages again (`episodes.session.restore`).
 An LLM harness then calls the model and the env's tools again; live, it would sample
 something else and run its tools twice. During a replay the session's services answer
