@@ -210,15 +210,21 @@ class EpisodeBase:
         return error
 
     async def _restore(
-        self, inp: EpisodeInput, lost_at_turn: int | None, *, source: str | None = None
+        self,
+        inp: EpisodeInput,
+        lost_at_turn: int | None,
+        *,
+        source: str | None = None,
+        count: bool = True,
     ) -> str | None:
         """`on_worker_lost: restart`: a new session on any live worker with the recorded
         turns replayed (`_ref`); None, or the error of a restore that failed as an outcome
         (`_termination` set, `_ref` None). Turns the lost worker finished but had not
         recorded yet (`lost_at_turn`, its last heartbeat) are run again by the next drive.
-        `source`: a fork's parent, whose turns are replayed (no restart is counted)."""
+        `source`: a fork's parent, whose turns are replayed (no restart is counted);
+        `count` False: a parked episode's resume (not a restart either)."""
         info, spec, h = workflow.info(), inp.spec, inp.spec.harness
-        if source is None:
+        if source is None and count:
             self._restarts += 1
             self._turns_rerun += max(0, (lost_at_turn or 0) - self._turns_done)
         self._status, self._ref = "restoring", None
@@ -253,6 +259,8 @@ class EpisodeBase:
                     f"replay {self._turns_done} turns of {source}"
                     if source
                     else f"restore {self._turns_done} turns (restart {self._restarts})"
+                    if count
+                    else f"resume: replay {self._turns_done} turns"
                 ),
             )
         except ActivityError as e:
@@ -265,7 +273,13 @@ class EpisodeBase:
                 kind = "worker_lost"
             self._termination = kind
             self._config_error = is_spec_error(e)
-            what = f"fork of {source}" if source else f"restart {self._restarts}"
+            what = (
+                f"fork of {source}"
+                if source
+                else f"restart {self._restarts}"
+                if count
+                else "resume"
+            )
             return f"{what} failed: {failure_message(e)}"
         self._ref = restored.session
         self._turns_replayed += restored.turns_replayed

@@ -248,6 +248,30 @@ def fork_cmd(
     )
 
 
+@app.command()
+@common.with_config
+def park(
+    workflow_id: Annotated[str, typer.Argument(help="The running episode.")],
+    cfg: Config,
+) -> None:
+    """Park an episode: at its next turn boundary it releases box and harness and waits."""
+    from episodes.cli.fork import signal_episode
+
+    common.run(signal_episode(workflow_id, "park", cfg=cfg))
+
+
+@app.command()
+@common.with_config
+def resume(
+    workflow_id: Annotated[str, typer.Argument(help="The parked episode.")],
+    cfg: Config,
+) -> None:
+    """Resume a parked episode: a new session replays its turns exactly, then goes on."""
+    from episodes.cli.fork import signal_episode
+
+    common.run(signal_episode(workflow_id, "resume", cfg=cfg))
+
+
 @app.command("export")
 @common.with_config
 def export_cmd(

@@ -173,6 +173,17 @@ class EpisodesClient:
             policy_version=policy_version,
         )
 
+    async def park(self, workflow_id: str) -> None:
+        """Park a running episode: at the next turn boundary it releases its box and
+        harness (nothing runs, nothing is billed) and waits durably for `resume` (or its
+        spec's `max_parked_s`)."""
+        await self.client.get_workflow_handle(workflow_id).signal(contract.PARK)
+
+    async def resume(self, workflow_id: str) -> None:
+        """Resume a parked episode: a new session on any worker replays its recorded turns
+        exactly (docs/failures.md: Exact replay), then it goes on."""
+        await self.client.get_workflow_handle(workflow_id).signal(contract.RESUME)
+
     async def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript from its history, every run of
         it: `transcript.model_calls()` / `tool_calls()` give the calls in order."""

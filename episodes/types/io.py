@@ -196,7 +196,9 @@ class ReleaseInput(Model):
 
 
 # Where an episode's workflow is in its story (the `progress` query, the UI details).
-EpisodeStatus = Literal["provisioning", "running", "restoring", "scoring", "releasing", "done"]
+EpisodeStatus = Literal[
+    "provisioning", "running", "restoring", "parked", "scoring", "releasing", "done"
+]
 
 
 class EpisodeProgress(Model):
