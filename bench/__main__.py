@@ -37,6 +37,7 @@ BENCHMARKS = {
     "blocking_score": "bench.blocking_score",
     "events": "bench.driver_events",
     "workflow_runner": "bench.workflow_runner",
+    "replay": "bench.replay_cost",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }
