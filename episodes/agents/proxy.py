@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
-from episodes.agents.replay import Answer, Divergence, Replay, raw_to_record
+from episodes.agents.replay import Divergence, Replay, raw_to_record
 from episodes.agents.sender import SESSION_HEADER, Exhausted, Sender, error_text, one_line
 from episodes.agents.serve import Bounds, HttpServer, Refusal, Request
 from episodes.agents.stream import assemble, stream_chunks
@@ -237,7 +237,7 @@ class ModelProxy:
             except Divergence as e:  # on_divergence: fail; the restore fails on it
                 return _json(request, 409, openai_error(str(e), "invalid_request_error"))
             if answer is not None:
-                return _replayed(request, answer)
+                return answer.send(request)
         if sent.get("stream"):
             return await self._streamed(request, sent, started)
         return await self._plain(request, sent, started)
@@ -409,16 +409,6 @@ def _harness_error(gone: bool, slow: bool, timeout_s: float) -> str | None:
     if slow:
         return f"harness read the stream too slowly (waited on for {timeout_s:g} s in all): cut off"
     return "harness disconnected" if gone else None
-
-
-def _replayed(request: Request, answer: Answer) -> None:
-    """A recorded answer, sent as the upstream's was (not recorded again, not upstream)."""
-    if not answer.stream:
-        return request.respond(answer.status, answer.body, answer.content_type)
-    request.start_stream()
-    with contextlib.suppress(ConnectionError):
-        request.send(answer.body)
-    request.end()
 
 
 def _json(request: Request, status: int, value: Any) -> None:

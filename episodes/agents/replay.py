@@ -28,6 +28,7 @@ fails (`on_divergence: fail`: the restore fails as a harness failure).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -61,6 +62,15 @@ class Answer:
     body: bytes
     stream: bool
     content_type: str = "application/json"
+
+    def send(self, request: Any) -> None:
+        """Answer the harness's request (`serve_request.Request`) as the upstream did."""
+        if not self.stream:
+            return request.respond(self.status, self.body, self.content_type)
+        request.start_stream()
+        with contextlib.suppress(ConnectionError):
+            request.send(self.body)
+        request.end()
 
 
 class Divergence(Exception):
