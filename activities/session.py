@@ -121,10 +121,12 @@ class SessionActivities:
         # beats in time would time out on every attempt.
         beat = asyncio.create_task(_heartbeat_until_cancelled())
         try:
-            records = await recorded_turns(activity.client(), inp.workflow_id, inp.turns)
+            source = inp.source_workflow_id or inp.workflow_id  # a fork's: its parent's
+            records = await recorded_turns(activity.client(), source, inp.turns)
             session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
             first = await _opened(session)
-            telemetry.record_restart("worker")
+            if inp.source_workflow_id is None:
+                telemetry.record_restart("worker")
             try:
                 divergent, resumed = await session.restore(records)
             except BaseException as e:

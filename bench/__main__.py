@@ -38,6 +38,7 @@ BENCHMARKS = {
     "events": "bench.driver_events",
     "workflow_runner": "bench.workflow_runner",
     "fleet": "bench.fleet",
+    "replay": "bench.replay_cost",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }

@@ -53,6 +53,8 @@ OPEN = "open"  # InteractiveEpisodeWorkflow: the first observation
 STEP = "step"  # InteractiveEpisodeWorkflow: one trainer-written turn
 CLOSE = "close"  # InteractiveEpisodeWorkflow: end, score, release
 PROGRESS = "progress"  # every workflow: where it is
+PARK = "park"  # EpisodeWorkflow (signal): release box and harness at the next turn boundary
+RESUME = "resume"  # EpisodeWorkflow (signal): a parked episode re-provisions and replays
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
 
 # -- failure types (ApplicationError.type) ------------------------------------------------

@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
     from episodes.types.priority import model_usage
     from episodes.types.results import (
         EpisodeResult,
+        ForkOrigin,
         ScoreResult,
         Termination,
         Transcript,
@@ -213,14 +214,33 @@ class EpisodeBase:
     def _may_restart(self, inp: EpisodeInput) -> bool:
         return inp.spec.on_worker_lost == "restart" and self._restarts < inp.spec.max_restarts
 
-    async def _restore(self, inp: EpisodeInput, lost_at_turn: int | None) -> str | None:
+    async def _fork_open(self, inp: EpisodeInput, fork: ForkOrigin) -> str | None:
+        """A fork's branch: a session that replays the parent's first `fork.at_turn`
+        turns exactly (they stay in the parent's history: this one starts at that turn),
+        or the error of one that could not open, as `_provision_or_outcome`'s."""
+        self._first_turn = fork.at_turn
+        error = await self._restore(inp, None, source=fork.workflow_id)
+        self._opened = self._ref is not None
+        return error
+
+    async def _restore(
+        self,
+        inp: EpisodeInput,
+        lost_at_turn: int | None,
+        *,
+        source: str | None = None,
+        count: bool = True,
+    ) -> str | None:
         """`on_worker_lost: restart`: a new session on any live worker with the recorded
         turns replayed (`_ref`); None, or the error of a restore that failed as an outcome
         (`_termination` set, `_ref` None). Turns the lost worker finished but had not
-        recorded yet (`lost_at_turn`, its last heartbeat) are run again by the next drive."""
+        recorded yet (`lost_at_turn`, its last heartbeat) are run again by the next drive.
+        `source`: a fork's parent, whose turns are replayed (no restart is counted);
+        `count` False: a parked episode's resume (not a restart either)."""
         info, spec, h = workflow.info(), inp.spec, inp.spec.harness
-        self._restarts += 1
-        self._turns_rerun += max(0, (lost_at_turn or 0) - self._turns_done)
+        if source is None and count:
+            self._restarts += 1
+            self._turns_rerun += max(0, (lost_at_turn or 0) - self._turns_done)
         self._status, self._ref = "restoring", None
         self._set_details()
         per_turn = spec.turn_timeout_s + 2 * h.stop_timeout_s
@@ -234,8 +254,9 @@ class EpisodeBase:
                     workflow_id=info.workflow_id,
                     run_id=info.run_id,
                     turns=self._turns_done,
-                    restart=self._restarts,
+                    restart=max(1, self._restarts),
                     idle_timeout_s=self._idle_timeout_s(inp),
+                    source_workflow_id=source,
                 ),
                 start_to_close_timeout=timedelta(
                     seconds=h.ready_timeout_s + 300 + self._turns_done * per_turn
@@ -248,7 +269,13 @@ class EpisodeBase:
                         (*contract.NON_RETRYABLE_PROVISION, contract.ENV_ERROR)
                     ),
                 ),
-                summary=f"restore {self._turns_done} turns (restart {self._restarts})",
+                summary=(
+                    f"replay {self._turns_done} turns of {source}"
+                    if source
+                    else f"restore {self._turns_done} turns (restart {self._restarts})"
+                    if count
+                    else f"resume: replay {self._turns_done} turns"
+                ),
             )
         except ActivityError as e:
             kind = provision_failure(e)
@@ -260,7 +287,14 @@ class EpisodeBase:
                 kind = "worker_lost"
             self._termination = kind
             self._config_error = is_spec_error(e)
-            return f"restart {self._restarts} failed: {failure_message(e)}"
+            what = (
+                f"fork of {source}"
+                if source
+                else f"restart {self._restarts}"
+                if count
+                else "resume"
+            )
+            return f"{what} failed: {failure_message(e)}"
         self._ref = restored.session
         self._turns_replayed += restored.turns_replayed
         self._divergences += restored.divergences
@@ -399,6 +433,7 @@ class EpisodeBase:
             turns_rerun=self._turns_rerun,
             **self._model_usage(),
             config_error=self._config_error,
+            forked_from=inp.fork,
         )
 
     def _set_details(self) -> None:

@@ -39,6 +39,13 @@ with workflow.unsafe.imports_passed_through():
 
 # The drive's result carries its last turns and the drive releases the session (issue 13).
 FOLD_END_PATCH = "drive-folds-episode-end"
+# A fork's branch opens by replaying its parent's turns (a `restore` of the parent's
+# history) instead of a `provision`; inputs from before forks never name one.
+FORK_PATCH = "fork-replays-parent"
+# A `park` signal pauses the drive, releases the session and waits for `resume` (or
+# `max_parked_s`), then replays the recorded turns on a new session; histories from
+# before it never received one.
+PARK_PATCH = "park-and-resume"
 
 
 @workflow.defn(name=contract.EPISODE_WORKFLOW)
@@ -49,6 +56,8 @@ class EpisodeWorkflow(EpisodeBase):
         self._driving = False
         self._lost_at_turn: int | None = None  # the lost drive's last heartbeat
         self._released = False  # the drive released the session at its normal end
+        self._park = False  # a `park` signal asks for the next turn boundary
+        self._resume = False
 
     @workflow.run
     async def run(self, inp: EpisodeInput) -> EpisodeResult:
@@ -62,7 +71,9 @@ class EpisodeWorkflow(EpisodeBase):
         score: ScoreResult | None = None
         paused = False
         try:
-            if carry is None:
+            if carry is None and inp.fork is not None and workflow.patched(FORK_PATCH):
+                error = await self._fork_open(inp, inp.fork)
+            elif carry is None:
                 error = await self._provision_or_outcome(inp)
             while self._ref is not None:
                 self._status = "running"
@@ -70,6 +81,10 @@ class EpisodeWorkflow(EpisodeBase):
                 drive = await self._drive(inp)
                 paused = drive.termination is None
                 self._termination, error, score = drive.termination, drive.error, drive.score
+                if paused and self._park and workflow.patched(PARK_PATCH):
+                    paused = False
+                    error = await self._parked(inp)
+                    continue  # resumed (`_ref`), or the resume failed as an outcome
                 if drive.termination != "worker_lost" or not self._may_restart(inp):
                     break
                 # on_worker_lost: restart: replay the recorded turns on a new session.
@@ -103,6 +118,38 @@ class EpisodeWorkflow(EpisodeBase):
             )
         return self._finish(inp, started, error, score or ScoreResult())
 
+    # -- park and resume ------------------------------------------------------------
+
+    @workflow.signal(name=contract.PARK)
+    def park(self) -> None:
+        """Release the box and harness at the next turn boundary and wait, durably."""
+        self._park = True
+
+    @workflow.signal(name=contract.RESUME)
+    def resume(self) -> None:
+        """A parked episode: a new session replays the recorded turns, then goes on."""
+        self._resume = True
+
+    async def _parked(self, inp: EpisodeInput) -> str | None:
+        """Parked: the session released (nothing runs), until `resume` or `max_parked_s`;
+        then a new session on any worker replays the recorded turns exactly (not counted
+        as a restart). None, or the error of a resume that failed as an outcome."""
+        assert self._ref is not None
+        self._status = "releasing"
+        self._set_details()
+        await self._release(self._ref)
+        self._ref, self._park = None, False
+        self._status = "parked"
+        self._set_details()
+        try:
+            await workflow.wait_condition(
+                lambda: self._resume, timeout=timedelta(seconds=inp.spec.max_parked_s)
+            )
+        except TimeoutError:
+            pass  # parked long enough: it resumes by itself
+        self._resume = False
+        return await self._restore(inp, None, count=False)
+
     # -- the turns, recorded by the drive ------------------------------------------
 
     @workflow.update(name=contract.RECORD_TURNS)
@@ -115,6 +162,7 @@ class EpisodeWorkflow(EpisodeBase):
         return not (
             len(self._turns) >= self._turns_per_run
             or workflow.info().is_continue_as_new_suggested()
+            or self._park
         )
 
     @record_turns.validator
@@ -210,8 +258,10 @@ class EpisodeWorkflow(EpisodeBase):
         ref, spec = self._ref, inp.spec
         while self._turns_done < spec.max_turns:
             n = self._turns_done
-            if len(self._turns) >= self._turns_per_run or (
-                workflow.info().is_continue_as_new_suggested()
+            if (
+                len(self._turns) >= self._turns_per_run
+                or workflow.info().is_continue_as_new_suggested()
+                or self._park
             ):
                 return DriveResult(next_turn=n)  # paused: the next run turns on
             try:

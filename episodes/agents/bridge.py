@@ -43,6 +43,7 @@ from mcp.types import TextContent
 
 from episodes.agents.bridge_http import BearerAuth, InProcessServer, bounded_protocol
 from episodes.agents.net import tcp_listener
+from episodes.agents.replay import Replay, recorded_tool_result
 from episodes.json_depth import too_deep_message, value_too_deep
 from episodes.types.harness import HarnessLimits
 
@@ -94,7 +95,9 @@ class ToolBridge:
         self._host = host
         self._port = port
         self._unix_request = unix_socket
-        self.mcp = _build_server(tools, name=name, report=self._report)
+        # Set while a restored session replays recorded turns (episodes/agents/replay.py).
+        self.replay: Replay | None = None
+        self.mcp = _build_server(tools, name=name, report=self._report, replayed=self._replayed)
         self.socket_path: Path | None = None
         self.socket_dir: Path | None = None
         self._owns_dir = False
@@ -235,6 +238,10 @@ class ToolBridge:
 
     # -- reporting -------------------------------------------------------------------
 
+    def _replayed(self, name: str, arguments: Any) -> dict[str, Any] | None:
+        """During a replay: the recorded call this one repeats (None: run the tool)."""
+        return None if self.replay is None else self.replay.tool(name, arguments)
+
     async def _report(self, event: dict[str, Any]) -> None:
         if self.on_call is None:
             return
@@ -250,10 +257,16 @@ class ToolBridge:
 
 
 def _build_server(
-    tools: Tools, *, name: str, report: Callable[[dict[str, Any]], Awaitable[None]]
+    tools: Tools,
+    *,
+    name: str,
+    report: Callable[[dict[str, Any]], Awaitable[None]],
+    replayed: Callable[[str, Any], dict[str, Any] | None] | None = None,
 ) -> FastMCP:
     """A server with exactly `tools` and a middleware that reports every call."""
-    server = FastMCP(name, middleware=[_ReportCalls(report)])
+    middleware = _ReportCalls(report, replayed)
+    server = FastMCP(name, middleware=[middleware])
+    middleware.server = server
     if tools is None:
         return server
     if isinstance(tools, FastMCP):
@@ -272,8 +285,14 @@ def _build_server(
 
 
 class _ReportCalls(Middleware):
-    def __init__(self, report: Callable[[dict[str, Any]], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        report: Callable[[dict[str, Any]], Awaitable[None]],
+        replayed: Callable[[str, Any], dict[str, Any] | None] | None = None,
+    ) -> None:
         self._report = report
+        self._replayed = replayed
+        self.server: FastMCP | None = None  # the server it is the middleware of
 
     async def on_call_tool(self, context: MiddlewareContext[Any], call_next: Any) -> Any:
         params = context.message
@@ -289,6 +308,12 @@ class _ReportCalls(Middleware):
             event["error"] = too_deep_message("the tool call's arguments")
             await self._report(event)
             raise ToolError(event["error"])
+        recorded = self._replayed(params.name, event["arguments"]) if self._replayed else None
+        if recorded is not None:
+            # A replay: the recorded answer, not run, not recorded again.
+            if recorded.get("error") is not None:
+                raise ToolError(str(recorded["error"]))
+            return recorded_tool_result(recorded.get("result"), await self._schema(params.name))
         t0 = time.perf_counter()
         try:
             result = await call_next(context)
@@ -305,6 +330,16 @@ class _ReportCalls(Middleware):
         event["ms"] = _ms(t0)
         await self._report(event)
         return result
+
+    async def _schema(self, name: str) -> dict[str, Any] | None:
+        """The tool's output schema (a replayed answer is shaped as the tool's was)."""
+        if self.server is None:
+            return None
+        try:
+            tool = await self.server.get_tool(name)
+        except Exception:
+            return None
+        return getattr(tool, "output_schema", None)
 
 
 def _ms(t0: float) -> float:

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from episodes.agents.conversation import Conversations
 from episodes.agents.net import tcp_listener
+from episodes.agents.replay import Divergence, Replay, raw_to_record
 from episodes.agents.sender import SESSION_HEADER, Exhausted, Sender, error_text, one_line
 from episodes.agents.serve import Bounds, HttpServer, Refusal, Request
 from episodes.agents.stream import assemble, stream_chunks
@@ -121,6 +122,8 @@ class ModelProxy:
         self._forced = spec.enforced()  # over the harness's values, on every call
         self.limits = limits or (budget.limits if budget is not None else HarnessLimits())
         self._budget = budget
+        # Set while a restored session replays recorded turns (episodes/agents/replay.py).
+        self.replay: Replay | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -228,6 +231,14 @@ class ModelProxy:
         if sent.get("stream"):
             # Usage arrives in a last chunk only when asked for; the record needs it.
             sent["stream_options"] = {**(sent.get("stream_options") or {}), "include_usage": True}
+        if self.replay is not None:
+            try:
+                answer = self.replay.model(sent)
+            except Divergence as e:  # on_divergence: fail; the restore fails on it
+                return _json(request, 409, openai_error(str(e), "invalid_request_error"))
+            if answer is not None:
+                return answer.send(request)
+        if sent.get("stream"):
             return await self._streamed(request, sent, started)
         return await self._plain(request, sent, started)
 
@@ -247,7 +258,14 @@ class ModelProxy:
             answer = raw.decode("utf-8", "replace")
         error = None if resp.status < 300 else one_line(error_text(raw))
         await self._record(
-            sent, answer, started, attempts, stream=False, status=resp.status, error=error
+            sent,
+            answer,
+            started,
+            attempts,
+            stream=False,
+            status=resp.status,
+            error=error,
+            raw=raw_to_record(raw, answer, stream=False),
         )
         request.respond(resp.status, raw, ctype)
 
@@ -306,8 +324,9 @@ class ModelProxy:
             request.on_writable(None)
             resp.close()
             self._sender.release()  # fleet.py: its place under the limit
-        chunks, too_deep = stream_chunks(b"".join(received))
+        whole = b"".join(received)
         received.clear()
+        chunks, too_deep = stream_chunks(whole)
         if too_deep and broke is None:
             # Already passed on; not parsed (recursion) nor recorded: the call failed.
             broke = f"model stream broke: {too_deep_message('a chunk of the upstream stream')}"
@@ -325,6 +344,7 @@ class ModelProxy:
             attempts,
             stream=True,
             error=str(broke) if broke else _harness_error(gone, slow, self.spec.timeout_s),
+            raw=raw_to_record(whole, response, stream=True) if self.spec.replay_bytes else None,
         )
         request.end()
 
@@ -361,6 +381,7 @@ class ModelProxy:
         stream: bool,
         status: int = 200,
         error: str | None = None,
+        raw: str | None = None,
     ) -> None:
         # The new messages only, with what they extend (episodes/agents/conversation.py):
         # the record grows with the conversation, not with its square.
@@ -383,6 +404,8 @@ class ModelProxy:
             record["extends"] = extends
         if error is not None:
             record["error"] = error
+        if raw is not None:  # the bytes the harness got, for an exact replay
+            record["raw"] = raw
         self.calls += 1
         await _call(self.on_call, record)
 

@@ -36,6 +36,7 @@ from episodes.types.model import ModelSpec
 if TYPE_CHECKING:
     from episodes.agents.bridge import ToolBridge
     from episodes.agents.proxy import ModelProxy
+    from episodes.agents.replay import Replay
 
 log = logging.getLogger(__name__)
 
@@ -216,6 +217,13 @@ class AgentServices:
             self._recorded = True
         failure, self._failure = self._failure, None
         return failure
+
+    def replay(self, replay: Replay | None) -> None:
+        """Answer the harness's calls from `replay` (None: live again), both services."""
+        if self.proxy is not None:
+            self.proxy.replay = replay
+        if self.bridge is not None:
+            self.bridge.replay = replay
 
     def _forget_calls(self) -> None:
         if self.proxy is not None:

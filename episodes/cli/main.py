@@ -236,6 +236,58 @@ def show(
     common.run(show_episode(workflow_id, cfg=cfg, as_json=as_json))
 
 
+@app.command("fork")
+@common.with_config
+def fork_cmd(
+    workflow_id: Annotated[str, typer.Argument(help="The episode to fork (running or done).")],
+    cfg: Config,
+    at_turn: Annotated[int, typer.Option(help="Replay its turns before this one, then go on.")],
+    samples: Annotated[int, typer.Option(help="How many branches.")] = 1,
+    out: Annotated[Path | None, typer.Option(help="Write the results here (JSON lines).")] = None,
+    policy_version: Annotated[
+        int | None, typer.Option(help="The branches' policy version (recorded on their calls).")
+    ] = None,
+) -> None:
+    """Branches of an episode (`ID.f<K>.<i>`): each replays its first K turns exactly
+    (no model call for them), then goes on live."""
+    from episodes.cli.fork import fork_command
+
+    common.run(
+        fork_command(
+            workflow_id,
+            cfg=cfg,
+            at_turn=at_turn,
+            samples=samples,
+            out=out,
+            policy_version=policy_version,
+        )
+    )
+
+
+@app.command()
+@common.with_config
+def park(
+    workflow_id: Annotated[str, typer.Argument(help="The running episode.")],
+    cfg: Config,
+) -> None:
+    """Park an episode: at its next turn boundary it releases box and harness and waits."""
+    from episodes.cli.fork import signal_episode
+
+    common.run(signal_episode(workflow_id, "park", cfg=cfg))
+
+
+@app.command()
+@common.with_config
+def resume(
+    workflow_id: Annotated[str, typer.Argument(help="The parked episode.")],
+    cfg: Config,
+) -> None:
+    """Resume a parked episode: a new session replays its turns exactly, then goes on."""
+    from episodes.cli.fork import signal_episode
+
+    common.run(signal_episode(workflow_id, "resume", cfg=cfg))
+
+
 @app.command("export")
 @common.with_config
 def export_cmd(

@@ -43,6 +43,7 @@ def transcript_of(data: dict[str, Any]) -> Transcript:
         turns=[TurnRecord.model_validate(t["record"]) for t in data["turns"]],
         termination=result.get("termination"),
         error=result.get("error"),
+        replayed_turns=data.get("replayed_turns", 0),
     )
 
 
@@ -115,9 +116,12 @@ async def _read_run(
     for ev in events:
         if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED and out["task"] is None:
             payloads = list(ev.workflow_execution_started_event_attributes.input.payloads)
-            if payloads:  # EpisodeInput or InteractiveInput: only the task is read
+            if payloads:  # EpisodeInput or InteractiveInput: the task (and a fork's parent)
                 inp = await decode(payloads[:1], dict, "input", ev.event_id)
                 out["task"] = inp.get("task") if inp else None
+                fork = (inp or {}).get("fork")
+                if isinstance(fork, dict) and not out["turns"]:
+                    await _add_parent_turns(client, out, fork, max_turns)
         elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             scheduled[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
         elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
@@ -154,6 +158,21 @@ async def _read_run(
         elif ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
             return ev.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
     return None
+
+
+async def _add_parent_turns(
+    client: Client, out: dict[str, Any], fork: dict[str, Any], max_turns: int | None
+) -> None:
+    """A fork's branch: its first turns are its parent's (replayed, not in its history)."""
+    k = int(fork.get("at_turn") or 0)
+    if max_turns is not None:
+        k = min(k, max_turns)
+    parent = await load_transcript(client, str(fork["workflow_id"]), max_turns=k)
+    out["turns"] = parent["turns"][:k]
+    out["replayed_turns"] = len(out["turns"])
+    out["forked_from"] = fork
+    if out["session"] is None:
+        out["session"] = parent["session"]  # the first message the branch replayed too
 
 
 def _add_turns(out: dict[str, Any], results: list[TurnResult], max_turns: int | None) -> None:

@@ -82,6 +82,12 @@ class Environment:
     #: `turn_timeout_s` (set in `reset`: a Harbor task's agent timeout). None: the spec's.
     turn_timeout_s: float | None = None
 
+    #: True: the same calls of this env's tools, made in the same order on a fresh env,
+    #: answer the same and leave it in the same state. An exact replay (a restart, a
+    #: fork) then runs the replayed turns' tool calls again, rebuilding the env's state;
+    #: False (the default): it answers them with the recorded results, not run.
+    deterministic_tools: bool = False
+
     def __init__(self, **env_args: Any) -> None:
         self.env_args = env_args
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from episodes.agents.replay import Replay
 from episodes.envs.base import step_turn
 from episodes.errors import HarnessFailure, TurnOutOfOrder
 from episodes.truncate import fit_result
@@ -37,9 +38,15 @@ async def restore_session(
     its replies are compared with the recorded ones (the divergent turn indices are
     returned). The env always steps on the *recorded* replies (`step_error` on the
     recorded errors of the failed turns it went on from), so its state follows
-    the recorded run whatever the new harness answers. Tools the replaying harness
-    calls act on this fresh env (once each); what a tool or the harness did outside
-    the box and the env (a network call, a model call) happens again.
+    the recorded run whatever the new harness answers.
+
+    An exact replay (episodes/agents/replay.py): meanwhile the session's proxy answers
+    the harness's model calls with the recorded ones, and its bridge the tool calls with
+    the recorded results (an env with `deterministic_tools` has them run again on this
+    fresh env, rebuilding its state). A call that does not match the record makes its
+    turn divergent; from there on calls go live (or, `on_divergence: fail`, the restore
+    fails: HarnessFailure). What the harness did outside the box, the env, the model
+    and the tools (a network call of its own) happens again.
     """
     assert session.harness is not None and session.env is not None and session.services
     timeout = session.spec.turn_timeout_s
@@ -47,6 +54,25 @@ async def restore_session(
     if resumed:
         transcript = [{"turn": r.turn, "message": r.message, "reply": r.reply} for r in records]
         await session.harness.resume(transcript, timeout_s=timeout)  # type: ignore[attr-defined]
+    replay = Replay(
+        [e for r in records for e in r.events],
+        deterministic_tools=bool(getattr(session.env, "deterministic_tools", False)),
+        on_divergence=session.spec.on_divergence,
+    )
+    if not resumed:
+        session.services.replay(replay)
+    try:
+        divergent = await _replay_turns(session, records, replay, resumed)
+    finally:
+        session.services.replay(None)
+    return divergent, resumed
+
+
+async def _replay_turns(
+    session: LiveSession, records: list[TurnRecord], replay: Replay, resumed: bool
+) -> list[int]:
+    assert session.harness is not None and session.env is not None and session.services
+    timeout = session.spec.turn_timeout_s
     divergent: list[int] = []
     for rec in records:
         if rec.turn != session.next_turn:
@@ -54,10 +80,13 @@ async def restore_session(
         if not resumed:
             # Not recorded (the recorded turn stands): later calls must not extend these.
             session.services.begin_turn([], recorded=False)
+            before = replay.divergences
             try:
                 new = await session.harness.turn(rec.turn, rec.message, timeout_s=timeout)
             finally:
                 session.services.end_turn()
+            if replay.divergences > before and replay.fail:
+                raise _diverged(rec.turn, replay)
             if new.error_type not in (None, "harness_error"):
                 raise _replay_failure(rec.turn, new)
             # Compared as the history would have recorded it (scrubbed, fitted).
@@ -69,7 +98,10 @@ async def restore_session(
                 history_limit_bytes=session.history_limit_bytes,
                 where=f"session {session.session_id} replay of turn {rec.turn}",
             ).record
-            if (new.reply, new.error_type) != (rec.reply, rec.error_type):
+            if replay.divergences > before or (new.reply, new.error_type) != (
+                rec.reply,
+                rec.error_type,
+            ):
                 divergent.append(rec.turn)
         observation = StepOutcome(done=True)
         if rec.error_type in (None, "harness_error"):
@@ -81,4 +113,11 @@ async def restore_session(
                 or observation
             )
         session.adopt(TurnResult(record=rec, observation=observation))
-    return divergent, resumed
+    return divergent
+
+
+def _diverged(n: int, replay: Replay) -> HarnessFailure:
+    """`on_divergence: fail`: the replay of turn `n` made a call the record does not hold."""
+    failure = HarnessFailure(f"replaying recorded turn {n}: {replay.why} (on_divergence: fail)")
+    failure.error_type = "harness_start_failed"
+    return failure

@@ -128,15 +128,18 @@ def missing_token_data(call: ModelCall) -> str | None:
 class _Open:
     """The sample being built."""
 
-    def __init__(self, call: ModelCall, index: int, at: int, reason: str | None) -> None:
+    def __init__(
+        self, call: ModelCall, index: int, at: int, reason: str | None, prompt: bool = False
+    ) -> None:
         assert call.prompt_ids is not None and call.completion_ids is not None
         assert call.completion_logprobs is not None
+        n = len(call.completion_ids)
         self.sample = Sample(
             index=index,
             prompt_ids=list(call.prompt_ids),
             completion_ids=list(call.completion_ids),
-            completion_mask=[1] * len(call.completion_ids),
-            completion_logprobs=list(call.completion_logprobs),
+            completion_mask=[0 if prompt else 1] * n,
+            completion_logprobs=[0.0] * n if prompt else list(call.completion_logprobs),
             num_model_calls=1,
             first_call=at,
             policy_version=call.policy_version,
@@ -145,10 +148,12 @@ class _Open:
         # prompt + completion so far: what the next prompt must begin with.
         self.sequence = call.prompt_ids + call.completion_ids
 
-    def extend(self, call: ModelCall) -> str | None:
-        """Take `call` in and return None, or return why it does not extend this sample."""
+    def extend(self, call: ModelCall, replayed: bool = False) -> str | None:
+        """Take `call` in and return None, or return why it does not extend this sample.
+        `replayed`: its sampled tokens are prompt here (mask 0: a fork's replayed call)."""
         assert call.prompt_ids is not None and call.completion_ids is not None
         assert call.completion_logprobs is not None
+        only_prompt = replayed
         s, seq, prompt = self.sample, self.sequence, call.prompt_ids
         if call.policy_version != s.policy_version:
             return f"policy_version {s.policy_version} -> {call.policy_version}"
@@ -158,18 +163,21 @@ class _Open:
                 (i for i, (a, b) in enumerate(zip(seq, prompt, strict=False)) if a != b), None
             )
             return f"prefix_mismatch at token {len(prompt) if at is None else at}"
-        gap = prompt[n:]
+        gap, m = prompt[n:], len(call.completion_ids)
         s.completion_ids += gap + call.completion_ids
-        s.completion_mask += [0] * len(gap) + [1] * len(call.completion_ids)
-        s.completion_logprobs += [0.0] * len(gap) + call.completion_logprobs
+        s.completion_mask += [0] * (len(gap) + m) if only_prompt else [0] * len(gap) + [1] * m
+        logprobs = [0.0] * m if only_prompt else call.completion_logprobs
+        s.completion_logprobs += [0.0] * len(gap) + logprobs
         s.num_model_calls += 1
         self.sequence = prompt + call.completion_ids
         return None
 
 
-def build_samples(calls: Sequence[ModelCall | None]) -> EpisodeSamples:
+def build_samples(calls: Sequence[ModelCall | None], *, replayed: int = 0) -> EpisodeSamples:
     """The samples of one episode's model calls, in order (see the module doc); None
-    stands for a call whose record was lost (`samples_of`)."""
+    stands for a call whose record was lost (`samples_of`). The first `replayed` calls
+    are a fork's replay of its parent's: their sampled tokens are prompt (mask 0), so a
+    trainer never trains on the parent's samples twice."""
     out = EpisodeSamples()
     current: _Open | None = None
     after_gap: str | None = None  # set when an incomplete call sits before the next one
@@ -188,7 +196,7 @@ def build_samples(calls: Sequence[ModelCall | None]) -> EpisodeSamples:
             continue
         reason = after_gap
         if current is not None and reason is None:
-            reason = current.extend(call)
+            reason = current.extend(call, i < replayed)
             if reason is None:
                 continue
         if current is not None:
@@ -196,7 +204,7 @@ def build_samples(calls: Sequence[ModelCall | None]) -> EpisodeSamples:
             out.samples.append(current.sample)
         else:
             reason = None  # the episode's first sample continues nothing
-        current = _Open(call, len(out.samples), i, reason)
+        current = _Open(call, len(out.samples), i, reason, i < replayed)
         after_gap = None
     if current is not None:
         out.samples.append(current.sample)
@@ -221,6 +229,14 @@ def samples_of(transcript: Transcript) -> EpisodeSamples:
     missing call here (incomplete, never merged over). Call indexes count them.
     """
     calls: list[ModelCall | None] = []
+    replayed = 0  # calls in a fork's replayed turns (its parent's)
+    for t in transcript.turns[: transcript.replayed_turns]:
+        replayed += sum(
+            1
+            for e in t.events
+            if isinstance(e, dict)
+            and (e.get("kind") == "model_call" or bool(e.get(MARKER) and _may_be_a_model_call(e)))
+        )
     for event in transcript.events():
         if not isinstance(event, dict):
             continue
@@ -228,7 +244,7 @@ def samples_of(transcript: Transcript) -> EpisodeSamples:
             calls.append(ModelCall.model_validate(event))
         elif event.get(MARKER) and _may_be_a_model_call(event):
             calls.append(None)
-    return build_samples(calls)
+    return build_samples(calls, replayed=replayed)
 
 
 def _may_be_a_model_call(marker: dict[str, object]) -> bool:

@@ -21,6 +21,7 @@ from episodes.types.base import Model, Seconds, SecondsOrZero
 from episodes.types.metrics import BatchMetrics, MetricsAccumulator
 from episodes.types.priority import BudgetName
 from episodes.types.results import (
+    ForkOrigin,
     ScoreResult,
     Task,
     Termination,
@@ -80,6 +81,9 @@ class EpisodeInput(Model):
     carry: EpisodeCarry | None = None
     """Set by continue-as-new only: the run picks up the session where the last one
     paused."""
+    fork: ForkOrigin | None = None
+    """A fork's branch (`EpisodesClient.fork`): instead of a fresh session, one that
+    replays the parent's first `fork.at_turn` turns exactly; it goes on live from there."""
 
 
 class ProvisionInput(Model):
@@ -174,6 +178,8 @@ class RestoreInput(Model):
     turns: int = Field(ge=0)
     restart: int = Field(ge=1)
     """1 for the first restart of the episode."""
+    source_workflow_id: str | None = None
+    """Whose recorded turns to replay (a fork's parent); None: the episode's own."""
     idle_timeout_s: Seconds | None = None
     """As ProvisionInput's."""
 
@@ -194,7 +200,9 @@ class ReleaseInput(Model):
 
 
 # Where an episode's workflow is in its story (the `progress` query, the UI details).
-EpisodeStatus = Literal["provisioning", "running", "restoring", "scoring", "releasing", "done"]
+EpisodeStatus = Literal[
+    "provisioning", "running", "restoring", "parked", "scoring", "releasing", "done"
+]
 
 
 class EpisodeProgress(Model):

@@ -100,6 +100,12 @@ class ModelSpec(BaseModel):
     policy_version: int | None = Field(default=None, ge=0)
     """The version of the policy the upstream serves, recorded on every model call (a
     trainer bumps it with each weight update it pushes)."""
+    replay_bytes: bool = True
+    """Record each streamed call's server-sent events as the harness got them (`raw`),
+    so an exact replay (a restart, a fork) answers with the same bytes; off: the
+    record keeps the folded response only, and a replay sends it as one chunk per
+    choice (the same content, token ids and logprobs; about half the record). A plain
+    call's body is kept when `json.dumps` of its response does not give it back."""
     cache_salt: bool = False
     """Send vLLM's `cache_salt` (one value per `policy_version`) so the upstream never
     reuses prefix-cache KV computed under an older policy's weights."""

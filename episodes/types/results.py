@@ -157,6 +157,9 @@ class Transcript(Model):
     turns: list[TurnRecord] = Field(default_factory=list)
     termination: Termination | None = None
     error: str | None = None
+    replayed_turns: int = 0
+    """A fork's branch: its first turns are its parent's, replayed (their model calls
+    are prompt to a trainer, never completion: `episodes.training.samples`)."""
 
     def events(self, kind: str | None = None) -> list[Any]:
         """Every turn's events in order; with `kind`, only dict events of that kind."""
@@ -190,6 +193,16 @@ def _kind(event: Any) -> Any:
     return event.get("kind") if isinstance(event, dict) else None
 
 
+class ForkOrigin(Model):
+    """Where a fork's branch came from: its parent episode and the turn it branched at
+    (the branch replayed the parent's turns `0..at_turn-1` exactly, then went on live)."""
+
+    workflow_id: str
+    at_turn: int = Field(ge=0)
+    branch: int = Field(default=0, ge=0)
+    """Which of the fork's branches (`<parent>.f<at_turn>.<branch>`)."""
+
+
 class EpisodeResult(Model):
     workflow_id: str
     task_id: str
@@ -221,6 +234,8 @@ class EpisodeResult(Model):
     """Fresh episodes (`<id>.r<n>`) a client-side batch (`run_batch`) ran for this task
     and sample after infrastructure failures before this one. A re-run of an episode
     cancelled when an earlier run was left (Ctrl-C) is not one. 0 elsewhere."""
+    forked_from: ForkOrigin | None = None
+    """A fork's branch: the parent and turn it replayed up to (`EpisodesClient.fork`)."""
     config_error: bool = False
     """It could not start because of its configuration (an env module the worker cannot
     import, a secret it cannot read, a box the spec cannot start): `harness_start_failed`

@@ -105,6 +105,14 @@ class EpisodeSpec(Model):
     on a live worker replays the recorded turns and the episode goes on
     (docs/failures.md: Failure semantics), at most `max_restarts` times per
     episode."""
+    on_divergence: Literal["live", "fail"] = "live"
+    """A restart's (or a fork's) exact replay answers the harness's model and tool calls
+    from the record (docs/failures.md: Exact replay); a call that does not match it is
+    a divergence. `live`: counted, and every call from there on goes live. `fail`: the
+    restore fails like a harness that could not start (`harness_start_failed`)."""
+    max_parked_s: Seconds = Field(default=86400.0, gt=0)
+    """A parked episode (`EpisodesClient.park`) holds no box and no harness; past this
+    long parked it resumes by itself (docs/trainers.md: Park and resume)."""
     max_restarts: int = Field(default=2, ge=0)
     """With `on_worker_lost: restart`: the most restarts per episode; past them it
     ends `worker_lost`."""

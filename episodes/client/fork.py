@@ -1,0 +1,102 @@
+"""Fork an episode at a turn: branches that replay its first turns exactly, then go on live.
+
+    handles = await client.fork("kv.ab.s0", at_turn=2, samples=4)
+    results = [await h.result() for h in handles]    # each `forked_from` the parent
+
+Each branch is a new EpisodeWorkflow (`<parent>.f<k>.<i>`) whose input names the parent
+and the turn (`EpisodeInput.fork`): it opens a fresh box, harness and env, replays the
+parent's turns `0..k-1` from the parent's history with the session's services in exact
+replay (episodes/agents/replay.py: the model and tool calls answered from the record),
+then drives on live from turn k. The parent is only read: running or finished, it is
+untouched. A branch's transcript starts with the parent's k turns (`replayed_turns`):
+their model calls are prompt to a trainer, never completion (episodes/training/samples.py).
+"""
+
+from __future__ import annotations
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+
+from episodes import contract
+from episodes.errors import EpisodesError
+from episodes.types.io import EpisodeInput
+from episodes.types.results import EpisodeResult, ForkOrigin
+
+
+def branch_id(workflow_id: str, at_turn: int, branch: int) -> str:
+    return f"{workflow_id}.f{at_turn}.{branch}"
+
+
+async def parent_input(client: Client, workflow_id: str) -> EpisodeInput:
+    """The input the parent episode was started with (its latest run's, carry dropped)."""
+    from temporalio.service import RPCError
+
+    try:
+        async for ev in client.get_workflow_handle(workflow_id).fetch_history_events(page_size=1):
+            attrs = ev.workflow_execution_started_event_attributes
+            if attrs.workflow_type.name != contract.EPISODE_WORKFLOW:
+                raise EpisodesError(
+                    f"{workflow_id} is a {attrs.workflow_type.name}, not an episode: "
+                    "only episodes (EpisodeWorkflow) can be forked"
+                )
+            [inp] = await client.data_converter.decode(
+                list(attrs.input.payloads)[:1], [EpisodeInput]
+            )
+            return inp.model_copy(update={"carry": None})
+    except RPCError as e:
+        raise EpisodesError(f"no episode {workflow_id!r}: {e.message}") from None
+    raise EpisodesError(f"no episode {workflow_id!r}")
+
+
+async def fork_episode(
+    client: Client,
+    task_queue: str,
+    workflow_id: str,
+    *,
+    at_turn: int,
+    samples: int = 1,
+    policy_version: int | None = None,
+) -> list[WorkflowHandle[object, EpisodeResult]]:
+    """Start `samples` branches of `workflow_id` at `at_turn` (or attach to the ones
+    already started under their ids); their handles, in branch order."""
+    from episodes.client.history import recorded_turns
+
+    if samples < 1:
+        raise EpisodesError(f"fork: samples must be at least 1, not {samples}")
+    if at_turn < 0:
+        raise EpisodesError(f"fork: at_turn must be 0 or more, not {at_turn}")
+    parent = await parent_input(client, workflow_id)
+    spec = parent.spec
+    if at_turn >= spec.max_turns:
+        raise EpisodesError(
+            f"fork: at_turn {at_turn} leaves no turn to run (the spec's max_turns is "
+            f"{spec.max_turns}); fork at an earlier turn"
+        )
+    # The parent must have recorded the turns the branches replay (it may still run).
+    await recorded_turns(client, workflow_id, at_turn)
+    if policy_version is not None:
+        if spec.model is None:
+            raise EpisodesError("fork: policy_version given, but the episode has no model")
+        model = spec.model.model_copy(update={"policy_version": policy_version})
+        spec = spec.model_copy(update={"model": model})
+    handles = []
+    for i in range(samples):
+        inp = parent.model_copy(
+            update={
+                "spec": spec,
+                "fork": ForkOrigin(workflow_id=workflow_id, at_turn=at_turn, branch=i),
+            }
+        )
+        handles.append(
+            await client.start_workflow(
+                contract.EPISODE_WORKFLOW,
+                inp,
+                id=branch_id(workflow_id, at_turn, i),
+                task_queue=task_queue,
+                result_type=EpisodeResult,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                static_summary=f"fork of {workflow_id} at turn {at_turn} · branch {i}",
+            )
+        )
+    return handles
