@@ -19,6 +19,7 @@ from collections.abc import AsyncGenerator, Coroutine, Generator, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
+from temporalio.client import WorkflowHandle
 from temporalio.converter import DataConverter
 
 from episodes.client.core import EpisodesClient
@@ -28,6 +29,7 @@ from episodes.client.interactive import InteractiveSession
 from episodes.training.samples import EpisodeSamples
 from episodes.types.io import EpisodeProgress, StepReply
 from episodes.types.model import UpstreamSpec
+from episodes.types.priority import BatchBudget, BudgetName
 from episodes.types.results import EpisodeResult, Task, Termination, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TURNS_PER_RUN
@@ -152,6 +154,11 @@ class SyncEpisodesClient:
         self.async_client.policy_version = version
 
     @property
+    def budget_exhausted(self) -> BudgetName | None:
+        """The budget the last `run_batch` stream reached, if any."""
+        return self.async_client.budget_exhausted
+
+    @property
     def upstreams(self) -> list[UpstreamSpec] | None:
         """The fleet episodes are dispatched to (`run_batch`; None: the spec's)."""
         return self.async_client.upstreams
@@ -170,6 +177,10 @@ class SyncEpisodesClient:
         groups: Literal[False] = False,
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        fairness_weight: float | None = None,
+        budget: BatchBudget | None = None,
         batch: str | None = None,
     ) -> Iterator[EpisodeResult]: ...
 
@@ -183,6 +194,10 @@ class SyncEpisodesClient:
         groups: Literal[True],
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        fairness_weight: float | None = None,
+        budget: BatchBudget | None = None,
         batch: str | None = None,
     ) -> Iterator[SyncGroup]: ...
 
@@ -195,6 +210,10 @@ class SyncEpisodesClient:
         groups: bool = False,
         policy_version: int | None = None,
         max_staleness: int | None = None,
+        priority: int | None = None,
+        fairness_key: str | None = None,
+        fairness_weight: float | None = None,
+        budget: BatchBudget | None = None,
         batch: str | None = None,
     ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]:
         """Results as each episode finishes, or with `groups` each task's samples as a
@@ -209,6 +228,10 @@ class SyncEpisodesClient:
                 groups=True,
                 policy_version=policy_version,
                 max_staleness=max_staleness,
+                priority=priority,
+                fairness_key=fairness_key,
+                fairness_weight=fairness_weight,
+                budget=budget,
             )
             return self._groups(grouped)
         results = self.async_client.run_batch(
@@ -217,6 +240,10 @@ class SyncEpisodesClient:
             batch_id=batch_id,
             policy_version=policy_version,
             max_staleness=max_staleness,
+            priority=priority,
+            fairness_key=fairness_key,
+            fairness_weight=fairness_weight,
+            budget=budget,
         )
         return self._iterate(results)
 
@@ -242,6 +269,30 @@ class SyncEpisodesClient:
             if not self._loop.closed:
                 self._loop.run(agen.aclose())
 
+    def fork(
+        self,
+        workflow_id: str,
+        *,
+        at_turn: int,
+        samples: int = 1,
+        policy_version: int | None = None,
+    ) -> list[WorkflowHandle[object, EpisodeResult]]:
+        """Branches of an episode that replay its first `at_turn` turns exactly (see
+        `EpisodesClient.fork`)."""
+        return self._loop.run(
+            self.async_client.fork(
+                workflow_id, at_turn=at_turn, samples=samples, policy_version=policy_version
+            )
+        )
+
+    def park(self, workflow_id: str) -> None:
+        """Park a running episode at its next turn boundary (see `EpisodesClient.park`)."""
+        self._loop.run(self.async_client.park(workflow_id))
+
+    def resume(self, workflow_id: str) -> None:
+        """Resume a parked episode (see `EpisodesClient.resume`)."""
+        self._loop.run(self.async_client.resume(workflow_id))
+
     def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript, every run of it."""
         return self._loop.run(self.async_client.transcript(workflow_id))
@@ -252,20 +303,22 @@ class SyncEpisodesClient:
         task: Task,
         sample: int = 0,
         *,
-        batch: str | None = None,
+        batch_id: str | None = None,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
         workflow_id: str | None = None,
         turns_per_run: int = DEFAULT_TURNS_PER_RUN,
+        batch: str | None = None,
     ) -> SyncInteractiveSession:
         session = self._loop.run(
             self.async_client.open_session(
                 spec,
                 task,
                 sample,
-                batch=batch,
+                batch_id=batch_id,
                 idle_timeout_s=idle_timeout_s,
                 workflow_id=workflow_id,
                 turns_per_run=turns_per_run,
+                batch=batch,
             )
         )
         return SyncInteractiveSession(self._loop, session)
@@ -365,6 +418,14 @@ class SyncGroup:
     @property
     def stale(self) -> int:
         return self.async_group.stale
+
+    @property
+    def zero_variance(self) -> bool:
+        return self.async_group.zero_variance
+
+    @property
+    def partial(self) -> bool:
+        return self.async_group.partial
 
     def advantages(self, normalize_std: bool = False) -> list[float | None]:
         return self.async_group.advantages(normalize_std)

@@ -4,6 +4,7 @@ and no process or container is left."""
 
 from __future__ import annotations
 
+import os
 import signal
 import tempfile
 import threading
@@ -208,6 +209,10 @@ async def test_sandbox_memory_hog_fork_bomb_and_disk_filler_beside_healthy(
         "healthy-1": _spec("healthy1", echo),
         "healthy-2": _spec("healthy2", echo),
     }
+    if not cgroup.available() and os.geteuid() == 0:
+        # RLIMIT_NPROC does not bind uid 0: a root worker without a cgroup cannot hold a
+        # fork bomb (docs/containment.md), and it would starve every other test of pids.
+        del specs["bomb"]
     print("\nhostile (sandbox):")
     worker = None
     try:
@@ -217,9 +222,10 @@ async def test_sandbox_memory_hog_fork_bomb_and_disk_filler_beside_healthy(
         else:  # RLIMIT_DATA: its allocation fails, and it dies of that
             assert out["hog"].termination == "harness_crashed", out["hog"]
             assert "MemoryError" in (out["hog"].error or ""), out["hog"]
-        _assert_limit(out["bomb"], "process")
+        if "bomb" in out:
+            _assert_limit(out["bomb"], "process")
         _assert_limit(out["filler"], "disk")
-        for kind in ("hog", "bomb", "filler"):
+        for kind in ("hog", "bomb", "filler") if "bomb" in out else ("hog", "filler"):
             assert out[kind].turns == 2, out[kind]  # turn 1 ended by the limit, not later
         assert out["healthy-1"].termination == out["healthy-2"].termination == "env_done"
         assert all(r.reward == 1.0 for k, r in out.items() if k.startswith("healthy"))

@@ -90,8 +90,11 @@ def _sha(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
 
 
-def _cli(args: list[str], log: Path, env: dict[str, str], timeout: float = 120) -> str:
-    """The real `episodes` CLI; its stdout and stderr are appended to `log`."""
+def _cli(
+    args: list[str], log: Path, env: dict[str, str], timeout: float = 120, code: int = 0
+) -> str:
+    """The real `episodes` CLI; its stdout and stderr are appended to `log`. `code`: the
+    exit code it must end with."""
     done = subprocess.run(
         [sys.executable, "-m", "episodes.cli.main", *args],
         capture_output=True,
@@ -102,7 +105,7 @@ def _cli(args: list[str], log: Path, env: dict[str, str], timeout: float = 120) 
     )
     with log.open("a") as f:
         f.write(f"$ episodes {' '.join(args)}\n{done.stdout}\n{done.stderr}\n")
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == code, done.stderr[-3000:]
     return done.stdout + done.stderr
 
 
@@ -216,6 +219,8 @@ async def test_canary_secrets_reach_the_harness_and_nothing_else(tmp_path: Path)
                     ["run", str(path), *run_args, "--out", str(tmp_path / f"{key}.jsonl")],
                     cli_log,
                     base_env,
+                    # Every episode of the crashing spec fails: the run says so (exit 1).
+                    code=1 if key == "start-crash" else 0,
                 )
             # The upstream got the key the worker holds (a wrong or missing one is a 401).
             chats = upstream.chat_requests

@@ -66,6 +66,11 @@ async def _run(box: SandboxRuntime, code: str, timeout_s: float = 60) -> tuple[i
     ("code", "limit"), [(BOMB, "process limit (32"), (FILL, "disk limit (16 MiB")]
 )
 async def test_a_box_past_a_limit_is_ended_naming_it_and_its_neighbour_goes_on(mode, code, limit):
+    if mode == "rlimits" and code == BOMB and os.geteuid() == 0:
+        # The kernel does not apply RLIMIT_NPROC to uid 0's processes: without a cgroup a
+        # root worker's box forks until the watch ends it, thousands of processes that
+        # take the machine's pids from every other test (seen in CI). docs/containment.md.
+        pytest.skip("RLIMIT_NPROC does not bind a root worker's boxes (a cgroup does)")
     box, neighbour = await _box(), await _box()
     try:
         started = time.monotonic()
