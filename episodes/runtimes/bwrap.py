@@ -12,7 +12,7 @@ from pathlib import Path
 
 import episodes
 from episodes.agents.services import RELAY_IN_BOX
-from episodes.runtimes import sandbox_init
+from episodes.runtimes.sandbox_agent import agent_argv
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 CHANNEL_IN_BOX = "/run/episodes"
@@ -170,8 +170,8 @@ def bwrap_argv(
         argv += ["--bind", workdir, workdir, "--chdir", workdir]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    argv += ["--", sys.executable, "-I", sandbox_init.__file__, str(control_fd)]
-    return argv + ([rlimits] if rlimits else [])
+    agent, binds = agent_argv(control_fd, rlimits)
+    return [*argv, *binds, "--", *agent]
 
 
 def sized_tmpfs(bwrap: str) -> bool:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.runtimes import cgroup, seccomp
+from episodes.runtimes import cgroup, sandbox_agent, seccomp
 from episodes.runtimes.base import Runtime, RuntimeProcess
 from episodes.runtimes.bwrap import (
     BWRAP_MISSING,
@@ -130,6 +130,7 @@ class SandboxRuntime(Runtime):
             self._host_workdir = True
         self._channel = tempfile.mkdtemp(prefix=box_dir_prefix())
         group = await asyncio.to_thread(cgroup.make, self.id, limits)
+        await asyncio.to_thread(sandbox_agent.compiled)  # once per worker: not on the loop
         # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
         rlimits = f"nproc={limits.processes},fsize={limits.disk}"
         if group is None:
@@ -252,10 +253,9 @@ class SandboxRuntime(Runtime):
         if self._sock is None:
             raise RuntimeError(f"sandbox runtime {self.id} is not running")
         self._next_id += 1
-        msg = {**msg, "id": self._next_id}
+        data = sandbox_agent.frame({**msg, "id": self._next_id})  # ValueError before anything waits
         fut = asyncio.get_running_loop().create_future()
         self._replies[self._next_id] = fut
-        data = (json.dumps(msg) + "\n").encode()
         async with self._send_lock:
             await self._send(data, fds)
         try:
