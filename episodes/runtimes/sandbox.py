@@ -151,10 +151,15 @@ class SandboxRuntime(Runtime):
         )
         # Dies with the worker, as a subprocess box does (see `subprocess`): bwrap then
         # takes its pid 1, and so the whole box, with it (--die-with-parent).
-        prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
-        command = [*prefix, *self.argv]
-        if group is not None:
-            command = group.enter_argv(command)
+        launcher = sandbox_agent.compiled()
+        if launcher is not None:  # both in one exec (~1 ms of CPU less a box)
+            files = group.procs_files if group is not None else []
+            command = [launcher, "--launch", str(len(files)), *files, "--", *self.argv]
+        else:
+            prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+            command = [*prefix, *self.argv]
+            if group is not None:
+                command = group.enter_argv(command)
         self._watch = LimitWatch(self, limits, group, disk)
         fds = (theirs.fileno(),) if filter_fd is None else (theirs.fileno(), filter_fd)
         try:
