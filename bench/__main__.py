@@ -81,6 +81,14 @@ def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "value": f"{r:.2f}x",
             "met": r >= 0.6,
         }
+    r = _get(results, "throughput", "ratios", "sandbox_vs_plain_in_process")
+    if r is not None:
+        out["sandbox_vs_plain_in_process"] = {
+            "target": "in-process turns/s, the default sandbox / isolation: none >= 0.85x "
+            "(issue 32)",
+            "value": f"{r:.2f}x",
+            "met": r >= 0.85,
+        }
     one = _get(results, "overhead", "figures", "temporal")
     if one and "one_turn_episode_ms" in one:
         ms = one["one_turn_episode_ms"]["median"]
