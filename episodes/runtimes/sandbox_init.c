@@ -10,6 +10,11 @@
  * `setpriv --pdeathsig KILL` (dying with the worker), one exec instead of two:
  *
  *        sandbox_init --launch N CGROUP_PROCS_FILE... -- BWRAP ARGS...
+ *
+ * And in the box, the relay of episodes/agents/relay.py (the box's loopback to a
+ * service's Unix socket; the same ready line, the same bytes both ways):
+ *
+ *        sandbox_init --relay SOCKET
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -26,6 +31,9 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -320,6 +328,130 @@ static void rlimits(char *spec) {
     }
 }
 
+/* -- the relay ------------------------------------------------------------------------ */
+
+#define RELAY_MAX 256
+#define RELAY_BUF 65536
+
+struct half { /* bytes read from `from`, not yet written to `to` */
+    int from, to;
+    char *buf;
+    size_t len, off;
+    int eof; /* `from` ended: `to` shut down for writing once buf is flushed */
+};
+
+static struct half halves[2 * RELAY_MAX];
+
+static void half_close(int i) { /* a pair: halves 2k and 2k+1 */
+    int k = i & ~1;
+    if (halves[k].from >= 0) close(halves[k].from);
+    if (halves[k].to >= 0) close(halves[k].to);
+    free(halves[k].buf);
+    free(halves[k + 1].buf);
+    memset(&halves[k], 0, 2 * sizeof halves[0]);
+    halves[k].from = halves[k].to = halves[k + 1].from = halves[k + 1].to = -1;
+}
+
+static int relay(const char *path) {
+    signal(SIGPIPE, SIG_IGN);
+    for (int i = 0; i < 2 * RELAY_MAX; i++) halves[i].from = halves[i].to = -1;
+    int ls = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {0};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t alen = sizeof a;
+    if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) < 0 || listen(ls, 128) < 0 ||
+        getsockname(ls, (struct sockaddr *)&a, &alen) < 0)
+        return 1;
+    struct sockaddr_un u = {0};
+    u.sun_family = AF_UNIX;
+    if (strlen(path) >= sizeof u.sun_path) return 1;
+    strcpy(u.sun_path, path);
+    char q[600], line[800];
+    quoted(q, sizeof q, path);
+    snprintf(line, sizeof line,
+             "{\"type\": \"ready\", \"host\": \"127.0.0.1\", \"port\": %d, \"socket\": %s}\n",
+             ntohs(a.sin_port), q);
+    if (write(1, line, strlen(line)) < 0) return 1;
+    struct pollfd p[1 + 2 * RELAY_MAX];
+    int who[1 + 2 * RELAY_MAX];
+    for (;;) {
+        int n = 0;
+        p[n] = (struct pollfd){ls, POLLIN, 0};
+        who[n++] = -1;
+        for (int i = 0; i < 2 * RELAY_MAX; i++) {
+            struct half *h = &halves[i];
+            if (h->from < 0) continue;
+            if (h->len > h->off) /* wait until `to` can take more */
+                p[n] = (struct pollfd){h->to, POLLOUT, 0};
+            else if (!h->eof)
+                p[n] = (struct pollfd){h->from, POLLIN, 0};
+            else
+                continue;
+            who[n++] = i;
+        }
+        if (poll(p, (nfds_t)n, -1) < 0) {
+            if (errno == EINTR) continue;
+            return 1;
+        }
+        for (int j = 1; j < n; j++) {
+            if (!p[j].revents) continue;
+            int i = who[j];
+            struct half *h = &halves[i];
+            if (h->from < 0) continue; /* its pair closed in this round */
+            if (h->len > h->off) {
+                ssize_t w = write(h->to, h->buf + h->off, h->len - h->off);
+                if (w < 0 && errno != EAGAIN && errno != EINTR) {
+                    half_close(i);
+                    continue;
+                }
+                if (w > 0) h->off += (size_t)w;
+                if (h->off == h->len) h->off = h->len = 0;
+            } else {
+                ssize_t r = read(h->from, h->buf, RELAY_BUF);
+                if (r < 0 && (errno == EAGAIN || errno == EINTR)) continue;
+                if (r <= 0) { /* pass the end of this direction on (HTTP half-closes) */
+                    h->eof = 1;
+                    shutdown(h->to, SHUT_WR);
+                    if (halves[i ^ 1].eof || r < 0) half_close(i);
+                    continue;
+                }
+                h->len = (size_t)r;
+                h->off = 0;
+            }
+        }
+        if (p[0].revents) {
+            int c = accept4(ls, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (c < 0) continue;
+            int k = -1;
+            for (int i = 0; i < 2 * RELAY_MAX; i += 2)
+                if (halves[i].from < 0) {
+                    k = i;
+                    break;
+                }
+            int s = k < 0 ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            if (s < 0 || connect(s, (struct sockaddr *)&u, sizeof u) < 0) {
+                /* no bridge (yet, or any more): the client sees its connection closed */
+                fprintf(stderr, "relay: cannot connect to %s: %s\n", path, strerror(errno));
+                if (s >= 0) close(s);
+                close(c);
+                continue;
+            }
+            fcntl(s, F_SETFL, O_NONBLOCK);
+            char *b0 = malloc(RELAY_BUF), *b1 = malloc(RELAY_BUF);
+            if (!b0 || !b1) {
+                free(b0);
+                free(b1);
+                close(s);
+                close(c);
+                continue;
+            }
+            halves[k] = (struct half){c, s, b0, 0, 0, 0};
+            halves[k + 1] = (struct half){s, c, b1, 0, 0, 0};
+        }
+    }
+}
+
 /* Into the box's cgroup(s), die with the worker's thread that forked us, exec bwrap. */
 static int launch(int argc, char **argv) {
     pid_t parent = getppid();
@@ -339,6 +471,7 @@ static int launch(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--launch") == 0) return launch(argc, argv);
+    if (argc == 3 && strcmp(argv[1], "--relay") == 0) return relay(argv[2]);
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     if (argc < 2) return 2;
     if (argc > 2) rlimits(argv[2]);

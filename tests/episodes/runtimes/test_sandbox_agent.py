@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import errno
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -110,5 +111,44 @@ async def test_no_harness_can_read_or_write_the_agents_memory(agent):
         code = "open('/proc/2/mem', 'rb')"
         rc, _, err = await _out(box, [sys.executable, "-c", code])
         assert rc == 1 and "PermissionError" in err
+    finally:
+        await box.stop()
+
+
+async def test_a_relay_carries_bytes_and_half_closes_both_ways(agent):
+    """What a session's services are reached through (episodes/agents/relay.py's
+    contract): the ready line, then each loopback connection to the Unix socket."""
+    from episodes.agents.services import RELAY_IN_BOX
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        data = await reader.read()  # to the client's EOF (its half-close)
+        writer.write(data.upper())
+        await writer.drain()
+        writer.close()
+
+    box = SandboxRuntime()
+    await box.start()
+    try:
+        assert box.channel_dir is not None
+        host_dir, box_dir = box.channel_dir
+        server = await asyncio.start_unix_server(echo, str(host_dir / "x.sock"))
+        relay = await box.open_relay(
+            ["python3", "-I", RELAY_IN_BOX, "--socket", f"{box_dir}/x.sock"]
+        )
+        ready = json.loads(await asyncio.wait_for(relay.stdout.readline(), 30))
+        assert ready["type"] == "ready" and ready["host"] == "127.0.0.1"
+        code = (
+            "import socket, sys\n"
+            f"s = socket.create_connection(('127.0.0.1', {ready['port']}))\n"
+            "s.sendall(b'x' * 200000 + b'end'); s.shutdown(socket.SHUT_WR)\n"
+            "got = b''\n"
+            "while chunk := s.recv(65536):\n"
+            "    got += chunk\n"
+            "print(len(got), got[-3:].decode())\n"
+        )
+        outs = await asyncio.gather(*(_out(box, [sys.executable, "-c", code]) for _ in range(5)))
+        assert [o[:2] for o in outs] == [(0, "200003 END\n")] * 5
+        await relay.kill()
+        server.close()
     finally:
         await box.stop()
