@@ -5,6 +5,7 @@ Kept apart from `sandbox` (the runtime): what a box sees is decided here, in one
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -82,7 +83,13 @@ def _python_binds() -> list[tuple[str, str]]:
     """What the worker's Python needs in the box, as (host path, box path): its
     installation and virtualenv at the same paths, and the `episodes` package the
     worker runs, at its own path and wherever an editable install's finder maps the
-    name (so `{python} -m episodes...` in the box runs the worker's code)."""
+    name (so `{python} -m episodes...` in the box runs the worker's code). Found once
+    per process (a scan of `sys.modules`: the biggest part of a box's worker CPU)."""
+    return list(_found_python_binds())
+
+
+@functools.cache
+def _found_python_binds() -> tuple[tuple[str, str], ...]:
     package = str(Path(episodes.__file__).resolve().parent)
     found = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
     # /usr is bound whole; and a folder inside another one needs no bind of its own.
@@ -93,7 +100,7 @@ def _python_binds() -> list[tuple[str, str]]:
         mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
         if isinstance(mapping, dict) and isinstance(mapping.get("episodes"), str):
             targets.add(mapping["episodes"])
-    return binds + [(package, t) for t in sorted(targets)]
+    return (*binds, *((package, t) for t in sorted(targets)))
 
 
 def _python_dirs() -> list[str]:
