@@ -131,3 +131,11 @@ async def test_throughput_runs_in_process_on_the_sandbox_and_on_a_plain_process(
     assert sandboxed["turns_per_s"] > 0 and len(boxes) == 2
     judged = targets({"throughput": {"ratios": {"sandbox_vs_plain_in_process": 0.9}}})
     assert judged["sandbox_vs_plain_in_process"]["met"] is True
+
+
+async def test_box_cost_measures_both_runtimes() -> None:
+    from bench import box_cost
+
+    for config in box_cost.KINDS.values():
+        figures = await box_cost._measure(config, 1)
+        assert figures["wall_ms_per_box"] > 0 and figures["worker_cpu_ms_per_box"] >= 0
