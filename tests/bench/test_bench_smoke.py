@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import uuid
 
+import pytest
+
 from bench import pool, respawn
 from bench.__main__ import _clean, targets
 from bench.common import ECHO, STAMP, episode_gaps, floor_gaps, pct, script_spec, stamp_gaps_ms
@@ -139,3 +141,13 @@ async def test_box_cost_measures_both_runtimes() -> None:
     for config in box_cost.KINDS.values():
         figures = await box_cost._measure(config, 1)
         assert figures["wall_ms_per_box"] > 0 and figures["worker_cpu_ms_per_box"] >= 0
+
+
+@pytest.mark.timeout(240)
+async def test_density_quick_path_finishes_on_the_default_sandbox() -> None:
+    """Its gate harness once waited forever for a host file the default sandbox could
+    not see, and `make bench --quick` never finished (issue 32)."""
+    from bench import density
+
+    result = await density.run(quick=True)
+    assert result["figures"]["sessions"] == 20
