@@ -256,7 +256,8 @@ static void handle(char *body, size_t len) {
     if (strcmp(f.v[0], "spawn") == 0) {
         spawn(id, &f);
     } else if (strcmp(f.v[0], "signal") == 0 && f.n == 4) {
-        kill(-(pid_t)strtol(f.v[2], NULL, 10), (int)strtol(f.v[3], NULL, 10));
+        long pid = strtol(f.v[2], NULL, 10);
+        if (pid > 1) kill(-(pid_t)pid, (int)strtol(f.v[3], NULL, 10)); /* a group of ours */
         snprintf(line, sizeof line, "{\"id\": %ld, \"ok\": true}\n", id);
         say(line);
     } else if (strcmp(f.v[0], "sweep") == 0) {
