@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import itertools
 import math
@@ -206,6 +207,13 @@ def table(rows: list[list[str]], header: list[str]) -> str:
 _TREE: Path | bool | None = False  # False: not tried yet
 
 
+def _leave(base: Path, mine: Path) -> None:
+    """Back into the cgroup this process came from, and its own removed."""
+    with contextlib.suppress(OSError):
+        (base / "cgroup.procs").write_text(str(os.getpid()))
+        mine.rmdir()  # fails while a child lives in it: then the next run's reap
+
+
 def tree_cpu() -> float | None:
     """CPU seconds of this process and everything it started, sandboxed processes
     included (whose exits `getrusage` never sees: a box ends by SIGKILL), or None where
@@ -225,6 +233,7 @@ def tree_cpu() -> float | None:
                     mine.mkdir(exist_ok=True)
                     (mine / "cgroup.procs").write_text(str(os.getpid()))
                     _TREE = mine
+                    atexit.register(_leave, base, mine)
     if not isinstance(_TREE, Path):
         return None
     try:
