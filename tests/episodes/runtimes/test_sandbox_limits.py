@@ -221,8 +221,11 @@ async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path, monk
     mine.mkdir()
     assert channel.is_dir()  # the SIGKILL left it
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    assert reap_orphan_sandboxes() == 1
-    assert not channel.exists() and mine.is_dir()  # a live worker's stays
+    # Its channel, and its compiled box agent's directory where it compiled one.
+    left = list(tmp_path.glob(f"episodes-box-{worker.pid}-*"))
+    assert channel in left and len(left) <= 2
+    assert reap_orphan_sandboxes() == len(left)
+    assert not any(d.exists() for d in left) and mine.is_dir()  # a live worker's stays
     assert await wait_until(lambda: not _cgroups_of(worker.pid), timeout=10)
 
 
