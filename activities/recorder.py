@@ -119,10 +119,11 @@ class TurnRecorder:
         sender = self._sender
         if sender is None:
             return
-        if not sender.done():
-            sender.cancel()
-        elif not sender.cancelled():
-            sender.exception()
+        # Taken when it ends: the SDK turns a cancelled Update call into an error of its
+        # own (WorkflowUpdateRPCTimeoutOrCancelledError), so a cancelled sender may end
+        # with an exception nobody awaits, not as cancelled.
+        sender.add_done_callback(_take_exception)
+        sender.cancel()
 
     def _ensure_sender(self) -> None:
         if self._sender is not None and self._sender.done():
@@ -176,3 +177,8 @@ class TurnRecorder:
         del self._finished_at[: len(batch)]
         self.stop = self.stop or not go_on
         self._acked.set()
+
+
+def _take_exception(task: asyncio.Task[None]) -> None:
+    if not task.cancelled():
+        task.exception()
