@@ -33,6 +33,7 @@ import uuid
 from pathlib import Path
 
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess, end_processes
+from episodes.runtimes.sandbox_limits import box_dir_prefix
 from episodes.types.runtime import SubprocessConfig
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -196,7 +197,9 @@ class SubprocessRuntime(Runtime):
         if self._stopped:
             raise RuntimeError(f"subprocess runtime {self.id} was stopped; create a new one")
         if not self._started:
-            self.workdir = tempfile.mkdtemp(prefix=f"episodes-{self.id}-")
+            # Named by this worker's pid, as a sandbox box's are: a dead worker's are reaped
+            # at the next worker's start (`sandbox_limits.reap_dead_dirs`).
+            self.workdir = tempfile.mkdtemp(prefix=f"{box_dir_prefix()}{self.id}-")
             self._started = True
 
     async def alive(self) -> bool:

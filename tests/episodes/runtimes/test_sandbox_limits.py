@@ -231,3 +231,32 @@ async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path, monk
 
 def _cgroups_of(pid: int) -> list[Path]:
     return [d for p in cgroup.parents() for d in p.glob(f"{cgroup.PREFIX}{pid}-*")]
+
+
+def test_a_sigkilled_workers_plain_subprocess_workdirs_are_reaped(tmp_path, monkeypatch):
+    """`isolation: none` boxes have host workdirs too: named by the worker's pid like
+    the sandbox's, so a dead worker's are reaped with them."""
+    from workers.orphans import reap_orphan_sandboxes
+
+    code = (
+        "import asyncio, time\n"
+        "from episodes.runtimes.subprocess import SubprocessRuntime\n"
+        "async def main():\n"
+        "    box = SubprocessRuntime()\n"
+        "    await box.start()\n"
+        "    print(box.workdir, flush=True)\n"
+        "    time.sleep(600)\n"
+        "asyncio.run(main())\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
+    try:
+        assert worker.stdout is not None
+        workdir = Path(worker.stdout.readline().decode().strip())
+        assert workdir.is_dir() and workdir.parent == tmp_path
+    finally:
+        worker.kill()
+        worker.wait()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert reap_orphan_sandboxes() == 1
+    assert not workdir.exists()
