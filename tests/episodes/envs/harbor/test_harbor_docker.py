@@ -56,6 +56,11 @@ async def _run(tmp_path: Path, dev_server, **spec) -> list[dict]:
     )
 
 
+def _why(results: list[dict]) -> str:
+    """What went wrong, short enough for pytest to print whole."""
+    return "\n".join(f"{r['task_id']}: {r['termination']}: {r.get('error')}" for r in results)
+
+
 async def test_oracle_scores_one_and_nop_zero_through_episodes_run(tmp_path, dev_server, worker):
     # The issue's exact spec (with the dataset's path).
     oracle = await _run(tmp_path, dev_server, harness="oracle", samples=1, concurrency=3)
@@ -63,7 +68,7 @@ async def test_oracle_scores_one_and_nop_zero_through_episodes_run(tmp_path, dev
         ("busybox-sum", "env_done", 1.0),
         ("hello-file", "env_done", 1.0),
         ("multi-step", "env_done", 1.0),
-    ], oracle
+    ], _why(oracle)
     by_id = {r["task_id"]: r for r in oracle}
     # The image without Python: its verifier's reward.json, the rest of it in the details.
     assert by_id["busybox-sum"]["score_details"]["rewards"] == {
@@ -79,7 +84,7 @@ async def test_oracle_scores_one_and_nop_zero_through_episodes_run(tmp_path, dev
         ("busybox-sum", "env_done", 0.0),
         ("hello-file", "env_done", 0.0),
         ("multi-step", "env_done", 0.0),
-    ], nop
+    ], _why(nop)
     # The first step is below its min_reward: the episode ends there.
     assert {r["task_id"]: r["turns"] for r in nop}["multi-step"] == 1
 
