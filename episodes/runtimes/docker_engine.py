@@ -58,6 +58,12 @@ async def call_stdin(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(_stdin_pool, fn, *args)
 
 
+# The engine client's timeout for API calls. The SDK also puts it on the sockets of
+# attached execs: those are made blocking again (docker_process), since a harness may
+# rightly be silent for longer than any API call takes.
+API_TIMEOUT_S = 60.0
+
+
 def shared_client() -> Any:
     """One client per process (its connection pool is shared by every box)."""
     global _client
@@ -68,7 +74,7 @@ def shared_client() -> Any:
     with _client_lock:
         if _client is None:
             try:
-                client = docker.from_env(timeout=60, max_pool_size=64)
+                client = docker.from_env(timeout=API_TIMEOUT_S, max_pool_size=64)
                 client.ping()
             except docker.errors.DockerException as e:
                 raise RuntimeUnavailable(f"no Docker engine answers ({e}); {ENGINE_HINT}") from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
 import socket
 import struct
@@ -70,6 +71,20 @@ _SLOW_POLL_S = 5.0
 _LOST_AFTER_S = 60.0
 
 
+def _buffered_read(sock: Any) -> Any:
+    """`read1` of the buffered reader the HTTP upgrade's response was parsed from.
+
+    The engine may send the first frames in the same packet as its `101` response; the
+    SDK's HTTP parsing then holds them in that reader's buffer, and reading the raw
+    socket loses them: a short command's whole output (its pid line too: "the process
+    could not start", 2 of 300 `echo`s on a loaded machine here). `read1` returns the
+    buffered bytes first, then reads the socket as `recv` does. None where the SDK's
+    objects are not the expected ones (the raw socket is then all there is)."""
+    response = getattr(sock, "_response", None)
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    return reader.read1 if isinstance(reader, io.BufferedReader) else None
+
+
 class _Pipe(BufferedStream):
     """One demultiplexed stream. The reader thread counts what it fed in `pending` and
     waits on `flow` while that is past the high-water mark; reads count it down."""
@@ -93,6 +108,11 @@ class DockerProcess(StreamedProcess):
         self._exec_id = exec_id
         self._io = sock  # keeps the SDK's SocketIO (and so the socket) open
         self._sock: socket.socket = getattr(sock, "_sock", sock)
+        # The SDK left its API timeout on this socket: a harness silent that long (a
+        # long model call, a user between turns) would read as exited. Block instead;
+        # the engine ends the stream when the process ends or the box goes.
+        self._sock.settimeout(None)
+        self._recv = _buffered_read(sock) or self._sock.recv
         self._loop = asyncio.get_running_loop()
         self._flow = threading.Condition()
         # stderr starts with the wrapper's pid line
@@ -109,7 +129,7 @@ class DockerProcess(StreamedProcess):
     def _pump(self) -> None:
         buf = bytearray()
         try:
-            while data := self._sock.recv(_CHUNK):
+            while data := self._recv(_CHUNK):
                 buf += data
                 while len(buf) >= _FRAME.size:
                     kind, size = _FRAME.unpack_from(buf)
@@ -118,7 +138,7 @@ class DockerProcess(StreamedProcess):
                     payload = bytes(buf[_FRAME.size : _FRAME.size + size])
                     del buf[: _FRAME.size + size]
                     self._deliver(kind, payload)
-        except (OSError, RuntimeError):
+        except (OSError, ValueError, RuntimeError):
             pass  # the socket was closed under us, or the loop is gone
         finally:
             # shutdown() (unlike close()) also wakes a write blocked in another thread.

@@ -239,3 +239,39 @@ async def test_kill_after_exit_sweeps_the_exec_tree_and_the_pool_sweeps_the_box(
             assert int(await output(again, "python3", "-c", count)) == before, (
                 "the parked box kept a process of the last episode"
             )
+
+
+async def test_a_process_may_be_silent_longer_than_the_api_timeout(box: object) -> None:
+    """The SDK puts its API timeout (60 s) on an attached exec's socket: a harness
+    silent that long (a long model call, a user between turns) read as exited and its
+    episode ended `harness_crashed` (CI: Harbor's nop on a loaded machine). The socket
+    must block without a timeout (a minute's silence is too slow a test to show)."""
+    proc = await box.open_process(["/bin/sh", "-c", 'read line; echo "$line"'])
+    assert proc._sock.gettimeout() is None
+    await proc.write(b"late\n")
+    assert await asyncio.wait_for(proc.stdout.read(), T) == b"late\n"
+    assert await asyncio.wait_for(proc.wait(), T) == 0
+
+
+async def test_output_that_comes_with_the_engines_upgrade_response_is_kept(
+    box: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine may send a short command's output in the packet of its `101`
+    response; the SDK's HTTP parsing buffers it, and a reader of the raw socket lost it
+    (2 of 300 `echo`s on a loaded machine: Harbor's reset failed "the process could not
+    start"). Reading the response late puts the output there every time."""
+    import http.client
+    import time
+
+    begin = http.client.HTTPResponse.begin
+
+    def late_begin(self: http.client.HTTPResponse) -> None:
+        time.sleep(1.0)  # the command has run and written meanwhile
+        begin(self)
+
+    monkeypatch.setattr(http.client.HTTPResponse, "begin", late_begin)
+    proc = await box.open_process(["/bin/sh", "-c", "echo hi; echo there >&2"])
+    monkeypatch.undo()
+    assert await asyncio.wait_for(proc.stdout.read(), T) == b"hi\n"
+    assert await asyncio.wait_for(proc.stderr.read(), T) == b"there\n"
+    assert await asyncio.wait_for(proc.wait(), T) == 0
