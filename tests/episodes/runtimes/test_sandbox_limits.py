@@ -194,17 +194,17 @@ async def test_a_box_its_spec_cannot_set_up_is_a_spec_error_with_bwraps_line():
     await box.stop()
 
 
-async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path, monkeypatch):
-    """What the next worker's start does (workers/orphans.py), as for containers."""
-    from workers.orphans import reap_orphan_sandboxes
-
+def _sigkilled_worker_with_a_box(tmp_path: Path, runtime: str, path_attr: str) -> tuple[int, Path]:
+    """A worker process that started a `runtime` box and was SIGKILLed: its pid and
+    the box's `path_attr` directory (made under `tmp_path`)."""
+    module, cls = runtime.rsplit(".", 1)
     code = (
-        "import asyncio, sys, time\n"
-        "from episodes.runtimes.sandbox import SandboxRuntime\n"
+        "import asyncio, time\n"
+        f"from {module} import {cls}\n"
         "async def main():\n"
-        "    box = SandboxRuntime()\n"
+        f"    box = {cls}()\n"
         "    await box.start()\n"
-        "    print(box._channel, flush=True)\n"
+        f"    print(box.{path_attr}, flush=True)\n"
         "    time.sleep(600)\n"
         "asyncio.run(main())\n"
     )
@@ -212,21 +212,31 @@ async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path, monk
     worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
     try:
         assert worker.stdout is not None
-        channel = Path(worker.stdout.readline().decode().strip())
-        assert channel.is_dir() and channel.parent == tmp_path
+        made = Path(worker.stdout.readline().decode().strip())
+        assert made.is_dir() and made.parent == tmp_path
     finally:
         worker.kill()
         worker.wait()
+    assert made.is_dir()  # the SIGKILL left it
+    return worker.pid, made
+
+
+async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path, monkeypatch):
+    """What the next worker's start does (workers/orphans.py), as for containers."""
+    from workers.orphans import reap_orphan_sandboxes
+
+    pid, channel = _sigkilled_worker_with_a_box(
+        tmp_path, "episodes.runtimes.sandbox.SandboxRuntime", "_channel"
+    )
     mine = tmp_path / f"episodes-box-{os.getpid()}-live"
     mine.mkdir()
-    assert channel.is_dir()  # the SIGKILL left it
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     # Its channel, and its compiled box agent's directory where it compiled one.
-    left = list(tmp_path.glob(f"episodes-box-{worker.pid}-*"))
+    left = list(tmp_path.glob(f"episodes-box-{pid}-*"))
     assert channel in left and len(left) <= 2
     assert reap_orphan_sandboxes() == len(left)
     assert not any(d.exists() for d in left) and mine.is_dir()  # a live worker's stays
-    assert await wait_until(lambda: not _cgroups_of(worker.pid), timeout=10)
+    assert await wait_until(lambda: not _cgroups_of(pid), timeout=10)
 
 
 def _cgroups_of(pid: int) -> list[Path]:
@@ -238,25 +248,9 @@ def test_a_sigkilled_workers_plain_subprocess_workdirs_are_reaped(tmp_path, monk
     the sandbox's, so a dead worker's are reaped with them."""
     from workers.orphans import reap_orphan_sandboxes
 
-    code = (
-        "import asyncio, time\n"
-        "from episodes.runtimes.subprocess import SubprocessRuntime\n"
-        "async def main():\n"
-        "    box = SubprocessRuntime()\n"
-        "    await box.start()\n"
-        "    print(box.workdir, flush=True)\n"
-        "    time.sleep(600)\n"
-        "asyncio.run(main())\n"
+    _pid, workdir = _sigkilled_worker_with_a_box(
+        tmp_path, "episodes.runtimes.subprocess.SubprocessRuntime", "workdir"
     )
-    env = {**os.environ, "TMPDIR": str(tmp_path)}
-    worker = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, env=env)
-    try:
-        assert worker.stdout is not None
-        workdir = Path(worker.stdout.readline().decode().strip())
-        assert workdir.is_dir() and workdir.parent == tmp_path
-    finally:
-        worker.kill()
-        worker.wait()
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert reap_orphan_sandboxes() == 1
     assert not workdir.exists()
