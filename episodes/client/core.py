@@ -195,6 +195,20 @@ class EpisodesClient:
         exactly (docs/failures.md: Exact replay), then it goes on."""
         await self.client.get_workflow_handle(workflow_id).signal(contract.RESUME)
 
+    async def park_batch(self, batch_id: str) -> list[str]:
+        """Park every running episode of the batch (`park` for each): the fleet is free
+        for another job. The ids asked, sorted (episodes/client/parking.py)."""
+        from episodes.client.parking import signal_batch
+
+        return await signal_batch(self.client, batch_id, contract.PARK)
+
+    async def resume_batch(self, batch_id: str) -> list[str]:
+        """Resume the batch's episodes parked by `park_batch` (`resume` for each running
+        one: a resume cancels a park not yet taken). The ids asked, sorted."""
+        from episodes.client.parking import signal_batch
+
+        return await signal_batch(self.client, batch_id, contract.RESUME)
+
     async def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript from its history, every run of
         it: `transcript.model_calls()` / `tool_calls()` give the calls in order."""

@@ -48,6 +48,14 @@ class DeterministicNotebook(Notebook):
     deterministic_tools = True
 
 
+class ShortNotebook(DeterministicNotebook):
+    """Done after `turns` turns (env_args, default 6): an episode that ends `env_done`."""
+
+    async def step(self, reply: Any) -> StepOutcome:
+        outcome = await super().step(reply)
+        return StepOutcome(done=True) if self.turns >= self.env_args.get("turns", 6) else outcome
+
+
 def sampling_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
     """A note of the last user message, then a reply with a freshly sampled word."""
     last = messages[-1]
@@ -57,3 +65,4 @@ def sampling_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]])
 
 
 NOTEBOOK = f"{__name__}:DeterministicNotebook"
+SHORT_NOTEBOOK = f"{__name__}:ShortNotebook"
