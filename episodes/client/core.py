@@ -33,6 +33,7 @@ from episodes.client.dispatch import (
 )
 from episodes.client.fleet import on_fleet
 from episodes.client.interactive import InteractiveSession, open_session
+from episodes.client.replaying import ReplayMethods
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.specfile import load_spec
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from episodes.client.groups import Group
 
 
-class EpisodesClient:
+class EpisodesClient(ReplayMethods):
     def __init__(self, client: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
         self.client = client
         self.task_queue = task_queue
@@ -159,55 +160,6 @@ class EpisodesClient:
         batch_id = batch_id_arg(batch_id, batch, "run_episode")
         handle, _ = await self._start_episode(spec, task, sample, batch=batch_id, attempt=0)
         return await await_result(handle)
-
-    async def fork(
-        self,
-        workflow_id: str,
-        *,
-        at_turn: int,
-        samples: int = 1,
-        policy_version: int | None = None,
-    ) -> list[WorkflowHandle[object, EpisodeResult]]:
-        """`samples` new episodes (`<id>.f<at_turn>.<i>`) that replay the episode's first
-        `at_turn` turns exactly (box, harness, env, model and tool calls: no model call
-        for them reaches the upstream), then go on live; their results carry
-        `forked_from`. `policy_version`: the branches' (their live calls record it). The
-        parent, running or finished, is untouched (episodes/client/fork.py)."""
-        from episodes.client.fork import fork_episode
-
-        return await fork_episode(
-            self.client,
-            self.task_queue,
-            workflow_id,
-            at_turn=at_turn,
-            samples=samples,
-            policy_version=policy_version,
-        )
-
-    async def park(self, workflow_id: str) -> None:
-        """Park a running episode: at the next turn boundary it releases its box and
-        harness (nothing runs, nothing is billed) and waits durably for `resume` (or its
-        spec's `max_parked_s`)."""
-        await self.client.get_workflow_handle(workflow_id).signal(contract.PARK)
-
-    async def resume(self, workflow_id: str) -> None:
-        """Resume a parked episode: a new session on any worker replays its recorded turns
-        exactly (docs/failures.md: Exact replay), then it goes on."""
-        await self.client.get_workflow_handle(workflow_id).signal(contract.RESUME)
-
-    async def park_batch(self, batch_id: str) -> list[str]:
-        """Park every running episode of the batch (`park` for each): the fleet is free
-        for another job. The ids asked, sorted (episodes/client/parking.py)."""
-        from episodes.client.parking import signal_batch
-
-        return await signal_batch(self.client, batch_id, contract.PARK)
-
-    async def resume_batch(self, batch_id: str) -> list[str]:
-        """Resume the batch's episodes parked by `park_batch` (`resume` for each running
-        one: a resume cancels a park not yet taken). The ids asked, sorted."""
-        from episodes.client.parking import signal_batch
-
-        return await signal_batch(self.client, batch_id, contract.RESUME)
 
     async def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript from its history, every run of

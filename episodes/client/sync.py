@@ -248,6 +248,23 @@ class SyncEpisodesClient:
             )
         )
 
+    def fork_group(
+        self,
+        workflow_id: str,
+        *,
+        at_turn: int,
+        samples: int = 1,
+        policy_version: int | None = None,
+    ) -> SyncGroup:
+        """The branches of a fork as one group, once all ended (see
+        `EpisodesClient.fork_group`)."""
+        group = self._loop.run(
+            self.async_client.fork_group(
+                workflow_id, at_turn=at_turn, samples=samples, policy_version=policy_version
+            )
+        )
+        return SyncGroup(self._loop, group)
+
     def park(self, workflow_id: str) -> None:
         """Park a running episode at its next turn boundary (see `EpisodesClient.park`)."""
         self._loop.run(self.async_client.park(workflow_id))
