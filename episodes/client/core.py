@@ -264,8 +264,8 @@ class EpisodesClient(ReplayMethods):
         `priority` (1 first .. 5), `fairness_key`, `fairness_weight` and `budget`
         replace the spec's (`episodes.client.fleet.on_fleet`): every episode and its
         activities carry the priority and fairness. Past a budget no more episodes
-        start, the stream ends once those in flight have, and `self.budget_exhausted`
-        names the budget (episodes only, not groups).
+        start (with groups: no more groups, those dispatched finish whole), the stream
+        ends once those in flight have, and `self.budget_exhausted` names the budget.
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -280,14 +280,10 @@ class EpisodesClient(ReplayMethods):
         if policy_version is not None:
             self.policy_version = policy_version
         limit = concurrency or spec.concurrency
+        self.budget_exhausted = None
         if groups:
             from episodes.client.groups import stream_groups
 
-            if spec.budget is not None and spec.budget.is_set():
-                raise EpisodesError(
-                    "a budget is counted over episodes: drop groups=True, or run the "
-                    "batch as a batch workflow (episodes.client.batches.start_batch)"
-                )
             if max_staleness is not None and self.policy_version is None:
                 raise EpisodesError(
                     "max_staleness needs a policy version: pass policy_version= "
@@ -296,7 +292,6 @@ class EpisodesClient(ReplayMethods):
             return stream_groups(self, spec, batch=batch, limit=limit, max_staleness=max_staleness)
         if max_staleness is not None:
             raise EpisodesError("max_staleness applies to groups: pass groups=True")
-        self.budget_exhausted = None
         return self._stream_results(spec, batch=batch, limit=limit)
 
     async def _stream_results(
