@@ -7,7 +7,8 @@ answering at once), recorded as the proxy records it, and then made again throug
 fresh proxy in replay: the per-call time of each path (the official `openai` client,
 plain and streamed), and the time `Replay` takes to read the record (conversations
 resolved, digests computed) per recorded call. A real upstream's sampling time is
-what the replay saves on top of these.
+what the replay saves on top of these. Beside them, `bench/fork_snapshot.py`: a fork's
+box from a Docker commit of the parent's vs a fresh box with the work done again.
 
     python -m bench.replay_cost [--quick]
 """
@@ -92,7 +93,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     ]
     print(f"replay cost: a {turns}-call conversation, {repeats} repeat(s), median [min..max]")
     print(table(rows, ["path", "per call"]))
-    return {"turns": turns, "repeats": repeats, "figures": figures}
+    # A fork's box, beside: a Docker commit of the parent's vs a fresh box + the work again.
+    from bench import fork_snapshot
+
+    snapshot = await fork_snapshot.run(quick=quick, repeats=repeats)
+    return {"turns": turns, "repeats": repeats, "figures": figures, "fork_snapshot": snapshot}
 
 
 if __name__ == "__main__":

@@ -46,6 +46,10 @@ FORK_PATCH = "fork-replays-parent"
 # `max_parked_s`), then replays the recorded turns on a new session; histories from
 # before it never received one.
 PARK_PATCH = "park-and-resume"
+# A `resume` that reaches an episode not parked (nor parking) cancels a park not yet
+# taken and is spent, instead of staying set for the next park (which then resumed at
+# once: a batch resumed after a preemption could never be preempted again).
+RESUME_PATCH = "resume-when-not-parked"
 
 
 @workflow.defn(name=contract.EPISODE_WORKFLOW)
@@ -58,6 +62,7 @@ class EpisodeWorkflow(EpisodeBase):
         self._released = False  # the drive released the session at its normal end
         self._park = False  # a `park` signal asks for the next turn boundary
         self._resume = False
+        self._parking = False  # from the release of a parked session to its restore
 
     @workflow.run
     async def run(self, inp: EpisodeInput) -> EpisodeResult:
@@ -127,7 +132,11 @@ class EpisodeWorkflow(EpisodeBase):
 
     @workflow.signal(name=contract.RESUME)
     def resume(self) -> None:
-        """A parked episode: a new session replays the recorded turns, then goes on."""
+        """A parked episode: a new session replays the recorded turns, then goes on. One
+        not parked: a park asked and not taken yet is called off."""
+        if not self._parking and workflow.patched(RESUME_PATCH):
+            self._park = False
+            return
         self._resume = True
 
     async def _parked(self, inp: EpisodeInput) -> str | None:
@@ -135,6 +144,7 @@ class EpisodeWorkflow(EpisodeBase):
         then a new session on any worker replays the recorded turns exactly (not counted
         as a restart). None, or the error of a resume that failed as an outcome."""
         assert self._ref is not None
+        self._parking = True
         self._status = "releasing"
         self._set_details()
         await self._release(self._ref)
@@ -147,7 +157,7 @@ class EpisodeWorkflow(EpisodeBase):
             )
         except TimeoutError:
             pass  # parked long enough: it resumes by itself
-        self._resume = False
+        self._resume = self._parking = False
         return await self._restore(inp, None, count=False)
 
     # -- the turns, recorded by the drive ------------------------------------------

@@ -1,5 +1,5 @@
-"""`episodes fork ID --at-turn K --samples N [--out F]`: branches of an episode at a turn;
-`episodes park ID` / `episodes resume ID`."""
+"""`episodes fork ID --at-turn K --samples N [--out F]`: branches of an episode at a turn
+(`episodes park` / `resume`: episodes/cli/park.py)."""
 
 from __future__ import annotations
 
@@ -47,18 +47,3 @@ async def fork_command(
     results.sort(key=lambda r: r.workflow_id)
     console.print(summary_table(results, title=f"{workflow_id}: {len(results)} branches"))
     return results
-
-
-async def signal_episode(workflow_id: str, what: str, *, cfg: Config) -> None:
-    """`park` or `resume` one episode (a signal: it acts at its next turn boundary)."""
-    from temporalio.service import RPCError
-
-    from episodes.errors import EpisodesError
-
-    client = await connect_config(cfg)
-    episodes = EpisodesClient(client, task_queue=cfg.settings.task_queue)
-    try:
-        await (episodes.park if what == "park" else episodes.resume)(workflow_id)
-    except RPCError as e:
-        raise EpisodesError(f"{what} {workflow_id}: {e.message}") from None
-    console.print(f"{what} asked of {workflow_id}")

@@ -12,6 +12,7 @@ import typer
 
 from episodes.cli import common, fleet
 from episodes.cli.doctor import doctor, setup
+from episodes.cli.park import park, resume
 from episodes.cli.schedule import app as schedule_app
 from episodes.client.config import Config
 from episodes.client.exit import run_main
@@ -264,28 +265,8 @@ def fork_cmd(
     )
 
 
-@app.command()
-@common.with_config
-def park(
-    workflow_id: Annotated[str, typer.Argument(help="The running episode.")],
-    cfg: Config,
-) -> None:
-    """Park an episode: at its next turn boundary it releases box and harness and waits."""
-    from episodes.cli.fork import signal_episode
-
-    common.run(signal_episode(workflow_id, "park", cfg=cfg))
-
-
-@app.command()
-@common.with_config
-def resume(
-    workflow_id: Annotated[str, typer.Argument(help="The parked episode.")],
-    cfg: Config,
-) -> None:
-    """Resume a parked episode: a new session replays its turns exactly, then goes on."""
-    from episodes.cli.fork import signal_episode
-
-    common.run(signal_episode(workflow_id, "resume", cfg=cfg))
+app.command()(park)
+app.command()(resume)
 
 
 @app.command("export")

@@ -33,6 +33,7 @@ from episodes.client.dispatch import (
 )
 from episodes.client.fleet import on_fleet
 from episodes.client.interactive import InteractiveSession, open_session
+from episodes.client.replaying import ReplayMethods
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.specfile import load_spec
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from episodes.client.groups import Group
 
 
-class EpisodesClient:
+class EpisodesClient(ReplayMethods):
     def __init__(self, client: Client, *, task_queue: str = DEFAULT_TASK_QUEUE) -> None:
         self.client = client
         self.task_queue = task_queue
@@ -160,41 +161,6 @@ class EpisodesClient:
         handle, _ = await self._start_episode(spec, task, sample, batch=batch_id, attempt=0)
         return await await_result(handle)
 
-    async def fork(
-        self,
-        workflow_id: str,
-        *,
-        at_turn: int,
-        samples: int = 1,
-        policy_version: int | None = None,
-    ) -> list[WorkflowHandle[object, EpisodeResult]]:
-        """`samples` new episodes (`<id>.f<at_turn>.<i>`) that replay the episode's first
-        `at_turn` turns exactly (box, harness, env, model and tool calls: no model call
-        for them reaches the upstream), then go on live; their results carry
-        `forked_from`. `policy_version`: the branches' (their live calls record it). The
-        parent, running or finished, is untouched (episodes/client/fork.py)."""
-        from episodes.client.fork import fork_episode
-
-        return await fork_episode(
-            self.client,
-            self.task_queue,
-            workflow_id,
-            at_turn=at_turn,
-            samples=samples,
-            policy_version=policy_version,
-        )
-
-    async def park(self, workflow_id: str) -> None:
-        """Park a running episode: at the next turn boundary it releases its box and
-        harness (nothing runs, nothing is billed) and waits durably for `resume` (or its
-        spec's `max_parked_s`)."""
-        await self.client.get_workflow_handle(workflow_id).signal(contract.PARK)
-
-    async def resume(self, workflow_id: str) -> None:
-        """Resume a parked episode: a new session on any worker replays its recorded turns
-        exactly (docs/failures.md: Exact replay), then it goes on."""
-        await self.client.get_workflow_handle(workflow_id).signal(contract.RESUME)
-
     async def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript from its history, every run of
         it: `transcript.model_calls()` / `tool_calls()` give the calls in order."""
@@ -298,8 +264,8 @@ class EpisodesClient:
         `priority` (1 first .. 5), `fairness_key`, `fairness_weight` and `budget`
         replace the spec's (`episodes.client.fleet.on_fleet`): every episode and its
         activities carry the priority and fairness. Past a budget no more episodes
-        start, the stream ends once those in flight have, and `self.budget_exhausted`
-        names the budget (episodes only, not groups).
+        start (with groups: no more groups, those dispatched finish whole), the stream
+        ends once those in flight have, and `self.budget_exhausted` names the budget.
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -314,14 +280,10 @@ class EpisodesClient:
         if policy_version is not None:
             self.policy_version = policy_version
         limit = concurrency or spec.concurrency
+        self.budget_exhausted = None
         if groups:
             from episodes.client.groups import stream_groups
 
-            if spec.budget is not None and spec.budget.is_set():
-                raise EpisodesError(
-                    "a budget is counted over episodes: drop groups=True, or run the "
-                    "batch as a batch workflow (episodes.client.batches.start_batch)"
-                )
             if max_staleness is not None and self.policy_version is None:
                 raise EpisodesError(
                     "max_staleness needs a policy version: pass policy_version= "
@@ -330,7 +292,6 @@ class EpisodesClient:
             return stream_groups(self, spec, batch=batch, limit=limit, max_staleness=max_staleness)
         if max_staleness is not None:
             raise EpisodesError("max_staleness applies to groups: pass groups=True")
-        self.budget_exhausted = None
         return self._stream_results(spec, batch=batch, limit=limit)
 
     async def _stream_results(

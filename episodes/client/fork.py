@@ -10,21 +10,37 @@ replay (episodes/agents/replay.py: the model and tool calls answered from the re
 then drives on live from turn k. The parent is only read: running or finished, it is
 untouched. A branch's transcript starts with the parent's k turns (`replayed_turns`):
 their model calls are prompt to a trainer, never completion (episodes/training/samples.py).
+
+The branches of one fork are a group (the same state, sampled on: GRPO's group): their
+batch id is `<parent>.f<k>` (search attribute `EpisodeBatch`), so `fork_group` yields
+them as one `Group` and `episodes export <parent>.f<k>` writes them as one group, the
+advantages among the branches only.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from episodes import contract
-from episodes.errors import EpisodesError
+from episodes.errors import EpisodeFailed, EpisodesError
+from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.types.io import EpisodeInput
-from episodes.types.results import EpisodeResult, ForkOrigin
+from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, ForkOrigin, is_infra_failure
+
+if TYPE_CHECKING:
+    from episodes.client.groups import Group
+
+
+def fork_batch_id(workflow_id: str, at_turn: int) -> str:
+    """The batch the branches of one fork make (their `EpisodeBatch`): one group."""
+    return f"{workflow_id}.f{at_turn}"
 
 
 def branch_id(workflow_id: str, at_turn: int, branch: int) -> str:
-    return f"{workflow_id}.f{at_turn}.{branch}"
+    return f"{fork_batch_id(workflow_id, at_turn)}.{branch}"
 
 
 async def parent_input(client: Client, workflow_id: str) -> EpisodeInput:
@@ -79,11 +95,13 @@ async def fork_episode(
             raise EpisodesError("fork: policy_version given, but the episode has no model")
         model = spec.model.model_copy(update={"policy_version": policy_version})
         spec = spec.model_copy(update={"model": model})
+    batch = fork_batch_id(workflow_id, at_turn)
     handles = []
     for i in range(samples):
         inp = parent.model_copy(
             update={
                 "spec": spec,
+                "batch": batch,
                 "fork": ForkOrigin(workflow_id=workflow_id, at_turn=at_turn, branch=i),
             }
         )
@@ -96,7 +114,72 @@ async def fork_episode(
                 result_type=EpisodeResult,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                # Findable as a batch of their own: `episodes export <id>.f<k>`.
+                search_attributes=episode_search_attributes(spec, inp.task, batch),
+                priority=task_priority(spec),
                 static_summary=f"fork of {workflow_id} at turn {at_turn} · branch {i}",
             )
         )
     return handles
+
+
+async def fork_group(
+    client: Client,
+    task_queue: str,
+    workflow_id: str,
+    *,
+    at_turn: int,
+    samples: int = 1,
+    policy_version: int | None = None,
+) -> Group:
+    """`fork_episode`, then the branches as one `Group` (in branch order) once all ended.
+    A branch that ended for an infrastructure reason, or whose workflow failed, makes the
+    group `failed` (no retries here: fork again to run it anew)."""
+    import asyncio
+    import time
+
+    from episodes.client.dispatch import await_result, failed_result
+    from episodes.client.groups import Group
+    from episodes.client.history import fetch_transcript
+
+    began = time.monotonic()
+    handles = await fork_episode(
+        client,
+        task_queue,
+        workflow_id,
+        at_turn=at_turn,
+        samples=samples,
+        policy_version=policy_version,
+    )
+    parent = await parent_input(client, workflow_id)
+
+    async def ended(handle: WorkflowHandle[object, EpisodeResult]) -> tuple[EpisodeResult, bool]:
+        try:
+            result = await await_result(handle)
+        except EpisodeFailed as e:
+            took = time.monotonic() - began
+            failed = failed_result(parent.spec, parent.task, parent.sample, e, took)
+            return failed, is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed)
+        return result, is_infra_failure(result.termination)
+
+    outcomes = await asyncio.gather(*(ended(h) for h in handles))
+    why = next(
+        (
+            f"{r.workflow_id}: {r.termination} ({(r.error or 'no detail')[:300]})"
+            for r, infra in outcomes
+            if infra
+        ),
+        None,
+    )
+    batch = fork_batch_id(workflow_id, at_turn)
+    group = Group(
+        group_id=contract.group_id(batch, parent.task.id),
+        batch=batch,
+        task_id=parent.task.id,
+        policy_version=policy_version,
+        results=[r for r, _ in outcomes],
+        failed=why,
+    )
+    group._fetch = lambda wid: fetch_transcript(client, wid)
+    group._model = parent.spec.model is not None
+    return group

@@ -21,6 +21,11 @@ than K ahead of it is cancelled (its episodes cancelled, so they release their b
 and dispatched again at the current version, as fresh attempts; `Group.stale` counts
 those re-dispatches. Complete groups are yielded as they are, with their version.
 
+Budgets (`spec.budget`, `run_batch(budget=)`): counted from the members' results as
+they end (`episodes.client.spending`); past one no new group is dispatched, the groups
+already dispatched finish whole, and `client.budget_exhausted` names it. A re-run
+re-attaches to the members that ended, counts them again and stops where it stopped.
+
 Stragglers: with the spec's `group_timeout_s`, a group not complete that long after it
 was dispatched has its running members cancelled (their episodes end `cancelled`) and
 is yielded `partial` with the members that ended, or dropped (`group_on_timeout:
@@ -41,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from episodes import contract
 from episodes.client.dispatch import Member, Outcome, cancel_episode, dispatch_spec, run_member
+from episodes.client.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.training.export import advantages
 from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of
@@ -155,6 +161,7 @@ async def stream_groups(
     running: dict[asyncio.Task[Outcome], tuple[_State, Member]] = {}
     # Dispatched and not yielded yet: about `limit / samples` groups, whatever the batch.
     active: dict[int, _State] = {}
+    spent = Spending(spec.budget)  # past the budget no group starts (ec.budget_exhausted)
 
     async def stop(g: _State) -> None:
         """Cancel the group's running members and their episodes (by id: one still
@@ -203,6 +210,11 @@ async def stream_groups(
                         yield _group(ec, name, g, model=spec.model is not None, partial=True)
             while len(running) < limit and queue:
                 g, m = queue.popleft()
+                if not g.dispatched and ec.budget_exhausted is not None:
+                    rest = [(o, x) for o, x in queue if o.dispatched]
+                    queue.clear()
+                    queue.extend(rest)
+                    continue
                 if not g.dispatched:
                     g.dispatched, g.version = True, ec.policy_version
                     g.began = time.monotonic()
@@ -226,6 +238,8 @@ async def stream_groups(
             for t in done:
                 g, m = running.pop(t)
                 g.outcomes[m.sample] = t.result()
+                reached = spent.add(g.outcomes[m.sample].result)
+                ec.budget_exhausted = ec.budget_exhausted or reached
                 if g.complete:
                     finished.append(g)
             for g in sorted(finished, key=lambda g: g.index):

@@ -13,9 +13,7 @@ submits a coroutine there and waits for it. Same pydantic models in and out.
 
 from __future__ import annotations
 
-import asyncio
-import threading
-from collections.abc import AsyncGenerator, Coroutine, Generator, Iterator
+from collections.abc import AsyncGenerator, Generator, Iterator
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
@@ -25,51 +23,16 @@ from temporalio.converter import DataConverter
 from episodes.client.core import EpisodesClient
 from episodes.client.dispatch import batch_id_arg
 from episodes.client.groups import Group
-from episodes.client.interactive import InteractiveSession
+from episodes.client.sync_session import SyncInteractiveSession, _LoopThread
 from episodes.training.samples import EpisodeSamples
-from episodes.types.io import EpisodeProgress, StepReply
 from episodes.types.model import UpstreamSpec
 from episodes.types.priority import BatchBudget, BudgetName
-from episodes.types.results import EpisodeResult, Task, Termination, Transcript
+from episodes.types.results import EpisodeResult, Task, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TURNS_PER_RUN
 
 T = TypeVar("T")
 _END = object()
-
-
-class _LoopThread:
-    """An event loop running forever in a daemon thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(
-            target=self.loop.run_forever, name="episodes-sync", daemon=True
-        )
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if not self._thread.is_alive():
-            coro.close()
-            raise RuntimeError("this SyncEpisodesClient is closed")
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return future.result()
-        except BaseException:
-            # Ctrl-C in the caller: do not leave the coroutine running on its own.
-            future.cancel()
-            raise
-
-    @property
-    def closed(self) -> bool:
-        return not self._thread.is_alive()
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self._thread.join()
-        if not self.loop.is_closed():
-            self.loop.close()
 
 
 class SyncEpisodesClient:
@@ -285,6 +248,23 @@ class SyncEpisodesClient:
             )
         )
 
+    def fork_group(
+        self,
+        workflow_id: str,
+        *,
+        at_turn: int,
+        samples: int = 1,
+        policy_version: int | None = None,
+    ) -> SyncGroup:
+        """The branches of a fork as one group, once all ended (see
+        `EpisodesClient.fork_group`)."""
+        group = self._loop.run(
+            self.async_client.fork_group(
+                workflow_id, at_turn=at_turn, samples=samples, policy_version=policy_version
+            )
+        )
+        return SyncGroup(self._loop, group)
+
     def park(self, workflow_id: str) -> None:
         """Park a running episode at its next turn boundary (see `EpisodesClient.park`)."""
         self._loop.run(self.async_client.park(workflow_id))
@@ -292,6 +272,14 @@ class SyncEpisodesClient:
     def resume(self, workflow_id: str) -> None:
         """Resume a parked episode (see `EpisodesClient.resume`)."""
         self._loop.run(self.async_client.resume(workflow_id))
+
+    def park_batch(self, batch_id: str) -> list[str]:
+        """Park every running episode of the batch (see `EpisodesClient.park_batch`)."""
+        return self._loop.run(self.async_client.park_batch(batch_id))
+
+    def resume_batch(self, batch_id: str) -> list[str]:
+        """Resume the batch's parked episodes (see `EpisodesClient.resume_batch`)."""
+        return self._loop.run(self.async_client.resume_batch(batch_id))
 
     def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript, every run of it."""
@@ -327,53 +315,6 @@ class SyncEpisodesClient:
         self._loop.stop()
 
     def __enter__(self) -> SyncEpisodesClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class SyncInteractiveSession:
-    """`InteractiveSession` with blocking `step` and `close`."""
-
-    def __init__(self, loop: _LoopThread, session: InteractiveSession) -> None:
-        self._loop = loop
-        self.async_session = session
-
-    @property
-    def workflow_id(self) -> str:
-        return self.async_session.workflow_id
-
-    @property
-    def first_observation(self) -> Any:
-        return self.async_session.first_observation
-
-    @property
-    def done(self) -> bool:
-        return self.async_session.done
-
-    @property
-    def turn(self) -> int:
-        return self.async_session.turn
-
-    @property
-    def termination(self) -> Termination | None:
-        return self.async_session.termination
-
-    @property
-    def result(self) -> EpisodeResult | None:
-        return self.async_session.result
-
-    def step(self, message: Any, *, idempotency_key: str | None = None) -> StepReply:
-        return self._loop.run(self.async_session.step(message, idempotency_key=idempotency_key))
-
-    def close(self) -> EpisodeResult:
-        return self._loop.run(self.async_session.close())
-
-    def progress(self, *, since: int | None = None, last: int | None = None) -> EpisodeProgress:
-        return self._loop.run(self.async_session.progress(since=since, last=last))
-
-    def __enter__(self) -> SyncInteractiveSession:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -8,6 +8,7 @@ again could never reproduce a recorded reply.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import uuid
 from typing import Any
 
@@ -48,6 +49,23 @@ class DeterministicNotebook(Notebook):
     deterministic_tools = True
 
 
+class ShortNotebook(DeterministicNotebook):
+    """Done after `turns` turns (env_args, default 6): an episode that ends `env_done`."""
+
+    async def step(self, reply: Any) -> StepOutcome:
+        outcome = await super().step(reply)
+        return StepOutcome(done=True) if self.turns >= self.env_args.get("turns", 6) else outcome
+
+
+class RewardedNotebook(DeterministicNotebook):
+    """Rewards the last reply by its hash (0 to 1): episodes that sampled their last
+    replies anew score apart, so a group's advantages are not all 0."""
+
+    def score(self, transcript: Transcript) -> ScoreResult:
+        last = str(transcript.turns[-1].reply) if transcript.turns else ""
+        return ScoreResult(reward=int(hashlib.sha256(last.encode()).hexdigest()[:4], 16) / 0xFFFF)
+
+
 def sampling_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> Any:
     """A note of the last user message, then a reply with a freshly sampled word."""
     last = messages[-1]
@@ -57,3 +75,5 @@ def sampling_policy(messages: list[dict[str, Any]], tools: list[dict[str, Any]])
 
 
 NOTEBOOK = f"{__name__}:DeterministicNotebook"
+SHORT_NOTEBOOK = f"{__name__}:ShortNotebook"
+REWARDED_NOTEBOOK = f"{__name__}:RewardedNotebook"

@@ -102,3 +102,60 @@ async def test_a_fork_replays_the_parent_exactly_then_samples_anew(
     # The parent is untouched.
     after = await episodes.transcript(parent.workflow_id)
     assert after.model_dump() == before.model_dump()
+
+
+async def test_the_branches_of_a_fork_are_a_group(client, worker, tmp_path) -> None:
+    """`fork_group`: the branches as one Group, advantages among them only (never the
+    parent); `episodes export <id>.f<k>` writes them as that one group, the replayed
+    calls prompt only."""
+    import json
+    import statistics
+
+    from tests.episodes.cli.test_cli import episodes as cli
+    from tests.support.notebook import REWARDED_NOTEBOOK
+
+    episodes = EpisodesClient(client, task_queue="episodes-test")
+    async with ScriptedUpstream(policy=sampling_policy, template=ChatTemplate()) as upstream:
+        spec = parse_spec(
+            {
+                "name": f"forkgroup-{uuid.uuid4().hex[:6]}",
+                "env": REWARDED_NOTEBOOK,
+                "tasks": [{"id": "t"}],
+                "max_turns": 3,
+                "harness": {"command": "{python} -m episodes.harness.reference.llm"},
+                "model": {"base_url": upstream.base_url, "model": "scripted", "token_data": True},
+            }
+        )
+        parent = await episodes.run_episode(spec, spec.tasks[0])
+        assert (parent.termination, parent.turns) == ("max_turns", 3), parent.error
+        group = await asyncio.wait_for(
+            episodes.fork_group(parent.workflow_id, at_turn=2, samples=3), 180
+        )
+        samples = await group.samples()
+    fork = f"{parent.workflow_id}.f2"
+    assert (group.group_id, group.batch, group.task_id) == (f"{fork}/t", fork, "t")
+    assert group.failed is None
+    assert [r.workflow_id for r in group.results] == [f"{fork}.{i}" for i in range(3)]
+    rewards = [r.reward for r in group.results]
+    assert all(r is not None for r in rewards)
+    mean = statistics.fmean(r for r in rewards if r is not None)
+    advantages = group.advantages()
+    assert advantages == pytest.approx([r - mean for r in rewards if r is not None])
+    assert any(abs(a or 0.0) > 1e-9 for a in advantages)  # sampled anew: they differ
+    # Each branch trains on its own turn only: 2 live calls, the 4 replayed are prompt.
+    for built in samples:
+        assert built.complete and sum(sum(s.completion_mask) for s in built.samples) > 0
+        assert sum(s.num_model_calls for s in built.samples) == 6
+
+    out = tmp_path / "fork.jsonl"
+    address = client.service_client.config.target_host
+    code, _, err = await cli(
+        *("export", fork, "--out", str(out), "--address", address, "--task-queue", "episodes-test")
+    )
+    assert code == 0, err
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["group_id"] for r in rows} == {f"{fork}/t"}
+    assert {r["episode_id"] for r in rows} == {r.workflow_id for r in group.results}
+    by_id = {r.workflow_id: a for r, a in zip(group.results, advantages, strict=True)}
+    for row in rows:
+        assert row["advantage"] == pytest.approx(by_id[row["episode_id"]])

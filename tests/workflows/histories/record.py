@@ -3,6 +3,7 @@
     .venv/bin/python -m tests.workflows.histories.record          # every history
     .venv/bin/python -m tests.workflows.histories.record --new    # only issue 11's paths
     .venv/bin/python -m tests.workflows.histories.record --issue27=NAME  # a spec error
+    .venv/bin/python -m tests.workflows.histories.record_fleet  # budgets, park, fork
 
 Runs a few episodes, interactive sessions and a batch on a private dev server and
 saves every run's history here as JSON. Re-record only when a workflow's commands

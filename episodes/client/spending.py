@@ -1,0 +1,35 @@
+"""What a client-side batch has spent, against its budget (`spec.budget`).
+
+Counted from the episodes' results as they come in (model tokens and calls as the
+session's proxy recorded them, episode time on a box), so a restarted trainer that
+re-attaches to the episodes that finished counts them again and stops where it stopped
+(`episodes.types.priority`). `run_batch(groups=True)` checks it before dispatching a
+group: past the budget no new group starts, the groups already dispatched finish whole.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from episodes.types.priority import BatchBudget, BudgetName, exhausted
+from episodes.types.results import EpisodeResult
+
+
+@dataclass
+class Spending:
+    budget: BatchBudget | None
+    model_tokens: int = 0
+    model_calls: int = 0
+    episode_seconds: float = 0.0
+
+    def add(self, result: EpisodeResult) -> BudgetName | None:
+        """Count one ended episode; the budget reached by now, if any."""
+        self.model_tokens += result.model_tokens
+        self.model_calls += result.model_calls
+        self.episode_seconds += max(0.0, result.duration_s)
+        return exhausted(
+            self.budget,
+            model_tokens=self.model_tokens,
+            model_calls=self.model_calls,
+            episode_seconds=self.episode_seconds,
+        )

@@ -1,0 +1,137 @@
+"""Record the histories of issues 30 and 31's paths (as `record.py` does the others).
+
+    .venv/bin/python -m tests.workflows.histories.record_fleet
+
+- `batch_budget`: a batch workflow with a model-call budget, continuing as new after
+  every 2 episodes, that reaches its budget in its second run and ends
+  `budget_exhausted` (5 tasks, 3 ran).
+- `episode_park`: an episode that gets a `resume` while running (spent: patch
+  `resume-when-not-parked`), is parked, resumed (patch `park-and-resume`) and ends.
+- `episode_fork`: a fork's branch at turn 1 of a finished episode (patch
+  `fork-replays-parent`), in its own batch `<parent>.f1`.
+
+Re-record only when a workflow's commands change on purpose.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from pathlib import Path
+
+from temporalio.client import Client
+
+from episodes import contract
+from episodes.agents.scripted import ScriptedUpstream, echo_policy
+from episodes.client import EpisodesClient
+from episodes.client.batches import start_batch
+from episodes.client.connect import connect
+from episodes.client.devserver import DevServer
+from episodes.types.io import BatchInput, EpisodeProgress
+from episodes.types.model import ModelSpec
+from episodes.types.priority import BatchBudget
+from tests.workflows.histories.record import QUEUE, _result, _save, _spec
+from workers.worker import EpisodeWorker, WorkerOptions
+
+CHATTY = Path(__file__).resolve().parents[2] / "support" / "harnesses" / "chatty_harness.py"
+
+
+async def _status(client: Client, wid: str) -> str | None:
+    try:
+        p = await client.get_workflow_handle(wid).query(
+            contract.PROGRESS, result_type=EpisodeProgress
+        )
+    except Exception:
+        return None
+    return p.status if p.turns_done >= 1 else None
+
+
+async def _until(client: Client, wid: str, status: str) -> None:
+    for _ in range(600):
+        if await _status(client, wid) == status:
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{wid} never got to {status}")
+
+
+async def record_fleet(client: Client) -> None:
+    ec = EpisodesClient(client, task_queue=QUEUE)
+
+    async with ScriptedUpstream(policy=echo_policy) as upstream:
+        s = _spec("budget", messages=1, tasks=5)
+        harness = s.harness.model_copy(
+            update={
+                "command": [sys.executable, str(CHATTY)],
+                "env": {"CHATTY_CALLS": "1"},
+                "ready_timeout_s": 30.0,
+            }
+        )
+        s = s.model_copy(
+            update={
+                "harness": harness,
+                "model": ModelSpec(base_url=upstream.base_url, model="scripted"),
+                "budget": BatchBudget(max_model_calls=3),
+            }
+        )
+        inp = BatchInput(
+            spec=s.model_copy(update={"tasks": s.load_tasks(), "dataset": None}),
+            batch="rbudget",
+            concurrency=1,
+            children_per_run=2,
+        )
+        h = await start_batch(client, inp, task_queue=QUEUE)
+        result = await h.result()
+        assert (result.status, result.budget, result.runs) == (
+            "budget_exhausted",
+            "max_model_calls",
+            2,
+        ), result
+        await _save(client, "batch_budget", h.id, h.first_execution_run_id)
+
+    s = _spec("park").model_copy(
+        update={
+            "env": "tests.support.envs:Endless",
+            "env_args": {"delay_s": 0.3},
+            "max_turns": 12,
+        }
+    )
+    h = await ec.start_episode(s, s.tasks[0])
+    await _until(client, h.id, "running")
+    await ec.resume(h.id)  # not parked: spent
+    await ec.park(h.id)
+    await _until(client, h.id, "parked")
+    await ec.resume(h.id)
+    await _result(h)
+    await _save(client, "episode_park", h.id, h.first_execution_run_id)
+
+    s = _spec("forked", messages=3)
+    parent = await ec.run_episode(s, s.tasks[0])
+    [branch] = await ec.fork(parent.workflow_id, at_turn=1, samples=1)
+    await _result(branch)
+    await _save(client, "episode_fork", branch.id, branch.first_execution_run_id)
+
+
+async def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = DevServer(
+            auto_port=True, headless=True, db_file=Path(tmp) / "t.db", log_file=Path(tmp) / "log"
+        )
+        server.start()
+        try:
+            client = await connect(server.address, timeout_s=30)
+            worker = EpisodeWorker(client, WorkerOptions(task_queue=QUEUE, worker_id="recorder"))
+            task = asyncio.create_task(worker.run())
+            try:
+                await record_fleet(client)
+            finally:
+                worker.request_stop()
+                await asyncio.wait_for(task, 30)
+        finally:
+            server.stop()
+
+
+if __name__ == "__main__":
+    from episodes.client.exit import run_main
+
+    run_main(lambda: asyncio.run(main()))
