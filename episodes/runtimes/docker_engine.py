@@ -61,7 +61,7 @@ async def call_stdin(fn: Callable[..., T], *args: Any) -> T:
 # The engine client's timeout for API calls. The SDK also puts it on the sockets of
 # attached execs: those are made blocking again (docker_process), since a harness may
 # rightly be silent for longer than any API call takes.
-API_TIMEOUT_S = 60.0
+API_TIMEOUT_S = 60
 
 
 def shared_client() -> Any:
