@@ -55,6 +55,7 @@ CLOSE = "close"  # InteractiveEpisodeWorkflow: end, score, release
 PROGRESS = "progress"  # every workflow: where it is
 PARK = "park"  # EpisodeWorkflow (signal): release box and harness at the next turn boundary
 RESUME = "resume"  # EpisodeWorkflow (signal): a parked episode re-provisions and replays
+CUT = "cut"  # EpisodeWorkflow (signal): why the cancel that follows cuts it (EpisodeResult.cut)
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
 
 # -- failure types (ApplicationError.type) ------------------------------------------------

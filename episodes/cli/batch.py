@@ -131,6 +131,8 @@ def metrics_table(
     table.add_row(
         "groups complete / failed", f"{m.groups_complete} / {m.groups_failed} (a task's samples)"
     )
+    if m.samples > 1:
+        table.add_row("zero-variance groups", f"{m.groups_zero_variance} (all scored the same)")
     d = m.duration_s
     if d.p50 is not None:
         table.add_row("duration p50 / p90 / p99", f"{d.p50:.2f} s / {d.p90:.2f} s / {d.p99:.2f} s")

@@ -82,6 +82,14 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
     restarts = sum(r.restarts for r in results)
     if restarts:
         table.add_row("worker-lost restarts", str(restarts))
+    # Groups (a task's samples) whose members all scored the same: no GRPO signal.
+    groups: dict[str, list[float | None]] = {}
+    for r in results:
+        groups.setdefault(r.task_id, []).append(r.reward)
+    multi = [g for g in groups.values() if len(g) > 1]
+    if multi:
+        same = sum(None not in g and len(set(g)) == 1 for g in multi)
+        table.add_row("zero-variance groups", f"{same} of {len(multi)} (all scored the same)")
     pooled = [r.pool_hit for r in results if r.pool_hit is not None]
     if pooled:
         hits = sum(pooled)

@@ -32,6 +32,7 @@ from episodes.client.dispatch import (
     run_member,
 )
 from episodes.client.fleet import on_fleet
+from episodes.client.group_options import groups_spec
 from episodes.client.interactive import InteractiveSession, open_session
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
@@ -59,6 +60,8 @@ class EpisodesClient:
         self.upstreams: list[UpstreamSpec] | None = None
         # The budget (`spec.budget`) the last `run_batch` stream reached, if any.
         self.budget_exhausted: BudgetName | None = None
+        # Groups the last groups stream did not yield (`skip_zero_variance`).
+        self.zero_variance_skipped = 0
 
     @classmethod
     async def connect(
@@ -241,6 +244,8 @@ class EpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
@@ -258,6 +263,8 @@ class EpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[Group, None]: ...
 
@@ -274,6 +281,8 @@ class EpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
@@ -300,6 +309,11 @@ class EpisodesClient:
         activities carry the priority and fairness. Past a budget no more episodes
         start, the stream ends once those in flight have, and `self.budget_exhausted`
         names the budget (episodes only, not groups).
+
+        `oversample` and `skip_zero_variance` (groups only) replace the spec's: run
+        `samples + oversample` members per group, yield it when `samples` ended and cut
+        the rest; count zero-variance groups in `self.zero_variance_skipped` instead of
+        yielding them (`episodes.client.groups`).
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -314,6 +328,7 @@ class EpisodesClient:
         if policy_version is not None:
             self.policy_version = policy_version
         limit = concurrency or spec.concurrency
+        spec = groups_spec(spec, groups, oversample, skip_zero_variance)
         if groups:
             from episodes.client.groups import stream_groups
 

@@ -23,7 +23,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from episodes import contract
 from episodes.errors import EpisodeFailed, EpisodesError
 from episodes.types.model import ModelSpec, UpstreamSpec
-from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
+from episodes.types.results import (
+    WORKFLOW_FAILED,
+    Cut,
+    EpisodeResult,
+    Task,
+    is_infra_failure,
+)
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
@@ -133,6 +139,18 @@ async def cancel_episode(client: Client, workflow_id: str | None) -> None:
         return
     with contextlib.suppress(Exception):
         await client.get_workflow_handle(workflow_id).cancel()
+
+
+async def cut_episode(client: Client, workflow_id: str | None, why: Cut) -> None:
+    """Cancel the episode as `cancel_episode` does, its result marked `cut=why` first
+    (the `cut` signal): a straggler or a member past `group_timeout_s`, never exported."""
+    if workflow_id is None:
+        return
+    handle = client.get_workflow_handle(workflow_id)
+    with contextlib.suppress(Exception):  # it may have closed meanwhile: its result stands
+        await handle.signal(contract.CUT, why)
+    with contextlib.suppress(Exception):
+        await handle.cancel()
 
 
 async def await_result(handle: WorkflowHandle) -> EpisodeResult:

@@ -17,7 +17,7 @@ from episodes.types.metrics import BatchMetrics
 async def batch_fleet(client: Client, batch: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """`priority`, `fairness_key` (None: the server's defaults); with a batch workflow,
     `status` (`budget_exhausted` names the budget in `budget`), `model_tokens`,
-    `model_calls`, `episode_seconds`."""
+    `model_calls`, `episode_seconds`, `groups_zero_variance` (None: one sample per task)."""
     first = rows[0] if rows else {}
     out: dict[str, Any] = {
         "priority": first.get("priority"),
@@ -48,5 +48,6 @@ async def batch_fleet(client: Client, batch: str, rows: list[dict[str, Any]]) ->
         model_tokens=metrics.model_tokens,
         model_calls=metrics.model_calls,
         episode_seconds=metrics.episode_seconds,
+        groups_zero_variance=metrics.groups_zero_variance if metrics.samples > 1 else None,
     )
     return out

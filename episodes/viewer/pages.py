@@ -270,6 +270,8 @@ def _fleet_cards(f: Mapping[str, Any]) -> list[str]:
         cards.append(_card("model tokens", f["model_tokens"], f"{f['model_calls']} calls"))
     if f.get("episode_seconds") is not None:
         cards.append(_card("episode time", _dur(f["episode_seconds"]), "summed"))
+    if f.get("groups_zero_variance") is not None:
+        cards.append(_card("zero-variance groups", f["groups_zero_variance"], "no GRPO signal"))
     return cards
 
 

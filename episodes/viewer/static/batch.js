@@ -32,6 +32,9 @@ function fleetCards(f) {
   }
   if (f.model_calls) out.push(card("model tokens", f.model_tokens, `${f.model_calls} calls`));
   if (f.episode_seconds != null) out.push(card("episode time", dur(f.episode_seconds), "summed"));
+  if (f.groups_zero_variance != null) {
+    out.push(card("zero-variance groups", f.groups_zero_variance, "no GRPO signal"));
+  }
   return out;
 }
 
