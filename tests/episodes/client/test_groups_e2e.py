@@ -189,8 +189,10 @@ async def test_a_group_past_group_timeout_s_is_cut(client, worker, on_timeout) -
     assert [(r.workflow_id, r.termination) for r in slow.results] == [
         (f"{s.name}.slow.s0", "env_done")
     ]
+    assert slow.cut == [f"{s.name}.slow.s1"]
     h = client.get_workflow_handle(f"{s.name}.slow.s1", result_type=EpisodeResult)
-    assert (await asyncio.wait_for(h.result(), STEP)).termination == "cancelled"
+    cut = await asyncio.wait_for(h.result(), STEP)
+    assert (cut.termination, cut.cut) == ("cancelled", "group_timeout")
 
 
 async def test_an_agent_failure_is_an_outcome_not_a_retry(client, worker) -> None:
