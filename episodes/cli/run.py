@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from temporalio.client import Client
 
-from episodes.cli.common import console, progress_bar, summary_table
+from episodes.cli.common import console, live_progress, progress_bar, summary_table
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
 from episodes.client.batches import episodes_query
@@ -64,8 +64,17 @@ async def run_spec(
             else episodes.run_batch(spec, **kw)
         )
         try:
-            with progress_bar() as progress:
-                bar = progress.add_task(spec.name, total=total, last="")
+            with (
+                progress_bar() as progress,
+                live_progress(
+                    progress,
+                    client,
+                    title=spec.name,
+                    batch=batch or spec.name,
+                    ceiling=concurrency or spec.concurrency,
+                    total=total,
+                ) as bar,
+            ):
                 async for result in stream:
                     results.append(result)
                     if sink:
