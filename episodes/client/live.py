@@ -85,11 +85,15 @@ async def live_figure(client: Client, batch: str, *, limit: int = 1000) -> LiveF
 async def watch_live(
     client: Client, batch: str, show: Callable[[LiveFigure], None], *, interval_s: float = 2.0
 ) -> None:
-    """Call `show` with the batch's figure every `interval_s` until cancelled; a round
-    the server does not answer is skipped."""
+    """Call `show` with the batch's figure every `interval_s` until cancelled (a round
+    the server does not answer is skipped). A round takes a describe per running
+    episode: rounds are spaced at least 4 times their own length, so a large batch's
+    progress line costs the server a fifth of one describe stream at most."""
+    loop = asyncio.get_running_loop()
     while True:
+        began = loop.time()
         try:
             show(await live_figure(client, batch))
         except Exception:  # the server is busy or gone: the next round tries again
             pass
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(max(interval_s, 4 * (loop.time() - began)))
