@@ -98,10 +98,18 @@ def dispatch_spec(
 
 
 async def run_member(
-    ec: EpisodesClient, spec: EpisodeSpec, m: Member, *, batch: str | None, budget: int
+    ec: EpisodesClient,
+    spec: EpisodeSpec,
+    m: Member,
+    *,
+    batch: str | None,
+    budget: int,
+    keep_cut: bool = False,
 ) -> Outcome:
     """The member's result: an infrastructure failure runs again as a fresh episode while
-    `m.retries < budget`; a failed workflow is a `workflow_failed` result, not a raise."""
+    `m.retries < budget`; a failed workflow is a `workflow_failed` result, not a raise.
+    `keep_cut` (groups): an earlier run's cut episode is its result (`result.cut`), not
+    run again: its group was settled without it."""
     while True:
         attempt, m.attempt = m.attempt, m.attempt + 1
         m.wid = contract.retry_id(
@@ -121,7 +129,7 @@ async def run_member(
                 failed.model_copy(update={"retries": m.retries}),
                 is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed),
             )
-        if closed and result.termination == "cancelled":
+        if closed and result.termination == "cancelled" and not (keep_cut and result.cut):
             # Cancelled when an earlier run_batch was left (Ctrl-C, an exception in the
             # trainer's loop) or a stale group was dispatched again: its id is closed for
             # good, so run the next attempt. Cancelled while this run waits: its result.

@@ -31,7 +31,8 @@ runs `samples + k` members (samples `0 .. samples+k-1`) and is yielded once `sam
 of them ended; the members still running or not started are cut: a `cut` signal marks
 their result (`EpisodeResult.cut`, so `episodes export` leaves them out) and they are
 cancelled (`Group.cut` names them). Cut at `group_timeout_s` too (`cut:
-group_timeout`).
+group_timeout`). Running the batch again re-attaches to its members as they ended:
+a cut one stays cut (not run again), so the group comes out as it did.
 
 Zero variance: a group whose members all scored the same carries no GRPO signal
 (`Group.zero_variance`); with `skip_zero_variance` it is not yielded, and
@@ -156,10 +157,17 @@ class _State:
     stale: int = 0
     began: float = 0.0  # when it was dispatched (monotonic)
     cut: list[str] = field(default_factory=list)
+    settled: int = 0  # members an earlier run of the batch cut: ended, in no group
 
     @property
     def complete(self) -> bool:
         return len(self.outcomes) >= self.need
+
+    @property
+    def exhausted(self) -> bool:
+        """Every member ended or was cut, and not `need` of them ended: an earlier run
+        cut this group at `group_timeout_s`."""
+        return not self.complete and len(self.outcomes) + self.settled >= len(self.members)
 
 
 async def stream_groups(
@@ -225,6 +233,7 @@ async def stream_groups(
                     for m in g.members:
                         m.wid, m.began = None, time.monotonic()
                     g.outcomes.clear()
+                    g.cut, g.settled = [], 0
                     g.stale += 1
                     g.dispatched, g.version = False, None
                     del active[i]
@@ -253,6 +262,7 @@ async def stream_groups(
                         m,
                         batch=batch,
                         budget=spec.group_retries,
+                        keep_cut=True,
                     )
                 )
                 running[t] = (g, m)
@@ -264,12 +274,21 @@ async def stream_groups(
             finished: list[_State] = []
             for t in done:
                 g, m = running.pop(t)
-                g.outcomes[m.sample] = t.result()
-                if g.complete and g not in finished:
+                o = t.result()
+                if o.result.cut is not None:  # an earlier run of the batch cut it
+                    g.cut.append(o.result.workflow_id)
+                    g.settled += 1
+                else:
+                    g.outcomes[m.sample] = o
+                if (g.complete or g.exhausted) and g not in finished:
                     finished.append(g)
             for g in sorted(finished, key=lambda g: g.index):
-                await stop(g, "straggler")  # its spares (`oversample`) still running
                 del active[g.index]
+                if g.exhausted:  # as that run left it: partial, or dropped
+                    if spec.group_on_timeout == "partial" and (group := out(g, partial=True)):
+                        yield group
+                    continue
+                await stop(g, "straggler")  # its spares (`oversample`) still running
                 if group := out(g):
                     yield group
     finally:

@@ -12,6 +12,7 @@ import uuid
 from typing import Any
 
 import pytest
+from temporalio.service import RPCError
 
 from episodes.agents.chat_template import ChatTemplate
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
@@ -270,11 +271,18 @@ async def test_oversampled_groups_cut_the_straggler_and_export_leaves_it_out(
             groups = [g async for g in agen]
         finally:
             release.set()
+        # The same batch again, one member at a time (s1 is asked for before s2 ends):
+        # its members as they ended, the straggler not run again.
+        again = [g async for g in ec.run_batch(s, groups=True, oversample=1, concurrency=1)]
     [g] = groups
     ids = [f"{s.name}.ab.s{i}" for i in range(3)]
     assert [r.workflow_id for r in g.results] == [ids[0], ids[2]]
     assert [r.termination for r in g.results] == ["env_done", "env_done"]
     assert (g.cut, g.partial, g.failed) == ([ids[1]], False, None)
+    [g2] = again
+    assert ([r.workflow_id for r in g2.results], g2.cut) == ([ids[0], ids[2]], [ids[1]])
+    with pytest.raises(RPCError, match="not found"):
+        await client.get_workflow_handle(f"{ids[1]}.r1").describe()
     h = client.get_workflow_handle(ids[1], result_type=EpisodeResult)
     cut = await asyncio.wait_for(h.result(), STEP)
     assert (cut.termination, cut.cut) == ("cancelled", "straggler")
