@@ -27,6 +27,7 @@ function fleetCards(f) {
   const out = [];
   if (f.priority != null) out.push(card("priority", f.priority, "1 first .. 5 last"));
   if (f.fairness_key) out.push(card("fairness key", f.fairness_key));
+  if (f.live != null) out.push(card("live", f.live, `${f.waiting} wait for a box`));
   if (f.status === "budget_exhausted") {
     out.push(card("budget_exhausted", f.budget || "", "no more episodes started"));
   }

@@ -21,6 +21,7 @@ from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch, wait_batch
 from episodes.client.live import LiveFigure, live_figure
 from episodes.types.spec import EpisodeSpec
+from episodes.viewer.pages import batch_view
 from tests.conftest import ROOT
 from tests.support.helpers import spec, wait_until
 
@@ -111,6 +112,9 @@ async def test_a_batch_on_a_saturated_fleet_starts_no_box_and_the_figure_says_so
             assert await live_figure(client, second.name) == waiting and saturated()
             sessions = {e.workflow_id for e in worker.registry.entries()}
             assert sessions == {f"{first.name}.t{i}.s0" for i in (0, 1)}
+            # The viewer's batch page says the same.
+            fleet = (await batch_view(client, second.name))["fleet"]
+            assert (fleet["live"], fleet["waiting"]) == (0, 1)
         finally:
             release.set()
         results = await asyncio.wait_for(driving, 120)
