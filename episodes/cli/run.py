@@ -125,7 +125,7 @@ async def members(
 
 def groups_line(tally: Counter[str], skipped: int) -> str:
     """What `episodes run` says of the groups it streamed."""
-    line = f"groups: {tally['groups']} whole"
+    line = f"groups: {tally['groups']}"
     if tally["partial"]:
         line += f" ({tally['partial']} partial, cut at group_timeout_s)"
     if skipped:

@@ -310,10 +310,8 @@ class EpisodesClient:
         start, the stream ends once those in flight have, and `self.budget_exhausted`
         names the budget (episodes only, not groups).
 
-        `oversample` and `skip_zero_variance` (groups only) replace the spec's: run
-        `samples + oversample` members per group, yield it when `samples` ended and cut
-        the rest; count zero-variance groups in `self.zero_variance_skipped` instead of
-        yielding them (`episodes.client.groups`).
+        `oversample`, `skip_zero_variance` (groups only; `episodes.client.groups`)
+        replace the spec's: stragglers cut, zero-variance groups skipped and counted.
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):

@@ -311,7 +311,7 @@ async def test_run_oversample_streams_groups_and_says_what_it_cut(client, worker
         finally:
             release.set()
         assert code == 0, err + out
-        assert "groups: 1 whole; 1 straggler episode(s) cut (cancelled, never exported)" in out
+        assert "groups: 1; 1 straggler episode(s) cut (cancelled, never exported)" in out
         # Oversampling is the client's: a batch workflow would run every member.
         code, out, err = await cli("run", str(path), "--oversample", "1", "--on-server", *addr)
     assert code != 0 and "drop --on-server" in err and "Traceback" not in err
