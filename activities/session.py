@@ -20,6 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities import telemetry
+from activities.fleet_wait import wait_for_fleet
 from activities.logs import bind
 from activities.recorder import TurnRecorder
 from episodes import contract
@@ -85,6 +86,7 @@ class SessionActivities:
 
     @activity.defn(name=contract.PROVISION)
     async def provision(self, inp: ProvisionInput) -> SessionRef:
+        await wait_for_fleet()  # a provision taken just as the model fleet filled
         # A box and a harness can take a while to start: beat, so a worker killed
         # mid-provision is noticed after the heartbeat timeout, not the start-to-close.
         beat = asyncio.create_task(_heartbeat_until_cancelled(eager=False))

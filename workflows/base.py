@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from episodes.types.priority import model_usage
     from episodes.types.results import (
+        Cut,
         EpisodeResult,
         ForkOrigin,
         ScoreResult,
@@ -79,6 +80,7 @@ class EpisodeBase:
         self._first_turn = 0
         self._runs = 1
         self._termination: Termination | None = None
+        self._cut: Cut | None = None  # a `cut` signal: why the cancel that follows came
         self._max_turns = 0
         # `on_worker_lost: restart`, counted over the whole chain (the carry keeps them).
         self._restarts = 0
@@ -434,6 +436,7 @@ class EpisodeBase:
             **self._model_usage(),
             config_error=self._config_error,
             forked_from=inp.fork,
+            cut=self._cut if termination == "cancelled" else None,
         )
 
     def _set_details(self) -> None:

@@ -354,7 +354,10 @@ class EvalBatchWorkflow:
         if self._budget is not None:
             lines.append(f"- stopped: `{self._budget}` reached, no more episodes started")
         if m.groups_complete or m.groups_failed:
-            lines.append(f"- groups: {m.groups_complete} complete, {m.groups_failed} failed")
+            lines.append(
+                f"- groups: {m.groups_complete} complete, {m.groups_failed} failed, "
+                f"{m.groups_zero_variance} zero-variance"
+            )
         if self._errors:
             lines.append(f"- last failure: `{self._errors[-1][:300]}`")
         workflow.set_current_details("\n".join(lines))

@@ -139,6 +139,14 @@ class EpisodeWorkflow(EpisodeBase):
             return
         self._resume = True
 
+    @workflow.signal(name=contract.CUT)
+    def cut(self, why: str) -> None:
+        """Sent by a groups stream just before it cancels the episode: the result says
+        why (`EpisodeResult.cut`), and `episodes export` leaves it out. (No command: a
+        history without it replays as it ran.)"""
+        if why in ("straggler", "group_timeout"):
+            self._cut = why  # type: ignore[assignment]
+
     async def _parked(self, inp: EpisodeInput) -> str | None:
         """Parked: the session released (nothing runs), until `resume` or `max_parked_s`;
         then a new session on any worker replays the recorded turns exactly (not counted

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from episodes.cli.common import console, progress_bar
+from episodes.cli.common import console, live_progress, progress_bar
 from episodes.cli.embedded import client_for
 from episodes.cli.run import budget_line, config_error_lines, every_failed_lines
 from episodes.client.batches import (
@@ -58,12 +58,24 @@ async def run_spec_batch(
         client, ui_url, task_queue = await client_for(stack, cfg)
         handle = await start_batch(client, inp, task_queue=task_queue)
         console.print(f"batch workflow [bold]{handle.id}[/]", highlight=False, soft_wrap=True)
-        with progress_bar() as progress:
-            bar = progress.add_task(spec.name, total=total, last="")
+        ceiling = inp.concurrency or spec.concurrency
+        with (
+            progress_bar() as progress,
+            live_progress(
+                progress,
+                client,
+                title=spec.name,
+                batch=inp.batch or spec.name,
+                ceiling=ceiling,
+                total=total,
+            ) as bar,
+        ):
 
             def show(p: BatchProgress) -> None:
                 runs = f" · run {p.runs}" if p.runs > 1 else ""
-                progress.update(bar, completed=p.done, last=f"{p.running} running{runs} · {p.last}")
+                progress.update(
+                    bar, completed=p.done, last=f"{p.running} in flight{runs} · {p.last}"
+                )
 
             try:
                 result = await wait_batch(client, handle, on_progress=show)
@@ -131,6 +143,8 @@ def metrics_table(
     table.add_row(
         "groups complete / failed", f"{m.groups_complete} / {m.groups_failed} (a task's samples)"
     )
+    if m.samples > 1:
+        table.add_row("zero-variance groups", f"{m.groups_zero_variance} (all scored the same)")
     d = m.duration_s
     if d.p50 is not None:
         table.add_row("duration p50 / p90 / p99", f"{d.p50:.2f} s / {d.p90:.2f} s / {d.p99:.2f} s")

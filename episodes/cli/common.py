@@ -9,14 +9,21 @@ import inspect
 import signal
 import statistics
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from episodes.client.config import flag
@@ -25,7 +32,10 @@ from episodes.types.attempts import final_attempts
 from episodes.types.results import INFRA_TERMINATIONS, EpisodeResult
 
 if TYPE_CHECKING:
+    from temporalio.client import Client
+
     from episodes.client.config import Config
+    from episodes.client.live import LiveFigure
 
 console = Console()
 err_console = Console(stderr=True)
@@ -82,6 +92,14 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
     restarts = sum(r.restarts for r in results)
     if restarts:
         table.add_row("worker-lost restarts", str(restarts))
+    # Groups (a task's samples) whose members all scored the same: no GRPO signal.
+    groups: dict[str, list[float | None]] = {}
+    for r in results:
+        groups.setdefault(r.task_id, []).append(r.reward)
+    multi = [g for g in groups.values() if len(g) > 1]
+    if multi:
+        same = sum(None not in g and len(set(g)) == 1 for g in multi)
+        table.add_row("zero-variance groups", f"{same} of {len(multi)} (all scored the same)")
     pooled = [r.pool_hit for r in results if r.pool_hit is not None]
     if pooled:
         hits = sum(pooled)
@@ -104,6 +122,27 @@ def progress_bar() -> Progress:
         TimeElapsedColumn(),
         console=console,
     )
+
+
+@contextlib.contextmanager
+def live_progress(
+    progress: Progress, client: Client, *, title: str, batch: str, ceiling: int, total: int
+) -> Iterator[TaskID]:
+    """A bar for the batch, its name followed by how many of its episodes are live out
+    of the `concurrency` ceiling and how many wait for a box
+    (`episodes.client.live`), refreshed every 2 s while the bar shows."""
+    from episodes.client.live import watch_live
+
+    bar = progress.add_task(title, total=total, last="")
+
+    def show(figure: LiveFigure) -> None:
+        progress.update(bar, description=f"{title} · {figure.line(ceiling)}")
+
+    watcher = asyncio.ensure_future(watch_live(client, batch, show))
+    try:
+        yield bar
+    finally:
+        watcher.cancel()
 
 
 # -- the shared option set ---------------------------------------------------------

@@ -12,6 +12,8 @@ without a result (still running, or its workflow failed: no baseline for the gro
 and an episode whose calls lack token data, are named, unless `--skip-incomplete`
 (then such a group is left out whole, such an episode alone, and it says how many); a
 batch in which no episode made a model call (no `model` in the spec) says so.
+Episodes a groups stream cut (`EpisodeResult.cut`: stragglers past a group's
+`samples` with `oversample`, or past `group_timeout_s`) belong to no group: left out.
 """
 
 from __future__ import annotations
@@ -69,7 +71,10 @@ async def export_batch(
             return result, samples_of(transcript_of(data))
 
         loaded = await asyncio.gather(*(one(wf.id) for wf in found))
-    done = _whole_groups(batch, found, loaded, skip_incomplete)
+    # Cut by a groups stream (stragglers, `oversample`): in no group, never a row.
+    kept = [(wf, e) for wf, e in zip(found, loaded, strict=True) if e is None or not e[0].cut]
+    cut = len(found) - len(kept)
+    done = _whole_groups(batch, [wf for wf, _ in kept], [e for _, e in kept], skip_incomplete)
     incomplete = [(r, s) for r, s in done if not s.complete]
     if incomplete and not skip_incomplete:
         named = "; ".join(
@@ -89,6 +94,7 @@ async def export_batch(
         fail(f"batch {batch}: no complete episode left to export, nothing written", code=1)
     write_rows(rows, out)
     skipped = f", skipped {len(incomplete)} incomplete episode(s)" if incomplete else ""
+    skipped += f", left out {cut} cut episode(s) (stragglers)" if cut else ""
     splits = sum(s.splits for _, s in done if s.complete)
     console.print(
         f"{out}: {len(rows)} samples from {len(done) - len(incomplete)} episodes "

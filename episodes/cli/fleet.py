@@ -32,6 +32,15 @@ MaxEpisodeSeconds = Annotated[
     typer.Option(min=0.001, help="Budget: start no episode after this much episode (box) time."),
 ]
 
+Oversample = Annotated[
+    int | None,
+    typer.Option(
+        min=0,
+        help="Run this many spare samples per task, stream each task's samples as a group "
+        "once `samples` ended and cut the rest (stragglers; never exported).",
+    ),
+]
+
 
 def fleet_kwargs(
     priority: int | None,

@@ -147,6 +147,7 @@ def run_cmd(
     max_model_tokens: fleet.MaxModelTokens = None,
     max_model_calls: fleet.MaxModelCalls = None,
     max_episode_seconds: fleet.MaxEpisodeSeconds = None,
+    oversample: fleet.Oversample = None,
 ) -> None:
     """Run every task x sample of SPEC, show progress, print a summary.
 
@@ -172,6 +173,8 @@ def run_cmd(
     if on_server or batch:
         from episodes.cli.batch import run_spec_batch
 
+        if oversample:
+            common.fail("--oversample cuts stragglers in groups run from here: drop --on-server")
         code = common.run(
             run_spec_batch(
                 spec,
@@ -194,6 +197,7 @@ def run_cmd(
             concurrency=concurrency,
             policy_version=policy_version,
             fleet=on_fleet,
+            oversample=oversample,
         )
     )
     raise typer.Exit(exit_code(results))

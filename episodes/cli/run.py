@@ -5,21 +5,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
+from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from temporalio.client import Client
 
-from episodes.cli.common import console, progress_bar, summary_table
+from episodes.cli.common import console, live_progress, progress_bar, summary_table
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
 from episodes.client.batches import episodes_query
 from episodes.client.config import Config
 from episodes.client.dispatch import dispatch_spec
+from episodes.client.group_options import groups_spec
 from episodes.errors import EpisodesError, Interrupted
 from episodes.specfile import load_spec
 from episodes.types.results import OK_TERMINATIONS, EpisodeResult
+
+if TYPE_CHECKING:
+    from episodes.client.groups import Group
 
 
 async def run_spec(
@@ -31,11 +36,14 @@ async def run_spec(
     concurrency: int | None,
     policy_version: int | None = None,
     fleet: dict[str, Any] | None = None,
+    oversample: int | None = None,
 ) -> list[EpisodeResult]:
     from episodes.envs import check_env_ref
 
     # Everything that can be wrong with the spec is found before anything starts.
-    spec = load_spec(path)
+    spec = groups_spec(load_spec(path), True, oversample)
+    # Oversampling cuts stragglers, skipping drops groups: both stream whole groups.
+    grouped = bool(spec.oversample or spec.skip_zero_variance)
     check_env_ref(spec.env)
     dispatch_spec(spec, policy_version)  # a version needs a model: say so before starting
     tasks = spec.load_tasks()
@@ -46,16 +54,28 @@ async def run_spec(
         sink = stack.enter_context(out.open("w")) if out else None
         results: list[EpisodeResult] = []
         episodes = EpisodesClient(client, task_queue=task_queue)
+        tally: Counter[str] = Counter()
+        kw: dict[str, Any] = dict(
+            concurrency=concurrency, batch_id=batch, policy_version=policy_version, **(fleet or {})
+        )
+        stream = (
+            members(episodes.run_batch(spec, groups=True, **kw), tally)
+            if grouped
+            else episodes.run_batch(spec, **kw)
+        )
         try:
-            with progress_bar() as progress:
-                bar = progress.add_task(spec.name, total=total, last="")
-                async for result in episodes.run_batch(
-                    spec,
-                    concurrency=concurrency,
-                    batch_id=batch,
-                    policy_version=policy_version,
-                    **(fleet or {}),
-                ):
+            with (
+                progress_bar() as progress,
+                live_progress(
+                    progress,
+                    client,
+                    title=spec.name,
+                    batch=batch or spec.name,
+                    ceiling=concurrency or spec.concurrency,
+                    total=total,
+                ) as bar,
+            ):
+                async for result in stream:
                     results.append(result)
                     if sink:
                         sink.write(result.model_dump_json() + "\n")
@@ -77,6 +97,8 @@ async def run_spec(
         console.print(summary_table(results, title=f"{spec.name}: {total} episodes"))
         if episodes.budget_exhausted:
             console.print(budget_line(episodes.budget_exhausted, len(results), total))
+        if grouped:
+            console.print(groups_line(tally, episodes.zero_variance_skipped), highlight=False)
         for line in failure_lines(results):
             console.print(line, highlight=False, soft_wrap=True)
         if out:
@@ -84,6 +106,33 @@ async def run_spec(
         if ui_url:
             console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
         return results
+
+
+async def members(
+    groups: AsyncGenerator[Group, None], tally: Counter[str]
+) -> AsyncGenerator[EpisodeResult, None]:
+    """The results of each group as it comes, its groups and cut members counted."""
+    try:
+        async for g in groups:
+            tally["groups"] += 1
+            tally["cut"] += len(g.cut)
+            tally["partial"] += g.partial
+            for r in g.results:
+                yield r
+    finally:
+        await groups.aclose()  # cancels the episodes still running
+
+
+def groups_line(tally: Counter[str], skipped: int) -> str:
+    """What `episodes run` says of the groups it streamed."""
+    line = f"groups: {tally['groups']}"
+    if tally["partial"]:
+        line += f" ({tally['partial']} partial, cut at group_timeout_s)"
+    if skipped:
+        line += f", {skipped} zero-variance skipped (all scored the same)"
+    if tally["cut"]:
+        line += f"; {tally['cut']} straggler episode(s) cut (cancelled, never exported)"
+    return line
 
 
 async def _settle(client: Client, batch_id: str, timeout_s: float = 15.0) -> None:

@@ -42,6 +42,12 @@ def batch_input(
 ) -> BatchInput:
     """The workflow input, with the dataset read now (a workflow cannot read files).
     `batch_id`: default the spec's name (`batch=`: its deprecated spelling)."""
+    if spec.oversample:
+        raise EpisodesError(
+            f"spec {spec.name!r}: oversample {spec.oversample} cuts stragglers in groups the "
+            "client streams; a batch workflow runs every member (drop --on-server, or "
+            "use run_batch(groups=True))"
+        )
     tasks = spec.load_tasks()
     inp = BatchInput(
         spec=spec.model_copy(update={"tasks": tasks, "dataset": None, "harbor": None}),

@@ -32,6 +32,7 @@ from episodes.client.dispatch import (
     run_member,
 )
 from episodes.client.fleet import on_fleet
+from episodes.client.group_options import groups_spec
 from episodes.client.interactive import InteractiveSession, open_session
 from episodes.client.replaying import ReplayMethods
 from episodes.errors import EpisodesError
@@ -60,6 +61,8 @@ class EpisodesClient(ReplayMethods):
         self.upstreams: list[UpstreamSpec] | None = None
         # The budget (`spec.budget`) the last `run_batch` stream reached, if any.
         self.budget_exhausted: BudgetName | None = None
+        # Groups the last groups stream did not yield (`skip_zero_variance`).
+        self.zero_variance_skipped = 0
 
     @classmethod
     async def connect(
@@ -207,6 +210,8 @@ class EpisodesClient(ReplayMethods):
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
@@ -224,6 +229,8 @@ class EpisodesClient(ReplayMethods):
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[Group, None]: ...
 
@@ -240,6 +247,8 @@ class EpisodesClient(ReplayMethods):
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
@@ -266,6 +275,9 @@ class EpisodesClient(ReplayMethods):
         activities carry the priority and fairness. Past a budget no more episodes
         start (with groups: no more groups, those dispatched finish whole), the stream
         ends once those in flight have, and `self.budget_exhausted` names the budget.
+
+        `oversample`, `skip_zero_variance` (groups only; `episodes.client.groups`)
+        replace the spec's: stragglers cut, zero-variance groups skipped and counted.
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -281,6 +293,7 @@ class EpisodesClient(ReplayMethods):
             self.policy_version = policy_version
         limit = concurrency or spec.concurrency
         self.budget_exhausted = None
+        spec = groups_spec(spec, groups, oversample, skip_zero_variance)
         if groups:
             from episodes.client.groups import stream_groups
 

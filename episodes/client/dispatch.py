@@ -23,7 +23,13 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from episodes import contract
 from episodes.errors import EpisodeFailed, EpisodesError
 from episodes.types.model import ModelSpec, UpstreamSpec
-from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
+from episodes.types.results import (
+    WORKFLOW_FAILED,
+    Cut,
+    EpisodeResult,
+    Task,
+    is_infra_failure,
+)
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
@@ -92,10 +98,18 @@ def dispatch_spec(
 
 
 async def run_member(
-    ec: EpisodesClient, spec: EpisodeSpec, m: Member, *, batch: str | None, budget: int
+    ec: EpisodesClient,
+    spec: EpisodeSpec,
+    m: Member,
+    *,
+    batch: str | None,
+    budget: int,
+    keep_cut: bool = False,
 ) -> Outcome:
     """The member's result: an infrastructure failure runs again as a fresh episode while
-    `m.retries < budget`; a failed workflow is a `workflow_failed` result, not a raise."""
+    `m.retries < budget`; a failed workflow is a `workflow_failed` result, not a raise.
+    `keep_cut` (groups): an earlier run's cut episode is its result (`result.cut`), not
+    run again: its group was settled without it."""
     while True:
         attempt, m.attempt = m.attempt, m.attempt + 1
         m.wid = contract.retry_id(
@@ -115,7 +129,7 @@ async def run_member(
                 failed.model_copy(update={"retries": m.retries}),
                 is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed),
             )
-        if closed and result.termination == "cancelled":
+        if closed and result.termination == "cancelled" and not (keep_cut and result.cut):
             # Cancelled when an earlier run_batch was left (Ctrl-C, an exception in the
             # trainer's loop) or a stale group was dispatched again: its id is closed for
             # good, so run the next attempt. Cancelled while this run waits: its result.
@@ -133,6 +147,18 @@ async def cancel_episode(client: Client, workflow_id: str | None) -> None:
         return
     with contextlib.suppress(Exception):
         await client.get_workflow_handle(workflow_id).cancel()
+
+
+async def cut_episode(client: Client, workflow_id: str | None, why: Cut) -> None:
+    """Cancel the episode as `cancel_episode` does, its result marked `cut=why` first
+    (the `cut` signal): a straggler or a member past `group_timeout_s`, never exported."""
+    if workflow_id is None:
+        return
+    handle = client.get_workflow_handle(workflow_id)
+    with contextlib.suppress(Exception):  # it may have closed meanwhile: its result stands
+        await handle.signal(contract.CUT, why)
+    with contextlib.suppress(Exception):
+        await handle.cancel()
 
 
 async def await_result(handle: WorkflowHandle) -> EpisodeResult:

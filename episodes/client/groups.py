@@ -30,6 +30,18 @@ Stragglers: with the spec's `group_timeout_s`, a group not complete that long af
 was dispatched has its running members cancelled (their episodes end `cancelled`) and
 is yielded `partial` with the members that ended, or dropped (`group_on_timeout:
 drop`). Either way the short episodes win: the docs say so.
+
+Oversampling: with the spec's `oversample: k` (or `run_batch(oversample=k)`) each group
+runs `samples + k` members (samples `0 .. samples+k-1`) and is yielded once `samples`
+of them ended; the members still running or not started are cut: a `cut` signal marks
+their result (`EpisodeResult.cut`, so `episodes export` leaves them out) and they are
+cancelled (`Group.cut` names them). Cut at `group_timeout_s` too (`cut:
+group_timeout`). Running the batch again re-attaches to its members as they ended:
+a cut one stays cut (not run again), so the group comes out as it did.
+
+Zero variance: a group whose members all scored the same carries no GRPO signal
+(`Group.zero_variance`); with `skip_zero_variance` it is not yielded, and
+`EpisodesClient.zero_variance_skipped` counts it.
 """
 
 from __future__ import annotations
@@ -45,12 +57,19 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from episodes import contract
-from episodes.client.dispatch import Member, Outcome, cancel_episode, dispatch_spec, run_member
+from episodes.client.dispatch import (
+    Member,
+    Outcome,
+    cancel_episode,
+    cut_episode,
+    dispatch_spec,
+    run_member,
+)
 from episodes.client.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.training.export import advantages
 from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of
-from episodes.types.results import EpisodeResult, Transcript
+from episodes.types.results import Cut, EpisodeResult, Transcript
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
@@ -75,7 +94,9 @@ class Group(BaseModel):
     policy_version: int | None = None
     """The version every member was dispatched at (None: the spec's, unversioned)."""
     results: list[EpisodeResult]
-    """One per sample, in sample order: the last attempt of each."""
+    """The members that ended, in sample order: the last attempt of each. One per
+    sample; with `oversample`, the first `samples` to end (more when several ended at
+    once)."""
     failed: str | None = None
     """Why the group cannot be trained on (a member's infrastructure failure after its
     retries), or None. A trainer masks a failed group whole."""
@@ -86,6 +107,10 @@ class Group(BaseModel):
     partial: bool = False
     """Cut at the spec's `group_timeout_s`: `results` holds only the members that ended
     by then (the others were cancelled). Biased towards short episodes."""
+    cut: list[str] = []
+    """The members' episodes cut (cancelled, `EpisodeResult.cut` set): stragglers past
+    the `samples` that ended first (`oversample`), or past `group_timeout_s`. In no
+    group's results and never exported."""
 
     _fetch: Fetch | None = PrivateAttr(default=None)
     _samples: list[EpisodeSamples] | None = PrivateAttr(default=None)
@@ -131,15 +156,24 @@ class _State:
     index: int
     task_id: str
     members: list[Member]
+    need: int  # members that make it whole: the spec's samples (the rest are spares)
     version: int | None = None
     dispatched: bool = False
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     stale: int = 0
     began: float = 0.0  # when it was dispatched (monotonic)
+    cut: list[str] = field(default_factory=list)
+    settled: int = 0  # members an earlier run of the batch cut: ended, in no group
 
     @property
     def complete(self) -> bool:
-        return len(self.outcomes) == len(self.members)
+        return len(self.outcomes) >= self.need
+
+    @property
+    def exhausted(self) -> bool:
+        """Every member ended or was cut, and not `need` of them ended: an earlier run
+        cut this group at `group_timeout_s`."""
+        return not self.complete and len(self.outcomes) + self.settled >= len(self.members)
 
 
 async def stream_groups(
@@ -153,19 +187,22 @@ async def stream_groups(
     """`run_batch(groups=True)`: see the module doc. At most `limit` episodes in flight;
     groups are dispatched in task order, a stale one ahead of the rest."""
     name = batch or spec.name
+    size = spec.samples + spec.oversample
     states = [
-        _State(i, t.id, [Member(t, s) for s in range(spec.samples)])
+        _State(i, t.id, [Member(t, s) for s in range(size)], need=spec.samples)
         for i, t in enumerate(spec.load_tasks())
     ]
+    ec.zero_variance_skipped = 0
     queue: deque[tuple[_State, Member]] = deque((g, m) for g in states for m in g.members)
     running: dict[asyncio.Task[Outcome], tuple[_State, Member]] = {}
     # Dispatched and not yielded yet: about `limit / samples` groups, whatever the batch.
     active: dict[int, _State] = {}
     spent = Spending(spec.budget)  # past the budget no group starts (ec.budget_exhausted)
 
-    async def stop(g: _State) -> None:
+    async def stop(g: _State, why: Cut | None = None) -> None:
         """Cancel the group's running members and their episodes (by id: one still
-        being started has no handle yet)."""
+        being started has no handle yet), `cut` for `why` when given; its members not
+        dispatched yet leave the queue."""
         mine = [(t, m) for t, (owner, m) in running.items() if owner is g]
         for t, _ in mine:
             t.cancel()
@@ -173,7 +210,22 @@ async def stream_groups(
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
             del running[t]
-        await asyncio.gather(*(cancel_episode(ec.client, m.wid) for _, m in mine))
+        if why is None:
+            await asyncio.gather(*(cancel_episode(ec.client, m.wid) for _, m in mine))
+        else:
+            await asyncio.gather(*(cut_episode(ec.client, m.wid, why) for _, m in mine))
+            g.cut += [m.wid for _, m in mine if m.wid is not None]
+        rest = [(o, m) for o, m in queue if o is not g]
+        queue.clear()
+        queue.extend(rest)
+
+    def out(g: _State, *, partial: bool = False) -> Group | None:
+        """The group to yield, or None: skipped for zero variance (and counted)."""
+        group = _group(ec, name, g, model=spec.model is not None, partial=partial)
+        if spec.skip_zero_variance and group.zero_variance:
+            ec.zero_variance_skipped += 1
+            return None
+        return group
 
     try:
         while True:
@@ -188,26 +240,22 @@ async def stream_groups(
                     for m in g.members:
                         m.wid, m.began = None, time.monotonic()
                     g.outcomes.clear()
+                    g.cut, g.settled = [], 0
                     g.stale += 1
                     g.dispatched, g.version = False, None
                     del active[i]
-                    rest = [(o, m) for o, m in queue if o is not g]
-                    queue.clear()
-                    queue.extend([(g, m) for m in g.members] + rest)
+                    queue.extendleft(reversed([(g, m) for m in g.members]))
             if spec.group_timeout_s is not None:
                 now = time.monotonic()
                 for i in sorted(active):
                     g = states[i]
                     if g.complete or now - g.began < spec.group_timeout_s:
                         continue
-                    # Past its time: cancel the rest, yield what ended (or drop it).
-                    await stop(g)
+                    # Past its time: cut the rest, yield what ended (or drop it).
+                    await stop(g, "group_timeout")
                     del active[i]
-                    rest = [(o, m) for o, m in queue if o is not g]
-                    queue.clear()
-                    queue.extend(rest)
-                    if spec.group_on_timeout == "partial":
-                        yield _group(ec, name, g, model=spec.model is not None, partial=True)
+                    if spec.group_on_timeout == "partial" and (group := out(g, partial=True)):
+                        yield group
             while len(running) < limit and queue:
                 g, m = queue.popleft()
                 if not g.dispatched and ec.budget_exhausted is not None:
@@ -226,6 +274,7 @@ async def stream_groups(
                         m,
                         batch=batch,
                         budget=spec.group_retries,
+                        keep_cut=True,
                     )
                 )
                 running[t] = (g, m)
@@ -237,14 +286,26 @@ async def stream_groups(
             finished: list[_State] = []
             for t in done:
                 g, m = running.pop(t)
-                g.outcomes[m.sample] = t.result()
-                reached = spent.add(g.outcomes[m.sample].result)
+                o = t.result()
+                # A cut member spent too: what it used counts against the budget.
+                reached = spent.add(o.result)
                 ec.budget_exhausted = ec.budget_exhausted or reached
-                if g.complete:
+                if o.result.cut is not None:  # an earlier run of the batch cut it
+                    g.cut.append(o.result.workflow_id)
+                    g.settled += 1
+                else:
+                    g.outcomes[m.sample] = o
+                if (g.complete or g.exhausted) and g not in finished:
                     finished.append(g)
             for g in sorted(finished, key=lambda g: g.index):
                 del active[g.index]
-                yield _group(ec, name, g, model=spec.model is not None)
+                if g.exhausted:  # as that run left it: partial, or dropped
+                    if spec.group_on_timeout == "partial" and (group := out(g, partial=True)):
+                        yield group
+                    continue
+                await stop(g, "straggler")  # its spares (`oversample`) still running
+                if group := out(g):
+                    yield group
     finally:
         tasks = list(running)
         for t in tasks:
@@ -279,6 +340,7 @@ def _group(
         retried=sum(m.retries for m in g.members),
         stale=g.stale,
         partial=partial,
+        cut=list(g.cut),
     )
     group._fetch = ec.transcript
     group._model = model

@@ -122,6 +122,11 @@ class SyncEpisodesClient:
         return self.async_client.budget_exhausted
 
     @property
+    def zero_variance_skipped(self) -> int:
+        """Groups the last groups stream did not yield (`skip_zero_variance`)."""
+        return self.async_client.zero_variance_skipped
+
+    @property
     def upstreams(self) -> list[UpstreamSpec] | None:
         """The fleet episodes are dispatched to (`run_batch`; None: the spec's)."""
         return self.async_client.upstreams
@@ -144,6 +149,8 @@ class SyncEpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> Iterator[EpisodeResult]: ...
 
@@ -161,6 +168,8 @@ class SyncEpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> Iterator[SyncGroup]: ...
 
@@ -177,6 +186,8 @@ class SyncEpisodesClient:
         fairness_key: str | None = None,
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
+        oversample: int | None = None,
+        skip_zero_variance: bool | None = None,
         batch: str | None = None,
     ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]:
         """Results as each episode finishes, or with `groups` each task's samples as a
@@ -195,6 +206,8 @@ class SyncEpisodesClient:
                 fairness_key=fairness_key,
                 fairness_weight=fairness_weight,
                 budget=budget,
+                oversample=oversample,
+                skip_zero_variance=skip_zero_variance,
             )
             return self._groups(grouped)
         results = self.async_client.run_batch(
@@ -207,6 +220,8 @@ class SyncEpisodesClient:
             fairness_key=fairness_key,
             fairness_weight=fairness_weight,
             budget=budget,
+            oversample=oversample,
+            skip_zero_variance=skip_zero_variance,
         )
         return self._iterate(results)
 
@@ -359,6 +374,10 @@ class SyncGroup:
     @property
     def stale(self) -> int:
         return self.async_group.stale
+
+    @property
+    def cut(self) -> list[str]:
+        return self.async_group.cut
 
     @property
     def zero_variance(self) -> bool:

@@ -88,7 +88,9 @@ def advantages(results: Sequence[EpisodeResult], *, normalize_std: bool) -> dict
 def export_rows(
     batch: str, episodes: Sequence[Episode], *, normalize_std: bool = False
 ) -> list[dict[str, Any]]:
-    """One row per sample of every complete episode given, in the episodes' order."""
+    """One row per sample of every complete episode given, in the episodes' order; an
+    episode a groups stream cut (`EpisodeResult.cut`) is in no group: never a row."""
+    episodes = [e for e in episodes if e[0].cut is None]
     adv = advantages([r for r, _ in episodes], normalize_std=normalize_std)
     rows = []
     for result, built in episodes:

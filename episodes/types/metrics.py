@@ -9,7 +9,8 @@ run as it is. Its size does not grow with the number of episodes:
   sums and the task is forgotten. Work runs task by task, so few tasks are open;
 - durations: a log-bucketed histogram (relative error under 1%, `DurationSketch`);
 - groups (a task's samples): complete, or failed when a member ended for an
-  infrastructure reason after its retries, counted as each task closes.
+  infrastructure reason after its retries, counted as each task closes; complete
+  groups whose members all scored the same (zero variance: no GRPO signal) too.
 
 One `add` per (task, sample): its final attempt (`episodes.types.attempts`); the
 batch workflow adds each child's outcome after its re-runs, never an attempt it replaced.
@@ -145,6 +146,10 @@ class BatchMetrics(Model):
     groups_failed: int = 0
     """Groups with a member that ended for an infrastructure reason even after its
     retries: a trainer masks the whole group (its baseline would be biased)."""
+    groups_zero_variance: int = 0
+    """Complete groups whose every member has a reward and all are equal: every
+    advantage is 0, no GRPO signal (`Group.zero_variance`; with one sample per task,
+    every rewarded group)."""
 
 
 class PassTally(Model):
@@ -152,6 +157,11 @@ class PassTally(Model):
     passed: int = 0
     infra: int = 0
     """Members that ended for an infrastructure reason (0 in histories from before)."""
+    rewarded: int = 0
+    """Members with a reward (0 in histories from before: never zero variance)."""
+    first: float | None = None
+    varied: bool = False
+    """A member's reward differed from the first one's."""
 
 
 class MetricsAccumulator(Model):
@@ -173,6 +183,7 @@ class MetricsAccumulator(Model):
     retried: int = 0
     groups_complete: int = 0
     groups_failed: int = 0
+    groups_zero_variance: int = 0
     model_calls: int = 0
     model_tokens: int = 0
 
@@ -207,6 +218,11 @@ class MetricsAccumulator(Model):
         tally.n += 1
         tally.passed += passed
         tally.infra += infra
+        if reward is not None:
+            tally.rewarded += 1
+            if tally.first is None:
+                tally.first = reward
+            tally.varied = tally.varied or reward != tally.first
         if tally.n >= self.samples:
             self._close(task_id)
 
@@ -221,6 +237,8 @@ class MetricsAccumulator(Model):
             self.groups_failed += 1
         else:
             self.groups_complete += 1
+            if tally.rewarded == tally.n and not tally.varied:
+                self.groups_zero_variance += 1
 
     def summary(self) -> BatchMetrics:
         pass_at: dict[int, float] = {}
@@ -250,6 +268,7 @@ class MetricsAccumulator(Model):
             retried=self.retried,
             groups_complete=self.groups_complete,
             groups_failed=self.groups_failed,
+            groups_zero_variance=self.groups_zero_variance,
             model_calls=self.model_calls,
             model_tokens=self.model_tokens,
             episode_seconds=d.sum_s,

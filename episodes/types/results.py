@@ -15,6 +15,9 @@ from episodes.types.events import Event, ModelCall, ToolCall, resolve_model_call
 
 # Why an episode ended. Harness failures are outcomes, not exceptions: the
 # episode is still scored and released.
+Cut = Literal["straggler", "group_timeout"]
+"""Why a groups stream cut an episode (`EpisodeResult.cut`)."""
+
 Termination = Literal[
     "env_done",
     "max_turns",
@@ -236,6 +239,11 @@ class EpisodeResult(Model):
     cancelled when an earlier run was left (Ctrl-C) is not one. 0 elsewhere."""
     forked_from: ForkOrigin | None = None
     """A fork's branch: the parent and turn it replayed up to (`EpisodesClient.fork`)."""
+    cut: Cut | None = None
+    """A groups stream (`run_batch(groups=True)`) cut this episode (it ended
+    `cancelled`): `straggler`, its group had its `samples` members without it (the
+    spec's `oversample`), or `group_timeout`. It belongs to no group: `episodes export`
+    leaves it out. None in every other episode."""
     config_error: bool = False
     """It could not start because of its configuration (an env module the worker cannot
     import, a secret it cannot read, a box the spec cannot start): `harness_start_failed`

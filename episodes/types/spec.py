@@ -129,6 +129,14 @@ class EpisodeSpec(Model):
     members cancelled and is yielded partial (`group.partial`, the members that ended)
     or, with `group_on_timeout: drop`, not at all. None: groups wait for every member."""
     group_on_timeout: Literal["partial", "drop"] = "partial"
+    oversample: int = Field(default=0, ge=0, le=1024)
+    """Groups: run `samples + oversample` members of each group and yield it once
+    `samples` of them ended; the rest are cut (cancelled, `EpisodeResult.cut:
+    straggler`, never exported). Short episodes win: docs/trainers.md says how that
+    biases a batch. `episodes run` streams groups when it is set."""
+    skip_zero_variance: bool = False
+    """Groups: a group whose members all scored the same (`Group.zero_variance`: every
+    advantage is 0, no GRPO signal) is counted, not yielded."""
     worker_lost_timeout_s: Seconds = 10.0
     """How long a session's worker may be silent (no heartbeat, no poll) before the
     episode ends with `worker_lost`. Detection takes at most about twice this."""

@@ -4,25 +4,33 @@ what it spent against its budget (`spec.budget`)."""
 
 from __future__ import annotations
 
+import contextlib
 from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from episodes import contract
+from episodes.client.live import live_figure
 from episodes.types.io import BatchProgress, BatchResult
 from episodes.types.metrics import BatchMetrics
 
 
 async def batch_fleet(client: Client, batch: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """`priority`, `fairness_key` (None: the server's defaults); with a batch workflow,
+    """`priority`, `fairness_key` (None: the server's defaults); while episodes run,
+    `live` and `waiting` (`episodes.client.live`); with a batch workflow,
     `status` (`budget_exhausted` names the budget in `budget`), `model_tokens`,
-    `model_calls`, `episode_seconds`."""
+    `model_calls`, `episode_seconds`, `groups_zero_variance` (None: one sample per task)."""
     first = rows[0] if rows else {}
     out: dict[str, Any] = {
         "priority": first.get("priority"),
         "fairness_key": first.get("fairness_key"),
     }
+    if any(r.get("status") == "running" for r in rows):
+        # Episodes in flight: how many are live, how many wait for a box.
+        with contextlib.suppress(Exception):
+            figure = await live_figure(client, batch)
+            out.update(live=figure.live, waiting=figure.waiting)
     handle = client.get_workflow_handle(contract.batch_workflow_id(batch), result_type=BatchResult)
     try:
         desc = await handle.describe()
@@ -48,5 +56,6 @@ async def batch_fleet(client: Client, batch: str, rows: list[dict[str, Any]]) ->
         model_tokens=metrics.model_tokens,
         model_calls=metrics.model_calls,
         episode_seconds=metrics.episode_seconds,
+        groups_zero_variance=metrics.groups_zero_variance if metrics.samples > 1 else None,
     )
     return out

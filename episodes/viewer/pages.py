@@ -264,12 +264,16 @@ def _fleet_cards(f: Mapping[str, Any]) -> list[str]:
         cards.append(_card("priority", f["priority"], "1 first .. 5 last"))
     if f.get("fairness_key"):
         cards.append(_card("fairness key", f["fairness_key"]))
+    if f.get("live") is not None:
+        cards.append(_card("live", f["live"], f"{f['waiting']} wait for a box"))
     if f.get("status") == "budget_exhausted":
         cards.append(_card("budget_exhausted", f.get("budget") or "", "no more episodes started"))
     if f.get("model_calls"):
         cards.append(_card("model tokens", f["model_tokens"], f"{f['model_calls']} calls"))
     if f.get("episode_seconds") is not None:
         cards.append(_card("episode time", _dur(f["episode_seconds"]), "summed"))
+    if f.get("groups_zero_variance") is not None:
+        cards.append(_card("zero-variance groups", f["groups_zero_variance"], "no GRPO signal"))
     return cards
 
 

@@ -27,11 +27,15 @@ function fleetCards(f) {
   const out = [];
   if (f.priority != null) out.push(card("priority", f.priority, "1 first .. 5 last"));
   if (f.fairness_key) out.push(card("fairness key", f.fairness_key));
+  if (f.live != null) out.push(card("live", f.live, `${f.waiting} wait for a box`));
   if (f.status === "budget_exhausted") {
     out.push(card("budget_exhausted", f.budget || "", "no more episodes started"));
   }
   if (f.model_calls) out.push(card("model tokens", f.model_tokens, `${f.model_calls} calls`));
   if (f.episode_seconds != null) out.push(card("episode time", dur(f.episode_seconds), "summed"));
+  if (f.groups_zero_variance != null) {
+    out.push(card("zero-variance groups", f.groups_zero_variance, "no GRPO signal"));
+  }
   return out;
 }
 

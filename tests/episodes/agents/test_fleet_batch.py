@@ -1,7 +1,7 @@
 """A batch of agent episodes over a fleet of four real upstreams on loopback: one fast,
 one slow, one that dies mid-batch, one that answers 429 under load. Every episode ends
-`env_done`; each session stays on one upstream unless that one died; the 429s delayed
-calls and failed none."""
+`env_done`; each session stays on one upstream unless that one died; the fast one
+served more calls than the slow one; the 429s delayed calls and failed none."""
 
 from __future__ import annotations
 
@@ -18,7 +18,9 @@ from episodes.types.spec import parse_spec
 
 pytestmark = pytest.mark.timeout(240)
 
-N_EPISODES = 8
+N_EPISODES = 12
+CONCURRENCY = 6  # the later episodes start while the slow upstream holds its calls
+SLOW_S = 2.0  # each call there: long beside the fast one's, so its load shows
 
 
 class Throttling(ScriptedUpstream):
@@ -84,7 +86,7 @@ async def test_a_batch_over_a_fleet_with_a_slow_a_dying_and_a_429_upstream(clien
     throttling.fail(1, 429)  # the first session routed here (the first listed) waits once
     dying, died = dying_after(2)
     fast = ScriptedUpstream(policy=kv_policy)
-    slow = ScriptedUpstream(policy=kv_policy, delay_s=0.5)
+    slow = ScriptedUpstream(policy=kv_policy, delay_s=SLOW_S)
     ups = [throttling, dying, fast, slow]
     for u in ups:
         await u.start()
@@ -94,7 +96,7 @@ async def test_a_batch_over_a_fleet_with_a_slow_a_dying_and_a_429_upstream(clien
         }
         episodes = EpisodesClient(client, task_queue="episodes-test")
         spec = batch_spec(*ups)
-        results = [r async for r in episodes.run_batch(spec, concurrency=N_EPISODES)]
+        results = [r async for r in episodes.run_batch(spec, concurrency=CONCURRENCY)]
         calls = {
             r.workflow_id: (await episodes.transcript(r.workflow_id)).model_calls() for r in results
         }
@@ -132,3 +134,8 @@ async def test_a_batch_over_a_fleet_with_a_slow_a_dying_and_a_429_upstream(clien
     # failed none: every call it served is a success in its episode's record.
     on_429 = [c for cs in calls.values() for c in cs if urls[c.upstream or ""] == "429"]
     assert on_429 and max(c.attempts for c in on_429) > 1
+    # Least-loaded routing: the slow upstream holds each call SLOW_S, so while one of its
+    # sessions waits its load is 1 and a new session goes to one less loaded; one lands
+    # there only when every other is as loaded (the first burst). The fast one takes its
+    # share of that burst and most later sessions: several times the slow one's calls.
+    assert served["fast"] > served["slow"], served

@@ -41,3 +41,16 @@ def test_the_summary_counts_final_attempts() -> None:
     assert " env_done 2 " in text and "worker_lost" not in text
     assert " infrastructure failures 0 (after retries) " in text
     assert " retried as fresh episodes 2 " in text  # .r1 and .r2
+    assert " zero-variance groups 0 of 1 " in text  # the final attempts scored 1.0 and 0.0
+
+
+def test_the_summary_counts_zero_variance_groups() -> None:
+    """A task whose samples all scored the same carries no GRPO signal; with one sample
+    per task there are no groups to count."""
+    same = [_result("b.t.s0", "env_done", 1.0), _result("b.t.s1", "env_done", 1.0)]
+    console = Console(width=120, record=True)
+    console.print(summary_table(same))
+    console.print(summary_table(same[:1]))
+    text = re.sub(r"[ │┃]+", " ", console.export_text())
+    assert text.count("zero-variance groups") == 1
+    assert " zero-variance groups 1 of 1 (all scored the same) " in text

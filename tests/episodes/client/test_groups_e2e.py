@@ -7,10 +7,12 @@ does not exist (provision fails for a non-harness reason)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from typing import Any
 
 import pytest
+from temporalio.service import RPCError
 
 from episodes.agents.chat_template import ChatTemplate
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
@@ -23,6 +25,7 @@ from episodes.types.spec import parse_spec
 from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.episodes.cli.test_cli import episodes as cli
 from tests.episodes.cli.test_cli import write_spec
+from tests.episodes.training.test_training import _addr, _visible
 from tests.support.helpers import spec, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -187,8 +190,10 @@ async def test_a_group_past_group_timeout_s_is_cut(client, worker, on_timeout) -
     assert [(r.workflow_id, r.termination) for r in slow.results] == [
         (f"{s.name}.slow.s0", "env_done")
     ]
+    assert slow.cut == [f"{s.name}.slow.s1"]
     h = client.get_workflow_handle(f"{s.name}.slow.s1", result_type=EpisodeResult)
-    assert (await asyncio.wait_for(h.result(), STEP)).termination == "cancelled"
+    cut = await asyncio.wait_for(h.result(), STEP)
+    assert (cut.termination, cut.cut) == ("cancelled", "group_timeout")
 
 
 async def test_an_agent_failure_is_an_outcome_not_a_retry(client, worker) -> None:
@@ -237,3 +242,98 @@ async def test_run_policy_version_reaches_every_model_call(client, worker, tmp_p
         "run", str(write_spec(tmp_path, data, "nomodel.yaml")), "--policy-version", "1", *addr
     )
     assert code != 0 and "has no `model`" in err and "Traceback" not in err
+
+
+def _straggler_gate(member: str, release: asyncio.Event):
+    """Holds every model call of `member` (`.<task>.s<i>`) until `release`."""
+
+    async def gate(request: dict) -> None:
+        if member in request["headers"].get("X-Session-ID", ""):
+            await release.wait()
+
+    return gate
+
+
+async def test_oversampled_groups_cut_the_straggler_and_export_leaves_it_out(
+    client, worker, tmp_path
+) -> None:
+    """samples 2 + oversample 1: member s1 never gets a model answer. The group is
+    yielded with s0 and s2 as soon as they ended; s1 is cut (its result says so, it
+    ended `cancelled`) and `episodes export` writes no row of it."""
+    release = asyncio.Event()
+    gate = _straggler_gate(".ab.s1", release)
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate(), gate=gate)
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    async with up:
+        s = parse_spec(_kv(up.base_url, {"ab": {"a": "1"}}))
+        try:
+            agen = ec.run_batch(s, groups=True, oversample=1, concurrency=3)
+            groups = [g async for g in agen]
+        finally:
+            release.set()
+        # The same batch again, one member at a time (s1 is asked for before s2 ends):
+        # its members as they ended, the straggler not run again.
+        again = [g async for g in ec.run_batch(s, groups=True, oversample=1, concurrency=1)]
+    [g] = groups
+    ids = [f"{s.name}.ab.s{i}" for i in range(3)]
+    assert [r.workflow_id for r in g.results] == [ids[0], ids[2]]
+    assert [r.termination for r in g.results] == ["env_done", "env_done"]
+    assert (g.cut, g.partial, g.failed) == ([ids[1]], False, None)
+    [g2] = again
+    assert ([r.workflow_id for r in g2.results], g2.cut) == ([ids[0], ids[2]], [ids[1]])
+    with pytest.raises(RPCError, match="not found"):
+        await client.get_workflow_handle(f"{ids[1]}.r1").describe()
+    h = client.get_workflow_handle(ids[1], result_type=EpisodeResult)
+    cut = await asyncio.wait_for(h.result(), STEP)
+    assert (cut.termination, cut.cut) == ("cancelled", "straggler")
+
+    assert await wait_until(lambda: _visible(client, s.name, 3), timeout=60, interval=0.25)
+    out = tmp_path / "samples.jsonl"
+    code, stdout, err = await cli("export", s.name, "--out", str(out), *_addr(client))
+    assert code == 0, err + stdout
+    assert "left out 1 cut episode(s)" in stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted({r["episode_id"] for r in rows}) == [ids[0], ids[2]]
+    assert {r["advantage"] for r in rows} == {0.0}
+
+
+async def test_run_oversample_streams_groups_and_says_what_it_cut(client, worker, tmp_path):
+    release = asyncio.Event()
+    up = ScriptedUpstream(
+        policy=kv_policy, key=UPSTREAM_KEY, gate=_straggler_gate(".ab.s0", release)
+    )
+    async with up:
+        data = _kv(up.base_url, {"ab": {"a": "1"}})
+        path = write_spec(tmp_path, data)
+        addr = ["--address", client.service_client.config.target_host, "--task-queue", QUEUE]
+        try:
+            code, out, err = await cli("run", str(path), "--oversample", "1", *addr)
+        finally:
+            release.set()
+        assert code == 0, err + out
+        assert "groups: 1; 1 straggler episode(s) cut (cancelled, never exported)" in out
+        # Oversampling is the client's: a batch workflow would run every member.
+        code, out, err = await cli("run", str(path), "--oversample", "1", "--on-server", *addr)
+    assert code != 0 and "drop --on-server" in err and "Traceback" not in err
+    h = client.get_workflow_handle(f"{data['name']}.ab.s0", result_type=EpisodeResult)
+    assert (await asyncio.wait_for(h.result(), STEP)).cut == "straggler"
+
+
+async def test_zero_variance_groups_are_counted_and_can_be_skipped(client, worker) -> None:
+    """Every sample of both tasks scores the same: the batch workflow counts both groups
+    zero-variance; a groups stream flags them, or skips and counts them."""
+    tasks = [
+        {"id": "x", "data": {"messages": ["a"], "expected": ["a"]}},
+        {"id": "y", "data": {"messages": ["a"], "expected": ["nope"]}},
+    ]
+    s = spec(name=f"gzv-{uuid.uuid4().hex[:6]}", tasks=tasks, samples=2)
+    handle = await start_batch(client, batch_input(s), task_queue=QUEUE)
+    m = (await asyncio.wait_for(handle.result(), STEP)).metrics
+    assert (m.groups_complete, m.groups_zero_variance) == (2, 2)
+
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    flagged = [g async for g in ec.run_batch(s, groups=True, batch_id=f"{s.name}-flag")]
+    assert sorted((g.task_id, g.zero_variance) for g in flagged) == [("x", True), ("y", True)]
+    assert ec.zero_variance_skipped == 0
+    skip = ec.run_batch(s, groups=True, skip_zero_variance=True, batch_id=f"{s.name}-skip")
+    assert [g async for g in skip] == [] and ec.zero_variance_skipped == 2

@@ -86,3 +86,20 @@ def test_the_output_name_is_checked_before_any_work(tmp_path) -> None:
         check_out(tmp_path / "x.csv")
     with pytest.raises(EpisodesError, match=r"no directory"):
         check_out(tmp_path / "nope" / "x.jsonl")
+
+
+def test_a_cut_episode_is_no_row_and_no_part_of_its_group() -> None:
+    """A straggler a groups stream cut (`cut`, ended `cancelled`, no reward) is in no
+    group: its samples are not rows, and the group's baseline is over the others."""
+    cut = result("b.t.s2", "t", None).model_copy(
+        update={"termination": "cancelled", "cut": "straggler"}
+    )
+    rows = export_rows(
+        "b",
+        [
+            (result("b.t.s0", "t", 1.0), samples()),
+            (result("b.t.s1", "t", 0.0), samples()),
+            (cut, samples()),
+        ],
+    )
+    assert [(r["episode_id"], r["advantage"]) for r in rows] == [("b.t.s0", 0.5), ("b.t.s1", -0.5)]

@@ -89,6 +89,35 @@ def test_groups_complete_or_failed_as_their_tasks_close() -> None:
     assert (m.groups_complete, m.groups_failed) == (1, 1)
 
 
+def test_zero_variance_groups_counted_as_their_tasks_close() -> None:
+    """A complete group whose members all have the same reward carries no GRPO signal;
+    one reward apart, one member unrewarded, or a failed group is not counted."""
+    acc = _acc(samples=3)
+    for task, rewards in {
+        "same": [1.0, 1.0, 1.0],
+        "zeros": [0.0, 0.0, 0.0],
+        "apart": [1.0, 1.0, 0.5],
+        "unrewarded": [1.0, None, 1.0],
+    }.items():
+        for r in rewards:
+            acc.add(task, "env_done" if r is not None else "env_error", r, 1.0)
+    acc.add("failed", "env_done", 1.0, 1.0)
+    acc.add("failed", "env_done", 1.0, 1.0)
+    assert acc.summary().groups_zero_variance == 2  # `failed` is still open
+    acc.add("failed", "model_error", 1.0, 1.0, infra=True)
+    m = MetricsAccumulator.model_validate_json(acc.model_dump_json()).summary()
+    assert (m.groups_complete, m.groups_failed, m.groups_zero_variance) == (4, 1, 2)
+
+
+def test_a_group_open_across_the_change_is_never_zero_variance() -> None:
+    """A tally carried from a run before rewards were tallied saw a member's reward
+    unrecorded: not counted, whatever the rest score."""
+    old = {"samples": 2, "count": 1, "open_tasks": {"a": {"n": 1, "passed": 1}}}
+    acc = MetricsAccumulator.model_validate(old)
+    acc.add("a", "env_done", 1.0, 1.0)
+    assert (acc.summary().groups_complete, acc.summary().groups_zero_variance) == (1, 0)
+
+
 def test_metrics_from_before_groups_still_decode() -> None:
     old = {"samples": 2, "count": 1, "open_tasks": {"a": {"n": 1, "passed": 1}}}
     acc = MetricsAccumulator.model_validate(old)

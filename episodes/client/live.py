@@ -1,0 +1,99 @@
+"""How many of a batch's episodes are live (hold a box, or are starting one) and how
+many wait for one: the figure beside `concurrency`, which is only a ceiling.
+
+A batch (the client's `run_batch` or the batch workflow) keeps up to `concurrency`
+episodes in flight, but a worker takes an episode's `provision` only while it has
+room (`max_sessions`), its provision breaker is closed, and its sessions are not
+mostly waiting on a saturated model fleet (workers/backpressure.py). Until then the
+provision stays scheduled on the server: the episode holds no box and starts none,
+it waits. So a batch whose episodes mostly wait on a saturated fleet starts no new
+boxes, whoever drives it; this module only measures it.
+
+    figure = await live_figure(client, "my-batch")
+    print(figure.live, figure.waiting)
+
+Read from the server, no worker involved: the batch's running episodes (visibility,
+a second or so behind) and each one's pending activities (`describe`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.client import Client
+
+from episodes import contract
+from episodes.client.batches import episodes_query
+
+DESCRIBE_CONCURRENCY = 16
+RPC_TIMEOUT = timedelta(seconds=5)
+
+
+@dataclass(frozen=True)
+class LiveFigure:
+    running: int
+    """The batch's episodes whose workflow is running."""
+    waiting: int
+    """Of those, the ones whose `provision` no worker has taken yet, or a worker took
+    and holds until its saturated model fleet has room (activities/fleet_wait.py): no
+    box either way."""
+
+    @property
+    def live(self) -> int:
+        return self.running - self.waiting
+
+    def line(self, ceiling: int | None = None) -> str:
+        """`live 3/16 · 5 wait for a box` (the ceiling: the batch's `concurrency`)."""
+        of = f"/{ceiling}" if ceiling is not None else ""
+        wait = f" · {self.waiting} wait for a box" if self.waiting else ""
+        return f"live {self.live}{of}{wait}"
+
+
+async def live_figure(client: Client, batch: str, *, limit: int = 1000) -> LiveFigure:
+    """The batch's running episodes (up to `limit`) and how many wait for a box. An
+    episode that cannot be described just now (it closed meanwhile) counts as live."""
+    query = f"{episodes_query(batch)} AND ExecutionStatus = 'Running'"
+    ids = [wf.id async for wf in client.list_workflows(query, limit=limit)]
+    gate = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
+
+    async def waits(wid: str) -> bool:
+        async with gate:
+            try:
+                desc = await client.get_workflow_handle(wid).describe(rpc_timeout=RPC_TIMEOUT)
+                for a in desc.raw_description.pending_activities:
+                    if a.activity_type.name != contract.PROVISION:
+                        continue
+                    if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
+                        return True  # no worker took it
+                    details = a.heartbeat_details.payloads
+                    if details and contract.FLEET_WAIT in await client.data_converter.decode(
+                        details
+                    ):
+                        return True  # a worker took it and waits for its fleet
+            except Exception:
+                return False
+        return False
+
+    flags = await asyncio.gather(*(waits(w) for w in ids))
+    return LiveFigure(running=len(ids), waiting=sum(flags))
+
+
+async def watch_live(
+    client: Client, batch: str, show: Callable[[LiveFigure], None], *, interval_s: float = 2.0
+) -> None:
+    """Call `show` with the batch's figure every `interval_s` until cancelled (a round
+    the server does not answer is skipped). A round takes a describe per running
+    episode: rounds are spaced at least 4 times their own length, so a large batch's
+    progress line costs the server a fifth of one describe stream at most."""
+    loop = asyncio.get_running_loop()
+    while True:
+        began = loop.time()
+        try:
+            show(await live_figure(client, batch))
+        except Exception:  # the server is busy or gone: the next round tries again
+            pass
+        await asyncio.sleep(max(interval_s, 4 * (loop.time() - began)))
