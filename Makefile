@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -ra $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
 
 # The demo's Temporal dev server: free ports unless PORT=7233 (say) asks for one.
 demo: $(STAMP)
