@@ -218,7 +218,7 @@ async def train(
     groups_in_step = 0
     stream = client.run_batch(
         spec,
-        batch=batch,
+        batch_id=batch,
         groups=True,
         policy_version=0,
         max_staleness=cfg.max_staleness,

@@ -49,7 +49,7 @@ async def test_export_takes_final_attempts_and_refuses_a_group_still_running(
         results = [r async for r in ec.run_batch(s)]
         assert sorted(r.workflow_id for r in results) == [f"{batch}.ab.s0.r1", f"{batch}.ab.s1"]
         assert {r.termination for r in results} == {"env_done"}
-        lost = await ec.run_episode(s, s.tasks[0], 0, batch=batch)  # attaches: the first
+        lost = await ec.run_episode(s, s.tasks[0], 0, batch_id=batch)  # attaches: the first
         assert lost.workflow_id == f"{batch}.ab.s0" and lost.termination == "model_error"
         assert await wait_until(lambda: _visible(client, batch, 2), timeout=60, interval=0.25)
 
@@ -63,7 +63,7 @@ async def test_export_takes_final_attempts_and_refuses_a_group_still_running(
         assert [r["advantage"] for r in rows] == [0.0, 0.0]
 
         running = await ec.start_episode(
-            s, Task(id="one", data={"goal": {"a": "1"}}), 0, batch=batch
+            s, Task(id="one", data={"goal": {"a": "1"}}), 0, batch_id=batch
         )
         try:
             assert await wait_until(lambda: _visible(client, batch, 3), timeout=60, interval=0.25)
