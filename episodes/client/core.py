@@ -36,6 +36,7 @@ from episodes.client.interactive import InteractiveSession, open_session
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.specfile import load_spec
+from episodes.types.group import Execution
 from episodes.types.io import EpisodeInput
 from episodes.types.metrics import MetricsAccumulator
 from episodes.types.model import UpstreamSpec
@@ -242,6 +243,7 @@ class EpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
+        execution: Execution = "episode",
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
     @overload
@@ -259,6 +261,7 @@ class EpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
+        execution: Execution = "episode",
     ) -> AsyncGenerator[Group, None]: ...
 
     def run_batch(
@@ -275,6 +278,7 @@ class EpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
+        execution: Execution = "episode",
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
         `batch_id`: the batch's id, in every workflow id (default: the spec's name; the
@@ -300,6 +304,10 @@ class EpisodesClient:
         activities carry the priority and fairness. Past a budget no more episodes
         start, the stream ends once those in flight have, and `self.budget_exhausted`
         names the budget (episodes only, not groups).
+
+        `execution="group"` (with `groups`, opt-in): each group runs as one workflow
+        whose members are addressed `<batch>.<task>.g.s<sample>`
+        (`episodes.client.group_exec`): the server's cost is paid per group.
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -327,7 +335,15 @@ class EpisodesClient:
                     "max_staleness needs a policy version: pass policy_version= "
                     "or set client.policy_version"
                 )
+            if execution == "group":
+                from episodes.client.group_exec import stream_group_workflows
+
+                return stream_group_workflows(
+                    self, spec, batch=batch, limit=limit, max_staleness=max_staleness
+                )
             return stream_groups(self, spec, batch=batch, limit=limit, max_staleness=max_staleness)
+        if execution != "episode":
+            raise EpisodesError(f"execution={execution!r} runs whole groups: pass groups=True")
         if max_staleness is not None:
             raise EpisodesError("max_staleness applies to groups: pass groups=True")
         self.budget_exhausted = None

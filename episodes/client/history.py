@@ -80,6 +80,12 @@ async def load_transcript(
             history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
             run_id = await _read_run(client, history.events, out, max_turns)
     except RPCError as e:
+        # A group member (`episodes.types.group`) names no workflow: its group's history.
+        from episodes.client.group_history import load_member
+
+        member = await load_member(client, workflow_id, max_turns=max_turns, tolerant=tolerant)
+        if member is not None:
+            return member
         raise EpisodesError(f"no episode {workflow_id!r}: {e.message}") from None
     return out
 

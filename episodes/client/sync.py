@@ -27,6 +27,7 @@ from episodes.client.dispatch import batch_id_arg
 from episodes.client.groups import Group
 from episodes.client.interactive import InteractiveSession
 from episodes.training.samples import EpisodeSamples
+from episodes.types.group import Execution
 from episodes.types.io import EpisodeProgress, StepReply
 from episodes.types.model import UpstreamSpec
 from episodes.types.priority import BatchBudget, BudgetName
@@ -182,6 +183,7 @@ class SyncEpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
+        execution: Execution = "episode",
     ) -> Iterator[EpisodeResult]: ...
 
     @overload
@@ -199,6 +201,7 @@ class SyncEpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
+        execution: Execution = "episode",
     ) -> Iterator[SyncGroup]: ...
 
     def run_batch(
@@ -215,6 +218,7 @@ class SyncEpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
+        execution: Execution = "episode",
     ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]:
         """Results as each episode finishes, or with `groups` each task's samples as a
         `SyncGroup` once all ended (see `EpisodesClient.run_batch`). Closing the iterator
@@ -232,6 +236,7 @@ class SyncEpisodesClient:
                 fairness_key=fairness_key,
                 fairness_weight=fairness_weight,
                 budget=budget,
+                execution=execution,
             )
             return self._groups(grouped)
         results = self.async_client.run_batch(
@@ -244,6 +249,7 @@ class SyncEpisodesClient:
             fairness_key=fairness_key,
             fairness_weight=fairness_weight,
             budget=budget,
+            execution=execution,
         )
         return self._iterate(results)
 

@@ -1,0 +1,137 @@
+"""Group execution (`run_batch(groups=True, execution="group")`): one workflow per group,
+members addressed by id, with real parts (a Temporal dev server and worker, the echo
+and LLM harnesses, the model proxy and the scripted upstream over HTTP)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from episodes import contract
+from episodes import search_attributes as sa
+from episodes.agents.chat_template import ChatTemplate
+from episodes.agents.scripted import ScriptedUpstream, kv_policy
+from episodes.client import EpisodesClient
+from episodes.client.group_history import group_members
+from episodes.client.history import load_transcript
+from episodes.client.sync import SyncEpisodesClient
+from episodes.errors import EpisodesError
+from episodes.types.group import parse_member
+from episodes.types.spec import parse_spec
+from episodes.viewer.transcripts import Episodes
+from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
+from tests.episodes.cli.test_cli import episodes as cli
+from tests.episodes.client.test_groups_e2e import _kv
+from tests.support.helpers import spec
+
+pytestmark = pytest.mark.timeout(300)
+
+QUEUE = "episodes-test"
+
+
+@pytest.fixture(autouse=True)
+def _upstream_key(monkeypatch):
+    monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
+
+
+async def test_groups_run_as_one_workflow_each_and_members_are_addressable(
+    client, worker, dev_server
+) -> None:
+    name = f"gx-{uuid.uuid4().hex[:6]}"
+    s = spec(
+        name=name,
+        samples=3,
+        tasks=[
+            {"id": "a", "data": {"messages": ["x", "y"], "expected": ["x", "y"]}},
+            {"id": "b", "data": {"messages": ["z"], "expected": ["nope"]}},
+        ],
+    )
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    groups = [g async for g in ec.run_batch(s, groups=True, execution="group")]
+    assert [g.task_id for g in groups] == ["a", "b"]
+    for g in groups:
+        assert g.failed is None and g.group_id == f"{name}/{g.task_id}"
+        assert [r.sample for r in g.results] == [0, 1, 2]
+        assert [r.workflow_id for r in g.results] == [
+            f"{name}.{g.task_id}.g.s{i}" for i in range(3)
+        ]
+    a, b = groups
+    assert {(r.termination, r.turns, r.reward) for r in a.results} == {("env_done", 2, 1.0)}
+    assert {(r.termination, r.turns, r.reward) for r in b.results} == {("env_done", 1, 0.0)}
+    # One workflow per group, none per episode; findable by batch and task.
+    found = [
+        wf
+        async for wf in client.list_workflows(
+            f"{sa.BATCH.name} = '{name}' AND {sa.TASK.name} = 'a'"
+        )
+    ]
+    assert [(wf.id, wf.workflow_type) for wf in found] == [(f"{name}.a.g", contract.GROUP_WORKFLOW)]
+    members = await group_members(client, name)
+    assert [wf.id for wf in members] == [f"{name}.{t}.g.s{i}" for t in "ab" for i in range(3)]
+
+    # A member's transcript, as `episodes show`, the viewer and trainers read it.
+    member = a.results[1].workflow_id
+    transcript = await ec.transcript(member)
+    assert [(t.turn, t.message, t.reply) for t in transcript.turns] == [
+        (0, "x", "x"),
+        (1, "y", "y"),
+    ]
+    data = await load_transcript(client, member)
+    assert data["result"]["workflow_id"] == member and data["result"]["reward"] == 1.0
+    page = await Episodes(client).page(member)
+    assert page["episode"]["id"] == member and page["episode"]["sample"] == 1
+    assert page["episode"]["termination"] == "env_done" and page["total_turns"] == 2
+    code, out, err = await cli("show", member, "--address", dev_server.address)
+    assert code == 0, err
+    assert "env_done after 2 turns" in out
+    # A sample the group does not have names no member.
+    with pytest.raises(EpisodesError, match="no episode"):
+        await load_transcript(client, f"{name}.a.g.s7")
+    assert parse_member(f"{name}.a.s0") is None
+
+
+async def test_group_members_export_and_train_from_their_samples(
+    client, worker, dev_server, tmp_path: Path
+) -> None:
+    """The LLM harness through the model proxy: `Group.samples()` reads each member's
+    model calls by member id, and `episodes export` writes a row per member's call."""
+    pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate())
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    async with up:
+        s = parse_spec(_kv(up.base_url, {"k1": {"a": "1"}, "k2": {"b": "2"}}))
+        groups = [
+            g
+            async for g in ec.run_batch(
+                s, groups=True, execution="group", policy_version=0, concurrency=4
+            )
+        ]
+        assert len(groups) == 2
+        for g in groups:
+            samples = await g.samples()
+            assert len(samples) == 2 and all(x.made_calls and x.complete for x in samples)
+            assert g.advantages() == [0.0, 0.0] or None not in g.advantages()
+        out = tmp_path / "rows.parquet"
+        code, text, err = await cli(
+            "export", s.name, "--out", str(out), "--address", dev_server.address
+        )
+        assert code == 0, err + text
+    rows = pq.read_table(out).to_pylist()
+    ids = {r["episode_id"] for r in rows}
+    assert ids == {f"{s.name}.{t}.g.s{i}" for t in ("k1", "k2") for i in range(2)}
+    assert {r["group_id"] for r in rows} == {f"{s.name}/k1", f"{s.name}/k2"}
+
+
+async def test_execution_is_a_group_option_and_the_sync_client_passes_it(client) -> None:
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    with pytest.raises(EpisodesError, match="groups=True"):
+        ec.run_batch(spec(name="gx-bad"), execution="group")
+    s = spec(name="gx-timeout", samples=2, group_timeout_s=10)
+    agen = ec.run_batch(s, groups=True, execution="group")
+    with pytest.raises(EpisodesError, match="group_timeout_s"):
+        await agen.__anext__()
+    assert SyncEpisodesClient.run_batch.__kwdefaults__["execution"] == "episode"
