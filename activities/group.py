@@ -62,6 +62,13 @@ class GroupActivities:
     def __init__(self, *, worker_id: str, history_limit_bytes: int | None = None) -> None:
         self.worker_id = worker_id
         self.history_limit_bytes = history_limit_bytes
+        self.groups = 0  # `run_group` activities running here
+        self.members = 0  # their live member sessions
+
+    def beyond_permits(self) -> int:
+        """Live member sessions beyond the one slot permit each group holds: what the
+        worker's session slots count on top of its registry (`workers.backpressure`)."""
+        return max(0, self.members - self.groups)
 
     @activity.defn(name=contract.RUN_GROUP)
     async def run_group(self, inp: GroupInput) -> GroupProgress:
@@ -69,9 +76,11 @@ class GroupActivities:
         progress = _restored(info.heartbeat_details, inp.samples)
         restart = info.attempt > 1
         beat = asyncio.create_task(_beat(progress))
+        self.groups += 1
         try:
             await asyncio.gather(*(self._member(inp, m, restart) for m in progress.members))
         finally:
+            self.groups -= 1
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
@@ -92,6 +101,7 @@ class GroupActivities:
             history_limit_bytes=self.history_limit_bytes,
         )
         ended: DriveResult
+        self.members += 1
         try:
             try:
                 m.first_message = await session.open()
@@ -115,6 +125,7 @@ class GroupActivities:
                 )
                 ended = await loop.run()
         finally:
+            self.members -= 1
             await session.close()
         score = ended.score or ScoreResult()
         tokens, calls = _usage(m.turns)

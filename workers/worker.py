@@ -133,7 +133,7 @@ class EpisodeWorker:
         self.groups = GroupActivities(
             worker_id=self.worker_id, history_limit_bytes=self.activities.history_limit_bytes
         )
-        self.slots = SessionSlots(self.registry, self.breaker)
+        self.slots = SessionSlots(self.registry, self.breaker, extra=self.groups.beyond_permits)
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(
             lambda: len(self.registry)
         )
