@@ -4,6 +4,7 @@ and LLM harnesses, the model proxy and the scripted upstream over HTTP)."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -18,13 +19,13 @@ from episodes.client.group_history import group_members
 from episodes.client.history import load_transcript
 from episodes.client.sync import SyncEpisodesClient
 from episodes.errors import EpisodesError
-from episodes.types.group import parse_member
+from episodes.types.group import GroupResult, parse_member
 from episodes.types.spec import parse_spec
 from episodes.viewer.transcripts import Episodes
 from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
 from tests.episodes.cli.test_cli import episodes as cli
 from tests.episodes.client.test_groups_e2e import _kv
-from tests.support.helpers import spec
+from tests.support.helpers import spec, wait_until
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -135,3 +136,46 @@ async def test_execution_is_a_group_option_and_the_sync_client_passes_it(client)
     with pytest.raises(EpisodesError, match="group_timeout_s"):
         await agen.__anext__()
     assert SyncEpisodesClient.run_batch.__kwdefaults__["execution"] == "episode"
+
+
+async def test_a_stale_group_workflow_is_cancelled_and_run_again_at_the_new_version(
+    client, worker
+) -> None:
+    """As on the default path (test_groups_e2e), with one workflow per group: the stale
+    group's workflow is cancelled (its members end `cancelled`, their sessions closed)
+    and the group runs again as `<id>.r1` at the current version."""
+    release = asyncio.Event()
+
+    async def gate(request: dict) -> None:
+        late = ".late.g.s" in request["headers"].get("X-Session-ID", "")
+        if late and request["body"].get("cache_salt") == "episodes-policy-0":
+            await release.wait()
+
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate(), gate=gate)
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    async with up:
+        s = parse_spec(_kv(up.base_url, {"early": {"a": "1"}, "late": {"z": "9"}}))
+        agen = ec.run_batch(
+            s, groups=True, execution="group", policy_version=0, max_staleness=1, concurrency=4
+        )
+        try:
+            first = await asyncio.wait_for(agen.__anext__(), 120)
+            assert (first.task_id, first.policy_version, first.stale) == ("early", 0, 0)
+            ec.policy_version = 2
+            second = await asyncio.wait_for(agen.__anext__(), 120)
+            with pytest.raises(StopAsyncIteration):
+                await asyncio.wait_for(agen.__anext__(), 120)
+        finally:
+            await agen.aclose()
+            release.set()
+    assert (second.task_id, second.policy_version, second.stale) == ("late", 2, 1)
+    assert second.failed is None and all(r.reward == 1.0 for r in second.results)
+    assert [r.workflow_id for r in second.results] == [f"{s.name}.late.g.r1.s{i}" for i in (0, 1)]
+    stale = client.get_workflow_handle(f"{s.name}.late.g", result_type=GroupResult)
+    cancelled = await asyncio.wait_for(stale.result(), 120)
+    assert {r.termination for r in cancelled.results} == {"cancelled"}
+    for r in second.results:
+        calls = (await ec.transcript(r.workflow_id)).model_calls()
+        assert calls and {c.policy_version for c in calls} == {2}
+    # The cancelled attempt's sessions were closed: no member session is left live.
+    assert await wait_until(lambda: worker.groups.members == 0, timeout=30)
