@@ -26,12 +26,14 @@ import uuid
 from typing import Any
 
 from temporalio import activity
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from episodes import contract
 from episodes.errors import EnvironmentFailed, HarnessFailure
 from episodes.session.drive import TurnLoop
 from episodes.session.live import LiveSession
-from episodes.types.group import GroupInput, GroupProgress, MemberState, member_id
+from episodes.types.group import GroupInput, GroupProgress, GroupResult, MemberState, member_id
 from episodes.types.io import DriveResult
 from episodes.types.priority import model_usage
 from episodes.types.results import EpisodeResult, ScoreResult, Termination, TurnResult
@@ -176,3 +178,29 @@ def _usage(turns: list[TurnResult]) -> tuple[int, int]:
         more_tokens, more_calls = model_usage(t.record.events)
         tokens, calls = tokens + more_tokens, calls + more_calls
     return tokens, calls
+
+
+@activity.defn(name=contract.AWAIT_GROUP)
+async def await_group(workflow_id: str) -> GroupResult:
+    """A re-run batch workflow's group that already exists: its result (a workflow
+    cannot await a workflow it did not start). Beats while it waits."""
+    handle = activity.client().get_workflow_handle(workflow_id, result_type=GroupResult)
+    waiting = asyncio.ensure_future(handle.result())
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=5.0)
+            if done:
+                break
+            activity.heartbeat()
+        return waiting.result()
+    except WorkflowFailureError as e:
+        raise ApplicationError(
+            f"group {workflow_id} failed: {e.cause}",
+            type=contract.EPISODE_FAILED,
+            non_retryable=True,
+        ) from None
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await waiting

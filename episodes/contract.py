@@ -18,7 +18,7 @@ from typing import Literal
 from temporalio import activity
 
 from episodes.types.attempts import retry_id as retry_id  # the naming lives with its parsing
-from episodes.types.group import GroupInput, GroupProgress
+from episodes.types.group import GroupInput, GroupProgress, GroupResult
 from episodes.types.io import (
     DriveInput,
     DriveResult,
@@ -120,6 +120,7 @@ SCORE_TRANSCRIPT = "score_transcript"
 AWAIT_EPISODE = "await_episode"
 RESTORE = "restore"
 RUN_GROUP = "run_group"
+AWAIT_GROUP = "await_group"
 
 
 def side_queue(task_queue: str) -> str:
@@ -183,6 +184,12 @@ async def run_group(inp: GroupInput) -> GroupProgress:
     raise NotImplementedError
 
 
+@activity.defn(name=AWAIT_GROUP)
+async def await_group(workflow_id: str) -> GroupResult:
+    """Any worker (the side queue): the result of a group workflow that already exists."""
+    raise NotImplementedError
+
+
 DECLARED = [
     provision,
     drive,
@@ -193,6 +200,7 @@ DECLARED = [
     await_episode,
     restore,
     run_group,
+    await_group,
 ]
 
 # -- an episode's identity ------------------------------------------------------------------

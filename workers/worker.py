@@ -41,7 +41,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities import telemetry
 from activities.batch import await_episode
-from activities.group import GroupActivities
+from activities.group import GroupActivities, await_group
 from activities.session import SessionActivities, score_transcript_activity
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
@@ -209,7 +209,7 @@ class EpisodeWorker:
         self._side = Worker(
             client,
             task_queue=contract.side_queue(opts.task_queue),
-            activities=[await_episode],
+            activities=[await_episode, await_group],
             max_concurrent_activities=opts.max_side_activities,
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@side",

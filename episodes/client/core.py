@@ -243,7 +243,7 @@ class EpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
-        execution: Execution = "episode",
+        execution: Execution | None = None,
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
     @overload
@@ -261,7 +261,7 @@ class EpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
-        execution: Execution = "episode",
+        execution: Execution | None = None,
     ) -> AsyncGenerator[Group, None]: ...
 
     def run_batch(
@@ -278,7 +278,7 @@ class EpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
-        execution: Execution = "episode",
+        execution: Execution | None = None,
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
         `batch_id`: the batch's id, in every workflow id (default: the spec's name; the
@@ -305,9 +305,11 @@ class EpisodesClient:
         start, the stream ends once those in flight have, and `self.budget_exhausted`
         names the budget (episodes only, not groups).
 
-        `execution="group"` (with `groups`, opt-in): each group runs as one workflow
-        whose members are addressed `<batch>.<task>.g.s<sample>`
-        (`episodes.client.group_exec`): the server's cost is paid per group.
+        `execution="group"` (opt-in; None: the spec's `execution`): each task's
+        samples run as one workflow whose members are addressed
+        `<batch>.<task>.g.s<sample>` (`episodes.client.group_exec`): the server's cost
+        is paid per group. Without `groups` their results are yielded one by one as
+        each group ends.
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -322,6 +324,11 @@ class EpisodesClient:
         if policy_version is not None:
             self.policy_version = policy_version
         limit = concurrency or spec.concurrency
+        execution = execution or spec.execution
+        if execution == "group":
+            from episodes.client.group_exec import run_group_execution
+
+            return run_group_execution(self, spec, batch, limit, max_staleness, groups=groups)
         if groups:
             from episodes.client.groups import stream_groups
 
@@ -335,15 +342,7 @@ class EpisodesClient:
                     "max_staleness needs a policy version: pass policy_version= "
                     "or set client.policy_version"
                 )
-            if execution == "group":
-                from episodes.client.group_exec import stream_group_workflows
-
-                return stream_group_workflows(
-                    self, spec, batch=batch, limit=limit, max_staleness=max_staleness
-                )
             return stream_groups(self, spec, batch=batch, limit=limit, max_staleness=max_staleness)
-        if execution != "episode":
-            raise EpisodesError(f"execution={execution!r} runs whole groups: pass groups=True")
         if max_staleness is not None:
             raise EpisodesError("max_staleness applies to groups: pass groups=True")
         self.budget_exhausted = None
@@ -392,6 +391,16 @@ class EpisodesClient:
             for t in running:
                 t.cancel()
             await asyncio.gather(*(cancel_episode(self.client, m.wid) for m in running.values()))
+
+
+async def _flat(groups: AsyncGenerator[Group, None]) -> AsyncGenerator[EpisodeResult, None]:
+    """Group execution's results one by one (`run_batch` without `groups`)."""
+    try:
+        async for group in groups:
+            for result in group.results:
+                yield result
+    finally:
+        await groups.aclose()  # now: it cancels the group workflows left
 
 
 async def connect(

@@ -53,6 +53,43 @@ def check_group_execution(spec: EpisodeSpec) -> None:
         )
 
 
+def run_group_execution(
+    ec: EpisodesClient,
+    spec: EpisodeSpec,
+    batch: str | None,
+    limit: int,
+    max_staleness: int | None,
+    *,
+    groups: bool,
+) -> AsyncGenerator[Group, None] | AsyncGenerator[EpisodeResult, None]:
+    """`run_batch(..., execution="group")`: the groups, or (not `groups`) their
+    results one by one as each group ends."""
+    if spec.budget is not None and spec.budget.is_set():
+        raise EpisodesError(
+            "a budget is counted over episodes: drop execution='group', or run the "
+            "batch as a batch workflow (episodes.client.batches.start_batch)"
+        )
+    if max_staleness is not None and (not groups or ec.policy_version is None):
+        raise EpisodesError(
+            "max_staleness applies to groups with a policy version: pass groups=True "
+            "and policy_version="
+        )
+    check_group_execution(spec)
+    grouped = stream_group_workflows(
+        ec, spec, batch=batch, limit=limit, max_staleness=max_staleness
+    )
+    return grouped if groups else _flat(grouped)
+
+
+async def _flat(groups: AsyncGenerator[Group, None]) -> AsyncGenerator[EpisodeResult, None]:
+    try:
+        async for group in groups:
+            for result in group.results:
+                yield result
+    finally:
+        await groups.aclose()  # now: it cancels the group workflows left
+
+
 @dataclass
 class _Run:
     index: int

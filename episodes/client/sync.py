@@ -183,7 +183,7 @@ class SyncEpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
-        execution: Execution = "episode",
+        execution: Execution | None = None,
     ) -> Iterator[EpisodeResult]: ...
 
     @overload
@@ -201,7 +201,7 @@ class SyncEpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
-        execution: Execution = "episode",
+        execution: Execution | None = None,
     ) -> Iterator[SyncGroup]: ...
 
     def run_batch(
@@ -218,7 +218,7 @@ class SyncEpisodesClient:
         fairness_weight: float | None = None,
         budget: BatchBudget | None = None,
         batch: str | None = None,
-        execution: Execution = "episode",
+        execution: Execution | None = None,
     ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]:
         """Results as each episode finishes, or with `groups` each task's samples as a
         `SyncGroup` once all ended (see `EpisodesClient.run_batch`). Closing the iterator

@@ -129,6 +129,10 @@ class EpisodeSpec(Model):
     members cancelled and is yielded partial (`group.partial`, the members that ended)
     or, with `group_on_timeout: drop`, not at all. None: groups wait for every member."""
     group_on_timeout: Literal["partial", "drop"] = "partial"
+    execution: Literal["episode", "group"] = "episode"
+    """`episode`: every episode is its own workflow (the default). `group` (opt-in): a
+    task's `samples` run as one workflow, its members addressed `<batch>.<task>.g.s<n>`
+    (docs/trainers.md: Group execution): `run_batch` and batch workflows."""
     worker_lost_timeout_s: Seconds = 10.0
     """How long a session's worker may be silent (no heartbeat, no poll) before the
     episode ends with `worker_lost`. Detection takes at most about twice this."""

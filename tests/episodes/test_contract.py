@@ -51,7 +51,7 @@ def _implemented() -> list[Any]:
     found = [fn for _, fn in inspect.getmembers(_activities(), inspect.ismethod)]
     groups = activities.group.GroupActivities(worker_id="w")
     found += [fn for _, fn in inspect.getmembers(groups, inspect.ismethod)]
-    for module in (activities.session, activities.batch):
+    for module in (activities.session, activities.batch, activities.group):
         found += [fn for _, fn in inspect.getmembers(module, inspect.isfunction)]
     return [fn for fn in found if activity._Definition.from_callable(fn) is not None]
 

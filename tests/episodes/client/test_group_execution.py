@@ -15,6 +15,7 @@ from episodes import search_attributes as sa
 from episodes.agents.chat_template import ChatTemplate
 from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
+from episodes.client.batches import batch_input, start_batch
 from episodes.client.group_history import group_members
 from episodes.client.history import load_transcript
 from episodes.client.sync import SyncEpisodesClient
@@ -127,15 +128,24 @@ async def test_group_members_export_and_train_from_their_samples(
     assert {r["group_id"] for r in rows} == {f"{s.name}/k1", f"{s.name}/k2"}
 
 
-async def test_execution_is_a_group_option_and_the_sync_client_passes_it(client) -> None:
+async def test_execution_is_checked_and_the_sync_client_passes_it(
+    client, worker, dev_server
+) -> None:
     ec = EpisodesClient(client, task_queue=QUEUE)
     with pytest.raises(EpisodesError, match="groups=True"):
-        ec.run_batch(spec(name="gx-bad"), execution="group")
+        ec.run_batch(spec(name="gx-bad"), execution="group", max_staleness=1)
     s = spec(name="gx-timeout", samples=2, group_timeout_s=10)
-    agen = ec.run_batch(s, groups=True, execution="group")
     with pytest.raises(EpisodesError, match="group_timeout_s"):
-        await agen.__anext__()
-    assert SyncEpisodesClient.run_batch.__kwdefaults__["execution"] == "episode"
+        ec.run_batch(s, groups=True, execution="group")
+    # Without `groups`: the members' results one by one, from the sync client too.
+    s = spec(name=f"gx-sync-{uuid.uuid4().hex[:6]}", samples=2)
+
+    def trainer() -> list[str]:
+        with SyncEpisodesClient.connect(dev_server.address, task_queue=QUEUE) as sc:
+            return [r.workflow_id for r in sc.run_batch(s, execution="group")]
+
+    ids = await asyncio.to_thread(trainer)
+    assert ids == [f"{s.name}.t0.g.s0", f"{s.name}.t0.g.s1"]
 
 
 async def test_a_stale_group_workflow_is_cancelled_and_run_again_at_the_new_version(
@@ -179,3 +189,35 @@ async def test_a_stale_group_workflow_is_cancelled_and_run_again_at_the_new_vers
         assert calls and {c.policy_version for c in calls} == {2}
     # The cancelled attempt's sessions were closed: no member session is left live.
     assert await wait_until(lambda: worker.groups.members == 0, timeout=30)
+
+
+async def test_a_batch_workflow_runs_groups_and_awaits_one_that_already_ran(client, worker) -> None:
+    """`execution: group` in the spec: the batch workflow starts one child group
+    workflow a task; a group that already ran under its id (an earlier client-side
+    run with the same batch id) is awaited, not run again."""
+    batch = f"gxb-{uuid.uuid4().hex[:6]}"
+    tasks = [
+        {"id": "a", "data": {"messages": ["x"], "expected": ["x"]}},
+        {"id": "b", "data": {"messages": ["z"], "expected": ["nope"]}},
+    ]
+    s = spec(name=batch, samples=2, tasks=tasks, execution="group")
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    one = s.model_copy(update={"tasks": s.tasks[:1]})
+    [first] = [g async for g in ec.run_batch(one, batch_id=batch, groups=True)]
+    before = (await client.get_workflow_handle(f"{batch}.a.g").describe()).run_id
+    handle = await start_batch(client, batch_input(s, batch_id=batch), task_queue=QUEUE)
+    result = await asyncio.wait_for(handle.result(), 120)
+    m = result.metrics
+    assert (m.count, m.mean_reward, m.terminations) == (4, 0.5, {"env_done": 4})
+    assert (await client.get_workflow_handle(f"{batch}.a.g").describe()).run_id == before
+    members = await group_members(client, batch)
+    assert [wf.id for wf in members] == [f"{batch}.{t}.g.s{i}" for t in "ab" for i in (0, 1)]
+    assert first.results[0].workflow_id == f"{batch}.a.g.s0"
+    # No per-episode workflow ran for the batch.
+    episodes = [
+        wf
+        async for wf in client.list_workflows(
+            f"{sa.BATCH.name} = '{batch}' AND WorkflowType = '{contract.EPISODE_WORKFLOW}'"
+        )
+    ]
+    assert episodes == []
