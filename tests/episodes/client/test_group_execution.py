@@ -5,6 +5,7 @@ and LLM harnesses, the model proxy and the scripted upstream over HTTP)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from episodes.types.spec import parse_spec
 from episodes.viewer.transcripts import Episodes
 from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
 from tests.episodes.cli.test_cli import episodes as cli
+from tests.episodes.cli.test_cli import write_spec
 from tests.episodes.client.test_groups_e2e import _kv
 from tests.support.helpers import spec, wait_until
 
@@ -221,3 +223,24 @@ async def test_a_batch_workflow_runs_groups_and_awaits_one_that_already_ran(clie
         )
     ]
     assert episodes == []
+
+
+async def test_episodes_run_with_execution_group_in_the_spec(client, worker, tmp_path) -> None:
+    """`episodes run` honours the spec's `execution: group`: the results are the members'."""
+    name = f"gx-run-{uuid.uuid4().hex[:6]}"
+    data = {
+        "name": name,
+        "env": "script",
+        "tasks": [{"id": "a", "data": {"messages": ["x"], "expected": ["x"]}}],
+        "samples": 2,
+        "execution": "group",
+        "harness": {"command": ["{python}", "-m", "episodes.harness.reference.echo"]},
+        "max_turns": 3,
+    }
+    out = tmp_path / "results.jsonl"
+    addr = ["--address", client.service_client.config.target_host, "--task-queue", QUEUE]
+    code, text, err = await cli("run", str(write_spec(tmp_path, data)), "--out", str(out), *addr)
+    assert code == 0, err + text
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["workflow_id"] for r in rows) == [f"{name}.a.g.s0", f"{name}.a.g.s1"]
+    assert {(r["termination"], r["reward"]) for r in rows} == {("env_done", 1.0)}
