@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from episodes.client.group_history import load_member
-from episodes.types.group import parse_member
+from episodes.client.group_history import group_members, load_member
+from episodes.types.group import GroupResult, parse_member
+from episodes.types.results import EpisodeResult
 from episodes.viewer.stats import side
 from episodes.viewer.visibility import row
 
@@ -59,3 +60,37 @@ async def member_progress(
         "restarts": 0,
         "turns": turns,
     }
+
+
+async def group_member_rows(client: Client, batch: str) -> list[dict[str, Any]]:
+    """The batch page's rows of the members of its group workflows (`execution: group`):
+    one a member of each task's final group attempt, its outcome from the group's result
+    (running: the turns of the latest heartbeat)."""
+    rows: list[dict[str, Any]] = []
+    for wf in await group_members(client, batch):
+        rows.append(row(wf) | {"id": wf.id})
+    by_group: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        parsed = parse_member(r["id"])
+        assert parsed is not None
+        r["group"], r["sample"] = parsed
+        by_group.setdefault(parsed[0], []).append(r)
+    for group, members in by_group.items():
+        results = await _group_results(client, group)
+        for r in members:
+            res = results.get(r["sample"])
+            r.update(
+                termination=res.termination if res else None,
+                side=side(res.termination if res else None),
+                reward=res.reward if res else None,
+                turns=res.turns if res else None,
+            )
+    return rows
+
+
+async def _group_results(client: Client, group: str) -> dict[int, EpisodeResult]:
+    handle = client.get_workflow_handle(group, result_type=GroupResult)
+    desc = await handle.describe()
+    if desc.status != WorkflowExecutionStatus.COMPLETED:
+        return {}
+    return {r.sample: r for r in (await handle.result()).results}

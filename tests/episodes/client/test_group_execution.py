@@ -24,6 +24,7 @@ from episodes.errors import EpisodesError
 from episodes.types.group import GroupResult, parse_member
 from episodes.types.spec import parse_spec
 from episodes.viewer.transcripts import Episodes
+from episodes.viewer.visibility import batch_rows
 from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
 from tests.episodes.cli.test_cli import episodes as cli
 from tests.episodes.cli.test_cli import write_spec
@@ -54,6 +55,7 @@ async def test_groups_run_as_one_workflow_each_and_members_are_addressable(
     )
     ec = EpisodesClient(client, task_queue=QUEUE)
     groups = [g async for g in ec.run_batch(s, groups=True, execution="group")]
+    groups.sort(key=lambda g: g.task_id)  # yielded as each ends
     assert [g.task_id for g in groups] == ["a", "b"]
     for g in groups:
         assert g.failed is None and g.group_id == f"{name}/{g.task_id}"
@@ -75,6 +77,11 @@ async def test_groups_run_as_one_workflow_each_and_members_are_addressable(
     members = await group_members(client, name)
     assert [wf.id for wf in members] == [f"{name}.{t}.g.s{i}" for t in "ab" for i in range(3)]
 
+    # The viewer's batch page lists the members, each with its own outcome.
+    rows, _ = await batch_rows(client, name)
+    assert sorted((r["id"], r["termination"], r["reward"]) for r in rows) == sorted(
+        (r.workflow_id, r.termination, r.reward) for g in groups for r in g.results
+    )
     # A member's transcript, as `episodes show`, the viewer and trainers read it.
     member = a.results[1].workflow_id
     transcript = await ec.transcript(member)
