@@ -121,6 +121,12 @@ async def _read_run(
 
     for ev in events:
         if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED and out["task"] is None:
+            started = ev.workflow_execution_started_event_attributes
+            if started.workflow_type.name == contract.GROUP_WORKFLOW:
+                raise EpisodesError(
+                    f"{out['workflow_id']} is a group workflow: its members are "
+                    f"{out['workflow_id']}.s0, .s1, ... (one a sample)"
+                )
             payloads = list(ev.workflow_execution_started_event_attributes.input.payloads)
             if payloads:  # EpisodeInput or InteractiveInput: the task (and a fork's parent)
                 inp = await decode(payloads[:1], dict, "input", ev.event_id)

@@ -101,6 +101,9 @@ async def test_groups_run_as_one_workflow_each_and_members_are_addressable(
     with pytest.raises(EpisodesError, match="no episode"):
         await load_transcript(client, f"{name}.a.g.s7")
     assert parse_member(f"{name}.a.s0") is None
+    # The group's own id says what to ask for instead.
+    with pytest.raises(EpisodesError, match=rf"{name}\.a\.g\.s0, \.s1"):
+        await load_transcript(client, f"{name}.a.g")
 
 
 async def test_group_members_export_and_train_from_their_samples(
