@@ -30,7 +30,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from episodes import contract
-from episodes.errors import EnvironmentFailed, HarnessFailure
+from episodes.errors import EnvironmentFailed, HarnessFailure, SpecError
 from episodes.session.drive import TurnLoop
 from episodes.session.live import LiveSession
 from episodes.types.group import GroupInput, GroupProgress, GroupResult, MemberState, member_id
@@ -103,6 +103,7 @@ class GroupActivities:
             history_limit_bytes=self.history_limit_bytes,
         )
         ended: DriveResult
+        config_error = False
         self.members += 1
         try:
             try:
@@ -114,13 +115,18 @@ class GroupActivities:
                         divergent, _ = await session.restore(records)
                         m.turns_replayed += len(records)
                         m.replay_divergences += len(divergent)
-            except (HarnessFailure, EnvironmentFailed) as e:
-                # The harness never started (or its replay broke it), or the env's reset
-                # raised: the member's outcome, not the group's failure.
-                termination: Termination = (
-                    e.error_type if isinstance(e, HarnessFailure) else "env_error"
-                )
-                ended = DriveResult(termination=termination, error=str(e), next_turn=len(m.turns))
+            except (HarnessFailure, EnvironmentFailed, SpecError) as e:
+                # The harness never started (or its replay broke it), the env's reset
+                # raised, or the spec cannot start here (an env the worker cannot import,
+                # a secret it cannot read: EpisodeWorkflow's `harness_start_failed` with
+                # `config_error`): the member's outcome, not the group's failure.
+                termination: Termination = "env_error"
+                if isinstance(e, HarnessFailure):
+                    termination = e.error_type
+                elif isinstance(e, SpecError):
+                    termination, config_error = "harness_start_failed", True
+                error = session.scrub_error(e)
+                ended = DriveResult(termination=termination, error=error, next_turn=len(m.turns))
             else:
                 loop = TurnLoop(
                     session, _MemberSink(m), max_turns=spec.max_turns, first_turn=len(m.turns)
@@ -148,6 +154,7 @@ class GroupActivities:
             replay_divergences=m.replay_divergences,
             model_calls=calls,
             model_tokens=tokens,
+            config_error=config_error,
         )
 
 

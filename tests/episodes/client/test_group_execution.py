@@ -254,3 +254,24 @@ async def test_episodes_run_with_execution_group_in_the_spec(client, worker, tmp
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["workflow_id"] for r in rows) == [f"{name}.a.g.s0", f"{name}.a.g.s1"]
     assert {(r["termination"], r["reward"]) for r in rows} == {("env_done", 1.0)}
+
+
+async def test_members_that_cannot_start_are_outcomes_not_a_failed_group(client, worker) -> None:
+    """A harness that exits at once, and an env the worker cannot import (a spec
+    error): each member ends `harness_start_failed` (the latter marked
+    `config_error`), as an EpisodeWorkflow would, and the group is not run again."""
+    crash = ["{python}", "-c", "import sys; sys.exit(3)"]
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = spec(name=f"gx-crash-{uuid.uuid4().hex[:6]}", command=crash, samples=2)
+    [g] = [g async for g in ec.run_batch(s, groups=True, execution="group")]
+    assert g.failed is None and g.retried == 0
+    assert [(r.termination, r.config_error) for r in g.results] == [
+        ("harness_start_failed", False)
+    ] * 2
+    s = spec(name=f"gx-noenv-{uuid.uuid4().hex[:6]}", env="no_such_module:Env", samples=2)
+    [g] = [g async for g in ec.run_batch(s, groups=True, execution="group")]
+    assert g.failed is None and g.retried == 0
+    assert [(r.termination, r.config_error) for r in g.results] == [
+        ("harness_start_failed", True)
+    ] * 2
+    assert "no_such_module" in (g.results[0].error or "")
