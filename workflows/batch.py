@@ -38,6 +38,8 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from workflows.batch_groups import group_outcomes
+
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes import search_attributes as sa
@@ -210,8 +212,6 @@ class EvalBatchWorkflow:
         return [await self._child(inp, index, task, sample)]
 
     async def _group(self, inp: BatchInput, index: int, task: Task) -> list[_Outcome]:
-        from workflows.batch_groups import group_outcomes
-
         return await group_outcomes(self._batch, inp, index, task)
 
     async def _child(self, inp: BatchInput, index: int, task: Task, sample: int) -> _Outcome:

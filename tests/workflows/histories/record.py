@@ -315,6 +315,13 @@ async def record_groups(client: Client) -> None:
     [g] = [g async for g in ec.run_batch(s, groups=True, execution="group")]
     gwid = g.results[0].workflow_id.rsplit(".s", 1)[0]
     await _save(client, "group_done", gwid, await _first_run(client, gwid))
+    # A batch workflow with `execution: group`: one child group workflow a task.
+    s = _spec("batch-groups", tasks=2, samples=2).model_copy(update={"execution": "group"})
+    # One group at a time and a run a group: the second group runs after continue-as-new.
+    inp = BatchInput(spec=s, batch=s.name, concurrency=2, children_per_run=1)
+    h = await start_batch(client, inp, task_queue=QUEUE)
+    await _result(h)
+    await _save(client, "batch_groups", h.id, h.first_execution_run_id)
 
 
 async def main() -> None:
