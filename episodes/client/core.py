@@ -305,11 +305,8 @@ class EpisodesClient:
         start, the stream ends once those in flight have, and `self.budget_exhausted`
         names the budget (episodes only, not groups).
 
-        `execution="group"` (opt-in; None: the spec's `execution`): each task's
-        samples run as one workflow whose members are addressed
-        `<batch>.<task>.g.s<sample>` (`episodes.client.group_exec`): the server's cost
-        is paid per group. Without `groups` their results are yielded one by one as
-        each group ends.
+        `execution="group"` (opt-in; None: the spec's): a task's samples run as one
+        workflow, members addressed `<batch>.<task>.g.s<n>` (`episodes.client.group_exec`).
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -391,16 +388,6 @@ class EpisodesClient:
             for t in running:
                 t.cancel()
             await asyncio.gather(*(cancel_episode(self.client, m.wid) for m in running.values()))
-
-
-async def _flat(groups: AsyncGenerator[Group, None]) -> AsyncGenerator[EpisodeResult, None]:
-    """Group execution's results one by one (`run_batch` without `groups`)."""
-    try:
-        async for group in groups:
-            for result in group.results:
-                yield result
-    finally:
-        await groups.aclose()  # now: it cancels the group workflows left
 
 
 async def connect(
