@@ -92,6 +92,14 @@ def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             "value": f"{r:.2f}x",
             "met": r >= 0.85,
         }
+    r = _get(results, "throughput", "ratios", "groups_vs_in_process_plain")
+    if r is not None:
+        out["groups_vs_in_process_plain"] = {
+            "target": "durable group execution (groups of 8) / in-process isolation: none "
+            "turns/s >= 0.8x (issue 32)",
+            "value": f"{r:.2f}x",
+            "met": r >= 0.8,
+        }
     box = _get(results, "box", "figures", "sandbox", "cpu_ms_per_box", "median")
     if box is not None:
         out["sandbox_box_cpu"] = {

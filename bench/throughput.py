@@ -31,8 +31,10 @@ from bench.common import (
 )
 from bench.designs.models import GroupInput
 from bench.designs.worker import DesignWorker
+from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.local import run_episode_local
+from episodes.types.group import group_workflow_id
 from episodes.types.io import EpisodeInput
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import parse_spec
@@ -54,10 +56,13 @@ VARIANTS: dict[str, tuple[str | None, bool]] = {
     "grouped": ("GroupEpisodes", True),
     "in_process": (None, False),
     "in_process_plain": ("plain", False),
+    "groups": ("groups", False),
 }
 # The variants whose harness runs as a plain process group (`isolation: none`); every
 # other one runs it in the default sandbox.
-PLAIN = {"in_process_plain"}
+PLAIN = {"in_process_plain", "groups"}
+# Members per group in the `groups` variant (issue 32's target: groups of 8).
+GROUP_OF = 8
 LABELS = {
     "in_process": "in-process episodes.local (no Temporal), the default sandbox",
     "in_process_plain": "in-process episodes.local, isolation: none",
@@ -67,6 +72,7 @@ LABELS = {
     "c1s": "(c'1s) drive + batched Updates",
     "b": "(b) child, local-activity turns",
     "grouped": f"grouped: one workflow per {GROUP} episodes (not shipped)",
+    "groups": f"execution: group (shipped, opt-in), groups of {GROUP_OF}, isolation: none",
 }
 
 
@@ -94,11 +100,16 @@ def _harness_cpu() -> float:
 
 
 async def _batch(client, workflow: str | None, queue: str, episodes: int, turns: int) -> dict:
-    """One batch of a variant; `workflow` "plain": in-process with `isolation: none`."""
-    plain = workflow == "plain"
+    """One batch of a variant; `workflow` "plain": in-process with `isolation: none`;
+    "groups": `run_batch(groups=True, execution="group")` with `isolation: none`."""
+    plain = workflow in ("plain", "groups")
     harness: dict = {"command": ECHO, "ready_timeout_s": 120}
     if plain:
-        workflow, harness["runtime"] = None, {"type": "subprocess", "isolation": "none"}
+        harness["runtime"] = {"type": "subprocess", "isolation": "none"}
+    if workflow == "groups":
+        return await _group_batch(client, queue, harness, episodes, turns)
+    if plain:
+        workflow = None
     spec = parse_spec(
         {
             "name": f"tp-{uuid.uuid4().hex[:6]}",
@@ -144,6 +155,37 @@ async def _batch(client, workflow: str | None, queue: str, episodes: int, turns:
     results = await asyncio.gather(*(h.result() for h in handles))
     row = _rates(results, started, workflow, episodes, turns)
     row.update(await _history_counts(handles[0]))
+    return row
+
+
+async def _group_batch(client, queue: str, harness: dict, episodes: int, turns: int) -> dict:
+    """The shipped group execution: GROUP_OF samples of each task as one
+    EpisodeGroupWorkflow, every group in flight at once, through the client's stream."""
+    groups = max(1, episodes // GROUP_OF)
+    spec = parse_spec(
+        {
+            "name": f"tpg-{uuid.uuid4().hex[:6]}",
+            "env": "script",
+            "tasks": [
+                {"id": f"t{i}", "data": {"messages": [f"m{j}" for j in range(turns)]}}
+                for i in range(groups)
+            ],
+            "samples": GROUP_OF,
+            "harness": harness,
+            "max_turns": turns,
+            "turn_timeout_s": 120,
+            "worker_lost_timeout_s": 60,
+        }
+    )
+    ec = EpisodesClient(client, task_queue=queue)
+    started = time.perf_counter()
+    stream = ec.run_batch(spec, groups=True, execution="group", concurrency=groups * GROUP_OF)
+    results = [r async for g in stream for r in g.results]
+    row = _rates(results, started, "groups", len(results), turns)
+    handle = client.get_workflow_handle(group_workflow_id(spec.name, spec.tasks[0].id))
+    counts = await _history_counts(handle)
+    row.update({k: v / GROUP_OF for k, v in counts.items()})  # per episode
+    row["episodes"] = len(results)
     return row
 
 
@@ -219,8 +261,9 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                     row["harness_cpu_s"] = cpu1[1] - cpu0[1]
                     if TREE:  # the server is in the tree: not a harness's
                         row["harness_cpu_s"] -= row["server_cpu_s"]
+                    n = row.pop("episodes", episodes)  # `groups` runs whole groups
                     for part in ("worker", "harness", "server"):
-                        row[f"{part}_cpu_ms_per_episode"] = row[f"{part}_cpu_s"] * 1000 / episodes
+                        row[f"{part}_cpu_ms_per_episode"] = row[f"{part}_cpu_s"] * 1000 / n
                     for k, v in row.items():
                         samples[name].setdefault(k, []).append(v)
     figures = {n: {k: spread(v) for k, v in row.items()} for n, row in samples.items()}
@@ -234,6 +277,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     # What the default sandbox costs an episode, both in-process, side by side (issue 32).
     ratios["sandbox_vs_plain_in_process"] = ratio(
         figures["in_process"]["turns_per_s"]["median"],
+        figures["in_process_plain"]["turns_per_s"]["median"],
+    )
+    # Durable group execution against in-process `isolation: none`, both plain (issue 32).
+    ratios["groups_vs_in_process_plain"] = ratio(
+        figures["groups"]["turns_per_s"]["median"],
         figures["in_process_plain"]["turns_per_s"]["median"],
     )
     print(
@@ -276,6 +324,10 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         "  in-process, the default sandbox / isolation: none turns/s: "
         f"{ratios['sandbox_vs_plain_in_process']:.2f}x (harness CPU "
         f"{'with' if TREE else 'without'} the boxes' processes)"
+    )
+    print(
+        f"  durable group execution (groups of {GROUP_OF}) / in-process, isolation: none "
+        f"turns/s: {ratios['groups_vs_in_process_plain']:.2f}x"
     )
     return {
         "eager_start": EAGER,

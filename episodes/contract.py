@@ -18,6 +18,7 @@ from typing import Literal
 from temporalio import activity
 
 from episodes.types.attempts import retry_id as retry_id  # the naming lives with its parsing
+from episodes.types.group import GroupInput, GroupProgress, GroupResult
 from episodes.types.io import (
     DriveInput,
     DriveResult,
@@ -45,6 +46,8 @@ from episodes.types.spec import EpisodeSpec
 EPISODE_WORKFLOW = "EpisodeWorkflow"
 INTERACTIVE_WORKFLOW = "InteractiveEpisodeWorkflow"
 BATCH_WORKFLOW = "EvalBatchWorkflow"
+# One workflow per group (`run_batch(groups=True, execution="group")`): episodes.types.group.
+GROUP_WORKFLOW = "EpisodeGroupWorkflow"
 
 # -- Updates and queries ----------------------------------------------------------------
 
@@ -120,6 +123,8 @@ RELEASE = "release"
 SCORE_TRANSCRIPT = "score_transcript"
 AWAIT_EPISODE = "await_episode"
 RESTORE = "restore"
+RUN_GROUP = "run_group"
+AWAIT_GROUP = "await_group"
 
 
 def side_queue(task_queue: str) -> str:
@@ -176,7 +181,31 @@ async def restore(inp: RestoreInput) -> RestoreResult:
     raise NotImplementedError
 
 
-DECLARED = [provision, drive, turn, score, release, score_transcript, await_episode, restore]
+@activity.defn(name=RUN_GROUP)
+async def run_group(inp: GroupInput) -> GroupProgress:
+    """Any worker (gated like provision): drive every member of a group to its end
+    in-process, heartbeating their turns; a retry restores the members from them."""
+    raise NotImplementedError
+
+
+@activity.defn(name=AWAIT_GROUP)
+async def await_group(workflow_id: str) -> GroupResult:
+    """Any worker (the side queue): the result of a group workflow that already exists."""
+    raise NotImplementedError
+
+
+DECLARED = [
+    provision,
+    drive,
+    turn,
+    score,
+    release,
+    score_transcript,
+    await_episode,
+    restore,
+    run_group,
+    await_group,
+]
 
 # -- an episode's identity ------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ keep failing to start), and one whose sessions mostly wait on a saturated model 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from temporalio.worker import (
     CustomSlotSupplier,
@@ -29,9 +30,17 @@ _POLL_S = 0.05
 
 
 class SessionSlots(CustomSlotSupplier):
-    def __init__(self, registry: SessionRegistry, breaker: ProvisionBreaker | None = None) -> None:
+    def __init__(
+        self,
+        registry: SessionRegistry,
+        breaker: ProvisionBreaker | None = None,
+        extra: Callable[[], int] | None = None,
+    ) -> None:
+        """`extra`: live sessions the registry does not hold beyond the permits they
+        came with (a group's members: `activities.group`, one permit per group)."""
         self.registry = registry
         self.breaker = breaker
+        self.extra = extra
         self.permits = 0
         self.stopped = False
 
@@ -44,7 +53,8 @@ class SessionSlots(CustomSlotSupplier):
             return False
         if fleet_saturated():
             return False
-        return len(self.registry) + self.permits < self.registry.max_sessions
+        extra = self.extra() if self.extra is not None else 0
+        return len(self.registry) + self.permits + extra < self.registry.max_sessions
 
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
         # Polling is cheap here and keeps the supplier free of loop-bound conditions.

@@ -41,6 +41,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities import telemetry
 from activities.batch import await_episode
+from activities.group import GroupActivities, await_group
 from activities.session import SessionActivities, score_transcript_activity
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
@@ -128,7 +129,11 @@ class EpisodeWorker:
             else (HISTORY_TURN_LIMIT),
             breaker=self.breaker,
         )
-        self.slots = SessionSlots(self.registry, self.breaker)
+        # Group execution's one activity (a group's members in-process): gated like provision.
+        self.groups = GroupActivities(
+            worker_id=self.worker_id, history_limit_bytes=self.activities.history_limit_bytes
+        )
+        self.slots = SessionSlots(self.registry, self.breaker, extra=self.groups.beyond_permits)
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(
             lambda: len(self.registry)
         )
@@ -167,6 +172,7 @@ class EpisodeWorker:
             activities=[
                 self.activities.provision,
                 self.activities.restore,  # a new session too: gated like provision
+                self.groups.run_group,  # a group's sessions: gated like provision
                 await_episode,  # histories from before the side queue schedule it here
             ],
             tuner=WorkerTuner.create_composite(
@@ -203,7 +209,7 @@ class EpisodeWorker:
         self._side = Worker(
             client,
             task_queue=contract.side_queue(opts.task_queue),
-            activities=[await_episode],
+            activities=[await_episode, await_group],
             max_concurrent_activities=opts.max_side_activities,
             graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@side",

@@ -17,11 +17,18 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from workflows.batch import EvalBatchWorkflow
     from workflows.episode import EpisodeWorkflow
+    from workflows.group import EpisodeGroupWorkflow
     from workflows.interactive import InteractiveEpisodeWorkflow
 
     WORKFLOWS: list[type]
 
-__all__ = ["WORKFLOWS", "EpisodeWorkflow", "EvalBatchWorkflow", "InteractiveEpisodeWorkflow"]
+__all__ = [
+    "WORKFLOWS",
+    "EpisodeGroupWorkflow",
+    "EpisodeWorkflow",
+    "EvalBatchWorkflow",
+    "InteractiveEpisodeWorkflow",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,12 +36,19 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'workflows' has no attribute {name!r}")
     from workflows.batch import EvalBatchWorkflow
     from workflows.episode import EpisodeWorkflow
+    from workflows.group import EpisodeGroupWorkflow
     from workflows.interactive import InteractiveEpisodeWorkflow
 
     found = {
         "EpisodeWorkflow": EpisodeWorkflow,
         "InteractiveEpisodeWorkflow": InteractiveEpisodeWorkflow,
         "EvalBatchWorkflow": EvalBatchWorkflow,
-        "WORKFLOWS": [EpisodeWorkflow, InteractiveEpisodeWorkflow, EvalBatchWorkflow],
+        "EpisodeGroupWorkflow": EpisodeGroupWorkflow,
+        "WORKFLOWS": [
+            EpisodeWorkflow,
+            InteractiveEpisodeWorkflow,
+            EvalBatchWorkflow,
+            EpisodeGroupWorkflow,
+        ],
     }
     return found[name]

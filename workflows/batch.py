@@ -38,6 +38,8 @@ from temporalio.exceptions import (
 )
 from temporalio.workflow import ParentClosePolicy
 
+from workflows.batch_groups import group_outcomes
+
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes import search_attributes as sa
@@ -138,15 +140,22 @@ class EvalBatchWorkflow:
 
         nxt = state.next_index
         started = 0
-        in_flight: dict[asyncio.Task[_Outcome], int] = {}
+        in_flight: dict[asyncio.Task[list[_Outcome]], int] = {}
+        # `execution: group` (opt-in): a child a task, its samples its members
+        # (workflows/batch_groups.py); histories from before it never set it.
+        groups = spec.execution == "group"
+        step = spec.samples if groups else 1
+        if groups:
+            limit = max(1, limit // spec.samples)
         while True:
             while len(in_flight) < limit and nxt < self._total and self._budget is None:
                 if started and self._should_continue_as_new(started, inp.children_per_run):
                     self._status = "draining"
                     break
                 task, sample = tasks[nxt // spec.samples], nxt % spec.samples
-                in_flight[asyncio.create_task(self._child(inp, nxt, task, sample))] = nxt
-                nxt += 1
+                work = self._group(inp, nxt, task) if groups else self._one(inp, nxt, task, sample)
+                in_flight[asyncio.create_task(work)] = nxt
+                nxt += step
                 started += 1
             self._running = len(in_flight)
             if not in_flight:
@@ -155,7 +164,8 @@ class EvalBatchWorkflow:
             # Sets iterate in memory order; record in work order so replays agree.
             for t in sorted(done, key=lambda t: in_flight[t]):
                 del in_flight[t]
-                self._record(t.result())
+                for outcome in t.result():
+                    self._record(outcome)
             if self._budget is None:
                 self._budget = self._over_budget(inp)
                 if self._budget is not None:
@@ -197,6 +207,12 @@ class EvalBatchWorkflow:
         )
 
     # -- one child -----------------------------------------------------------------
+
+    async def _one(self, inp: BatchInput, index: int, task: Task, sample: int) -> list[_Outcome]:
+        return [await self._child(inp, index, task, sample)]
+
+    async def _group(self, inp: BatchInput, index: int, task: Task) -> list[_Outcome]:
+        return await group_outcomes(self._batch, inp, index, task)
 
     async def _child(self, inp: BatchInput, index: int, task: Task, sample: int) -> _Outcome:
         """The episode; one that ended for an infrastructure reason (its worker lost after

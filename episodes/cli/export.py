@@ -30,6 +30,7 @@ from episodes.cli.show import show_converter
 from episodes.client.batches import final_episodes
 from episodes.client.config import Config
 from episodes.client.connect import connect_config
+from episodes.client.group_history import group_members
 from episodes.client.history import load_transcript, transcript_of
 from episodes.contract import group_id
 from episodes.errors import EpisodesError
@@ -53,7 +54,8 @@ async def export_batch(
 ) -> None:
     check_out(out)
     client = await connect_config(cfg, data_converter=show_converter())
-    found = await final_episodes(client, batch)
+    # ... and the members of its group workflows (`execution: group`), by member id.
+    found = [*await final_episodes(client, batch), *await group_members(client, batch)]
     if not found:
         raise EpisodesError(f"batch {batch!r}: no episodes found (none has EpisodeBatch={batch})")
     gate = asyncio.Semaphore(READ_CONCURRENCY)

@@ -38,6 +38,7 @@ from episodes.client.replaying import ReplayMethods
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.specfile import load_spec
+from episodes.types.group import Execution
 from episodes.types.io import EpisodeInput
 from episodes.types.metrics import MetricsAccumulator
 from episodes.types.model import UpstreamSpec
@@ -213,6 +214,7 @@ class EpisodesClient(ReplayMethods):
         oversample: int | None = None,
         skip_zero_variance: bool | None = None,
         batch: str | None = None,
+        execution: Execution | None = None,
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
     @overload
@@ -232,6 +234,7 @@ class EpisodesClient(ReplayMethods):
         oversample: int | None = None,
         skip_zero_variance: bool | None = None,
         batch: str | None = None,
+        execution: Execution | None = None,
     ) -> AsyncGenerator[Group, None]: ...
 
     def run_batch(
@@ -250,6 +253,7 @@ class EpisodesClient(ReplayMethods):
         oversample: int | None = None,
         skip_zero_variance: bool | None = None,
         batch: str | None = None,
+        execution: Execution | None = None,
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
         `batch_id`: the batch's id, in every workflow id (default: the spec's name; the
@@ -278,6 +282,9 @@ class EpisodesClient(ReplayMethods):
 
         `oversample`, `skip_zero_variance` (groups only; `episodes.client.groups`)
         replace the spec's: stragglers cut, zero-variance groups skipped and counted.
+
+        `execution="group"` (opt-in; None: the spec's): a task's samples run as one
+        workflow, members addressed `<batch>.<task>.g.s<n>` (`episodes.client.group_exec`).
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -294,6 +301,11 @@ class EpisodesClient(ReplayMethods):
         limit = concurrency or spec.concurrency
         self.budget_exhausted = None
         spec = groups_spec(spec, groups, oversample, skip_zero_variance)
+        execution = execution or spec.execution
+        if execution == "group":
+            from episodes.client.group_exec import run_group_execution
+
+            return run_group_execution(self, spec, batch, limit, max_staleness, groups=groups)
         if groups:
             from episodes.client.groups import stream_groups
 

@@ -80,6 +80,12 @@ async def load_transcript(
             history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
             run_id = await _read_run(client, history.events, out, max_turns)
     except RPCError as e:
+        # A group member (`episodes.types.group`) names no workflow: its group's history.
+        from episodes.client.group_history import load_member
+
+        member = await load_member(client, workflow_id, max_turns=max_turns, tolerant=tolerant)
+        if member is not None:
+            return member
         raise EpisodesError(f"no episode {workflow_id!r}: {e.message}") from None
     return out
 
@@ -115,6 +121,12 @@ async def _read_run(
 
     for ev in events:
         if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED and out["task"] is None:
+            started = ev.workflow_execution_started_event_attributes
+            if started.workflow_type.name == contract.GROUP_WORKFLOW:
+                raise EpisodesError(
+                    f"{out['workflow_id']} is a group workflow: its members are "
+                    f"{out['workflow_id']}.s0, .s1, ... (one a sample)"
+                )
             payloads = list(ev.workflow_execution_started_event_attributes.input.payloads)
             if payloads:  # EpisodeInput or InteractiveInput: the task (and a fork's parent)
                 inp = await decode(payloads[:1], dict, "input", ev.event_id)

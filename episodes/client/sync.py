@@ -25,6 +25,8 @@ from episodes.client.dispatch import batch_id_arg
 from episodes.client.groups import Group
 from episodes.client.sync_session import SyncInteractiveSession, _LoopThread
 from episodes.training.samples import EpisodeSamples
+from episodes.types.group import Execution
+from episodes.types.io import EpisodeProgress, StepReply
 from episodes.types.model import UpstreamSpec
 from episodes.types.priority import BatchBudget, BudgetName
 from episodes.types.results import EpisodeResult, Task, Transcript
@@ -152,6 +154,7 @@ class SyncEpisodesClient:
         oversample: int | None = None,
         skip_zero_variance: bool | None = None,
         batch: str | None = None,
+        execution: Execution | None = None,
     ) -> Iterator[EpisodeResult]: ...
 
     @overload
@@ -171,6 +174,7 @@ class SyncEpisodesClient:
         oversample: int | None = None,
         skip_zero_variance: bool | None = None,
         batch: str | None = None,
+        execution: Execution | None = None,
     ) -> Iterator[SyncGroup]: ...
 
     def run_batch(
@@ -189,6 +193,7 @@ class SyncEpisodesClient:
         oversample: int | None = None,
         skip_zero_variance: bool | None = None,
         batch: str | None = None,
+        execution: Execution | None = None,
     ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]:
         """Results as each episode finishes, or with `groups` each task's samples as a
         `SyncGroup` once all ended (see `EpisodesClient.run_batch`). Closing the iterator
@@ -208,6 +213,7 @@ class SyncEpisodesClient:
                 budget=budget,
                 oversample=oversample,
                 skip_zero_variance=skip_zero_variance,
+                execution=execution,
             )
             return self._groups(grouped)
         results = self.async_client.run_batch(
@@ -222,6 +228,7 @@ class SyncEpisodesClient:
             budget=budget,
             oversample=oversample,
             skip_zero_variance=skip_zero_variance,
+            execution=execution,
         )
         return self._iterate(results)
 

@@ -137,6 +137,10 @@ class EpisodeSpec(Model):
     skip_zero_variance: bool = False
     """Groups: a group whose members all scored the same (`Group.zero_variance`: every
     advantage is 0, no GRPO signal) is counted, not yielded."""
+    execution: Literal["episode", "group"] = "episode"
+    """`episode`: every episode is its own workflow (the default). `group` (opt-in): a
+    task's `samples` run as one workflow, its members addressed `<batch>.<task>.g.s<n>`
+    (docs/trainers.md: Group execution): `run_batch` and batch workflows."""
     worker_lost_timeout_s: Seconds = 10.0
     """How long a session's worker may be silent (no heartbeat, no poll) before the
     episode ends with `worker_lost`. Detection takes at most about twice this."""

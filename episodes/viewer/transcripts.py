@@ -146,6 +146,11 @@ class Episodes:
             desc = await self.client.get_workflow_handle(workflow_id).describe()
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
+                from episodes.viewer.members import member_row
+
+                member = await member_row(self.client, workflow_id)  # a group's member?
+                if member is not None:
+                    return member
                 raise NotFound(f"no episode {workflow_id!r}") from None
             raise
         return row(desc)
@@ -220,6 +225,11 @@ class Episodes:
         meta = await self.describe(workflow_id)
         if meta["status"] != "running":
             return {"episode": meta, "closed": True, "turns": [], "since": since}
+        if "group" in meta:  # a group's member: its group's latest heartbeat
+            from episodes.viewer.members import member_progress
+
+            out = await member_progress(self.client, meta, since, limit)
+            return {**out, "turns": [turn_view(t) for t in out["turns"]]}
         try:
             p: EpisodeProgress = await handle.query(
                 contract.PROGRESS, args=[since, limit], result_type=EpisodeProgress

@@ -174,7 +174,11 @@ async def list_rows(client: Client, query: str, limit: int) -> tuple[list[dict[s
 
 
 async def batch_rows(client: Client, batch: str) -> tuple[list[dict[str, Any]], bool]:
-    return await list_rows(client, Filters(batch=batch).query(), MAX_ROWS)
+    from episodes.viewer.members import group_member_rows
+
+    rows, truncated = await list_rows(client, Filters(batch=batch).query(), MAX_ROWS)
+    # ... and the members of its group workflows (`execution: group`), by member id.
+    return rows + await group_member_rows(client, batch), truncated
 
 
 async def batches(client: Client, filters: Filters) -> dict[str, Any]:

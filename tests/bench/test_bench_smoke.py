@@ -113,6 +113,28 @@ async def test_grouped_variant_runs(client) -> None:  # type: ignore[no-untyped-
     assert row["workflow_tasks_per_episode"] < 3  # one workflow's tasks shared by 2
 
 
+async def test_the_shipped_group_execution_variant_runs(client, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """`groups` (issue 32): the shipped group execution, 2 groups of 4, on a plain
+    process; its ratio to in-process `isolation: none` is judged."""
+    from bench import throughput
+    from episodes.runtimes.sandbox import SandboxRuntime
+    from workers.worker import EpisodeWorker, WorkerOptions
+
+    async def no_box(self: SandboxRuntime) -> None:
+        raise AssertionError("the groups variant runs on isolation: none")
+
+    monkeypatch.setattr(SandboxRuntime, "start", no_box)
+    monkeypatch.setattr(throughput, "GROUP_OF", 4)
+    queue = f"bench-groups-{uuid.uuid4().hex[:6]}"
+    worker = EpisodeWorker(client, WorkerOptions(task_queue=queue))
+    async with throughput.running(worker):
+        row = await throughput._batch(client, "groups", queue, 8, 2)
+    assert row["turns_per_s"] > 0 and row["episodes"] == 8
+    assert row["workflow_tasks_per_episode"] < 1  # one workflow's tasks shared by 4
+    judged = targets({"throughput": {"ratios": {"groups_vs_in_process_plain": 0.79}}})
+    assert judged["groups_vs_in_process_plain"]["met"] is False
+
+
 async def test_throughput_runs_in_process_on_the_sandbox_and_on_a_plain_process(monkeypatch):
     """The two in-process variants run on the runtime each names, side by side
     (`ratios.sandbox_vs_plain_in_process`, issue 32)."""

@@ -14,6 +14,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import activities.batch
+import activities.group
 import activities.session
 from activities.recorder import TurnRecorder
 from activities.session import SessionActivities
@@ -48,7 +49,9 @@ def _activities() -> SessionActivities:
 def _implemented() -> list[Any]:
     """Every activity the activities/ package defines (what workers register)."""
     found = [fn for _, fn in inspect.getmembers(_activities(), inspect.ismethod)]
-    for module in (activities.session, activities.batch):
+    groups = activities.group.GroupActivities(worker_id="w")
+    found += [fn for _, fn in inspect.getmembers(groups, inspect.ismethod)]
+    for module in (activities.session, activities.batch, activities.group):
         found += [fn for _, fn in inspect.getmembers(module, inspect.isfunction)]
     return [fn for fn in found if activity._Definition.from_callable(fn) is not None]
 

@@ -4,6 +4,7 @@
     .venv/bin/python -m tests.workflows.histories.record --new    # only issue 11's paths
     .venv/bin/python -m tests.workflows.histories.record --issue27=NAME  # a spec error
     .venv/bin/python -m tests.workflows.histories.record_fleet  # budgets, park, fork
+    .venv/bin/python -m tests.workflows.histories.record --groups  # group execution
 
 Runs a few episodes, interactive sessions and a batch on a private dev server and
 saves every run's history here as JSON. Re-record only when a workflow's commands
@@ -308,8 +309,25 @@ async def record_issue27(client: Client, name: str) -> None:
     await _save(client, name, h.id, h.first_execution_run_id)
 
 
+async def record_groups(client: Client) -> None:
+    """Issue 32: one EpisodeGroupWorkflow for a group of 3 (`execution="group"`)."""
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = _spec("group", samples=3)
+    [g] = [g async for g in ec.run_batch(s, groups=True, execution="group")]
+    gwid = g.results[0].workflow_id.rsplit(".s", 1)[0]
+    await _save(client, "group_done", gwid, await _first_run(client, gwid))
+    # A batch workflow with `execution: group`: one child group workflow a task.
+    s = _spec("batch-groups", tasks=2, samples=2).model_copy(update={"execution": "group"})
+    # One group at a time and a run a group: the second group runs after continue-as-new.
+    inp = BatchInput(spec=s, batch=s.name, concurrency=2, children_per_run=1)
+    h = await start_batch(client, inp, task_queue=QUEUE)
+    await _result(h)
+    await _save(client, "batch_groups", h.id, h.first_execution_run_id)
+
+
 async def main() -> None:
     only_new = "--new" in sys.argv[1:]
+    only_groups = "--groups" in sys.argv[1:]
     only_13 = "--issue13" in sys.argv[1:]
     issue27 = [a.removeprefix("--issue27=") for a in sys.argv[1:] if a.startswith("--issue27=")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -325,6 +343,9 @@ async def main() -> None:
                 if issue27:
                     await record_issue27(client, issue27[0])
                     return
+                if only_groups:
+                    await record_groups(client)
+                    return
                 if only_13:
                     await record_issue13(client)
                     return
@@ -332,6 +353,7 @@ async def main() -> None:
                     await record(client)
                 await record_new(client, server.address)
                 await record_issue13(client)
+                await record_groups(client)
             finally:
                 worker.request_stop()
                 await asyncio.wait_for(task, 30)

@@ -1,0 +1,213 @@
+"""`run_group`: every member of a group driven to its end in-process, on one worker.
+
+The group's one activity (`workflows/group.py`, design in `episodes.types.group`):
+each member is a `LiveSession` run by the same `TurnLoop` as a `drive` (an in-memory
+sink, as `episodes.local`), so a group pays one workflow's Temporal cost instead of
+one per episode.
+
+Durability: the activity heartbeats every member's finished turns (`GroupProgress`).
+A worker lost mid-group goes silent; after `worker_lost_timeout_s` the server retries
+the activity on another worker (the spec's `max_restarts` with `on_worker_lost:
+restart`), and the retry restores each member that had not ended from the last
+heartbeat through the restart path (`LiveSession.restore`: a fresh box and harness,
+the recorded turns replayed exactly), then turns on from there. Members that had
+ended keep their result. A turn is recorded once per member: the record is the
+member's turn list, appended in turn order; turns the lost worker finished after its
+last heartbeat are run again (`turns_rerun`), as with a drive's unrecorded turns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from episodes import contract
+from episodes.errors import EnvironmentFailed, HarnessFailure, SpecError
+from episodes.session.drive import TurnLoop
+from episodes.session.live import LiveSession
+from episodes.types.group import GroupInput, GroupProgress, GroupResult, MemberState, member_id
+from episodes.types.io import DriveResult
+from episodes.types.priority import model_usage
+from episodes.types.results import EpisodeResult, ScoreResult, Termination, TurnResult
+
+log = logging.getLogger("episodes.activities.group")
+
+
+class _MemberSink:
+    """The member's turns, recorded as they finish (what the heartbeat carries)."""
+
+    stop = False
+
+    def __init__(self, member: MemberState) -> None:
+        self.member = member
+
+    def add(self, result: TurnResult, *, send: bool = True) -> None:
+        if result.record.turn == len(self.member.turns):
+            self.member.turns.append(result)
+
+    async def wait_until_within(self, limit: int, lag_s: float = 0.0) -> None:
+        return None
+
+    async def finish(self) -> list[TurnResult]:
+        return []
+
+
+class GroupActivities:
+    def __init__(self, *, worker_id: str, history_limit_bytes: int | None = None) -> None:
+        self.worker_id = worker_id
+        self.history_limit_bytes = history_limit_bytes
+        self.groups = 0  # `run_group` activities running here
+        self.members = 0  # their live member sessions
+
+    def beyond_permits(self) -> int:
+        """Live member sessions beyond the one slot permit each group holds: what the
+        worker's session slots count on top of its registry (`workers.backpressure`)."""
+        return max(0, self.members - self.groups)
+
+    @activity.defn(name=contract.RUN_GROUP)
+    async def run_group(self, inp: GroupInput) -> GroupProgress:
+        info = activity.info()
+        progress = _restored(info.heartbeat_details, inp.samples)
+        restart = info.attempt > 1
+        beat = asyncio.create_task(_beat(progress))
+        self.groups += 1
+        try:
+            await asyncio.gather(*(self._member(inp, m, restart) for m in progress.members))
+        finally:
+            self.groups -= 1
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+        return progress
+
+    async def _member(self, inp: GroupInput, m: MemberState, restart: bool) -> None:
+        if m.result is not None:
+            return  # ended before the worker was lost: its result stands
+        spec, task = inp.spec, inp.task
+        wid = member_id(inp.group_workflow_id, m.sample)
+        started = time.monotonic()
+        session = LiveSession(
+            spec,
+            task,
+            m.sample,
+            f"{wid}:{uuid.uuid4().hex[:10]}",
+            labels={"worker": self.worker_id, "workflow": wid},
+            history_limit_bytes=self.history_limit_bytes,
+        )
+        ended: DriveResult
+        config_error = False
+        self.members += 1
+        try:
+            try:
+                m.first_message = await session.open()
+                if restart:
+                    m.restarts += 1
+                    if m.turns:
+                        records = [t.record for t in m.turns]
+                        divergent, _ = await session.restore(records)
+                        m.turns_replayed += len(records)
+                        m.replay_divergences += len(divergent)
+            except (HarnessFailure, EnvironmentFailed, SpecError) as e:
+                # The harness never started (or its replay broke it), the env's reset
+                # raised, or the spec cannot start here (an env the worker cannot import,
+                # a secret it cannot read: EpisodeWorkflow's `harness_start_failed` with
+                # `config_error`): the member's outcome, not the group's failure.
+                termination: Termination = "env_error"
+                if isinstance(e, HarnessFailure):
+                    termination = e.error_type
+                elif isinstance(e, SpecError):
+                    termination, config_error = "harness_start_failed", True
+                error = session.scrub_error(e)
+                ended = DriveResult(termination=termination, error=error, next_turn=len(m.turns))
+            else:
+                loop = TurnLoop(
+                    session, _MemberSink(m), max_turns=spec.max_turns, first_turn=len(m.turns)
+                )
+                ended = await loop.run()
+        finally:
+            self.members -= 1
+            await session.close()
+        score = ended.score or ScoreResult()
+        tokens, calls = _usage(m.turns)
+        m.result = EpisodeResult(
+            workflow_id=wid,
+            task_id=task.id,
+            sample=m.sample,
+            env=spec.env,
+            spec_name=spec.name,
+            termination=ended.termination or "max_turns",
+            error=ended.error,
+            turns=len(m.turns),
+            reward=score.reward,
+            score_details=score.details,
+            duration_s=time.monotonic() - started,
+            restarts=m.restarts,
+            turns_replayed=m.turns_replayed,
+            replay_divergences=m.replay_divergences,
+            model_calls=calls,
+            model_tokens=tokens,
+            config_error=config_error,
+        )
+
+
+def _restored(details: Any, samples: int) -> GroupProgress:
+    """The last heartbeat of a lost attempt, or a fresh group."""
+    progress = GroupProgress(members=[MemberState(sample=s) for s in range(samples)])
+    if details:
+        prior = GroupProgress.model_validate(details[0])
+        by_sample = {m.sample: m for m in prior.members}
+        progress.members = [by_sample.get(s, MemberState(sample=s)) for s in range(samples)]
+    return progress
+
+
+async def _beat(progress: GroupProgress) -> None:
+    """Beat with every member's turns so far: the loss signal, and the record a retry
+    restores from (the SDK sends the latest details at most every 0.8 x timeout)."""
+    timeout = activity.info().heartbeat_timeout
+    interval = max(0.2, timeout.total_seconds() / 3) if timeout else 5.0
+    while True:
+        activity.heartbeat(progress)
+        await asyncio.sleep(interval)
+
+
+def _usage(turns: list[TurnResult]) -> tuple[int, int]:
+    """(model tokens, model calls) over the member's turns."""
+    tokens = calls = 0
+    for t in turns:
+        more_tokens, more_calls = model_usage(t.record.events)
+        tokens, calls = tokens + more_tokens, calls + more_calls
+    return tokens, calls
+
+
+@activity.defn(name=contract.AWAIT_GROUP)
+async def await_group(workflow_id: str) -> GroupResult:
+    """A re-run batch workflow's group that already exists: its result (a workflow
+    cannot await a workflow it did not start). Beats while it waits."""
+    handle = activity.client().get_workflow_handle(workflow_id, result_type=GroupResult)
+    waiting = asyncio.ensure_future(handle.result())
+    try:
+        while True:
+            done, _ = await asyncio.wait({waiting}, timeout=5.0)
+            if done:
+                break
+            activity.heartbeat()
+        return waiting.result()
+    except WorkflowFailureError as e:
+        raise ApplicationError(
+            f"group {workflow_id} failed: {e.cause}",
+            type=contract.EPISODE_FAILED,
+            non_retryable=True,
+        ) from None
+    finally:
+        if not waiting.done():
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await waiting

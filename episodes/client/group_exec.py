@@ -1,0 +1,258 @@
+"""`run_batch(groups=True, execution="group")`: one workflow per group (opt-in).
+
+Each task's `samples` members run as one `EpisodeGroupWorkflow` (`<batch>.<task>.g`;
+design: `episodes.types.group`, docs/training.md "Group execution") instead of one
+`EpisodeWorkflow` each: the server's cost is paid once per group, not per episode.
+Groups are yielded as `episodes.client.groups.Group`s, exactly as the default path
+yields them; each result's `workflow_id` is the member's id
+(`<batch>.<task>.g.s<sample>`), which `episodes show`, the viewer, `episodes export`
+and `Group.samples()` accept.
+
+A group with a member that ended for an infrastructure reason (its worker lost past
+its restarts, a model upstream that gave up: `is_infra_failure`) runs again whole, as
+a fresh group workflow `<id>.r<n>`, up to the spec's `group_retries` times (the unit
+of execution is the group; a GRPO baseline wants its members run alike); past that
+it is yielded `failed`. `max_staleness` cancels a stale group's workflow and
+dispatches it again at the current version. Not supported yet: `group_timeout_s`
+(a partial group needs its ended members' results out of a running activity).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+
+from episodes import contract
+from episodes.client.dispatch import cancel_episode, dispatch_spec, failed
+from episodes.client.groups import VERSION_POLL_S, Group
+from episodes.errors import EpisodesError
+from episodes.search_attributes import episode_search_attributes, task_priority
+from episodes.types.group import GroupInput, GroupResult, group_workflow_id, member_id
+from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
+from episodes.types.spec import EpisodeSpec
+
+if TYPE_CHECKING:
+    from episodes.client.core import EpisodesClient
+
+
+def check_group_execution(spec: EpisodeSpec) -> None:
+    """What group execution cannot do yet, said before anything starts."""
+    if spec.group_timeout_s is not None:
+        raise EpisodesError(
+            f"spec {spec.name!r}: group_timeout_s is not supported with "
+            "execution='group' yet; drop one of them"
+        )
+    if spec.oversample or spec.skip_zero_variance:
+        raise EpisodesError(
+            f"spec {spec.name!r}: oversample and skip_zero_variance are not supported "
+            "with execution='group' yet; drop one of them"
+        )
+
+
+def run_group_execution(
+    ec: EpisodesClient,
+    spec: EpisodeSpec,
+    batch: str | None,
+    limit: int,
+    max_staleness: int | None,
+    *,
+    groups: bool,
+) -> AsyncGenerator[Group, None] | AsyncGenerator[EpisodeResult, None]:
+    """`run_batch(..., execution="group")`: the groups, or (not `groups`) their
+    results one by one as each group ends."""
+    if spec.budget is not None and spec.budget.is_set():
+        raise EpisodesError(
+            "a budget is counted over episodes: drop execution='group', or run the "
+            "batch as a batch workflow (episodes.client.batches.start_batch)"
+        )
+    if max_staleness is not None and (not groups or ec.policy_version is None):
+        raise EpisodesError(
+            "max_staleness applies to groups with a policy version: pass groups=True "
+            "and policy_version="
+        )
+    check_group_execution(spec)
+    grouped = stream_group_workflows(
+        ec, spec, batch=batch, limit=limit, max_staleness=max_staleness
+    )
+    return grouped if groups else _flat(grouped)
+
+
+async def _flat(groups: AsyncGenerator[Group, None]) -> AsyncGenerator[EpisodeResult, None]:
+    try:
+        async for group in groups:
+            for result in group.results:
+                yield result
+    finally:
+        await groups.aclose()  # now: it cancels the group workflows left
+
+
+@dataclass
+class _Run:
+    index: int
+    task: Task
+    version: int | None = None
+    attempt: int = 0  # the next group workflow attempt number
+    retries: int = 0
+    stale: int = 0
+    wid: str | None = None  # the group workflow in flight (to cancel it by id)
+
+
+async def stream_group_workflows(
+    ec: EpisodesClient,
+    spec: EpisodeSpec,
+    *,
+    batch: str | None,
+    limit: int,
+    max_staleness: int | None,
+) -> AsyncGenerator[Group, None]:
+    """See the module doc. At most `limit` episodes in flight: `limit // samples`
+    groups (at least one), dispatched in task order, a stale one ahead of the rest."""
+    check_group_execution(spec)
+    name = batch or spec.name
+    queue = deque(_Run(i, t) for i, t in enumerate(spec.load_tasks()))
+    groups = max(1, limit // spec.samples)
+    running: dict[asyncio.Task[tuple[list[EpisodeResult], bool]], _Run] = {}
+    model = spec.model is not None
+    try:
+        while True:
+            current = ec.policy_version
+            if max_staleness is not None and current is not None:
+                for t, g in sorted(running.items(), key=lambda kv: -kv[1].index):
+                    if g.version is None or current - g.version <= max_staleness:
+                        continue
+                    t.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await t
+                    del running[t]
+                    await cancel_episode(ec.client, g.wid)
+                    g.stale, g.version, g.wid = g.stale + 1, None, None
+                    queue.appendleft(g)
+            while len(running) < groups and queue:
+                g = queue.popleft()
+                g.version = ec.policy_version
+                t = asyncio.create_task(
+                    _run_group(ec, dispatch_spec(spec, g.version, ec.upstreams), g, name)
+                )
+                running[t] = g
+            if not running:
+                return
+            done, _ = await asyncio.wait(
+                running, timeout=VERSION_POLL_S, return_when=asyncio.FIRST_COMPLETED
+            )
+            for t in sorted(done, key=lambda t: running[t].index):
+                g = running.pop(t)
+                results, infra = t.result()
+                yield _group(ec, name, g, results, infra, model=model)
+    finally:
+        for t in running:
+            t.cancel()
+        await asyncio.gather(
+            *(cancel_episode(ec.client, g.wid) for g in running.values()),
+            return_exceptions=True,
+        )
+
+
+async def _run_group(
+    ec: EpisodesClient, spec: EpisodeSpec, g: _Run, batch: str
+) -> tuple[list[EpisodeResult], bool]:
+    """The group's results (one per sample), run again whole as a fresh group workflow
+    while a member ended for an infrastructure reason and `group_retries` allow; and
+    whether one still did."""
+    while True:
+        attempt, g.attempt = g.attempt, g.attempt + 1
+        g.wid = contract.retry_id(group_workflow_id(batch, g.task.id), attempt)
+        began = time.monotonic()
+        handle, closed = await _start(ec, spec, g.task, batch, g.wid)
+        try:
+            out = await handle.result()
+            results = out.results
+        except WorkflowFailureError as e:
+            why = failed(g.wid, e)
+            results = [
+                EpisodeResult(
+                    workflow_id=member_id(g.wid, s),
+                    task_id=g.task.id,
+                    sample=s,
+                    env=spec.env,
+                    spec_name=spec.name,
+                    termination=WORKFLOW_FAILED,
+                    error=why.detail if why.config_error else str(why),
+                    turns=0,
+                    duration_s=time.monotonic() - began,
+                    config_error=why.config_error,
+                )
+                for s in range(spec.samples)
+            ]
+            if why.config_error:
+                return results, False  # the same spec fails the same way: never again
+        if closed and any(r.termination == "cancelled" for r in results):
+            continue  # cancelled by an earlier run (Ctrl-C, a stale dispatch): run anew
+        infra = any(is_infra_failure(r.termination) for r in results)
+        if infra and g.retries < spec.group_retries:
+            g.retries += 1
+            continue
+        return results, infra
+
+
+async def _start(
+    ec: EpisodesClient, spec: EpisodeSpec, task: Task, batch: str, wid: str
+) -> tuple[WorkflowHandle[Any, GroupResult], bool]:
+    """Start the group workflow, or attach to the one under its id (and say it closed)."""
+    one = contract.single_task_spec(spec, task)
+    try:
+        handle = await ec.client.start_workflow(
+            contract.GROUP_WORKFLOW,
+            GroupInput(spec=one, task=task, samples=spec.samples, batch=batch),
+            id=wid,
+            task_queue=ec.task_queue,
+            result_type=GroupResult,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            request_eager_start=True,
+            search_attributes=episode_search_attributes(spec, task, batch),
+            priority=task_priority(spec),
+            static_summary=f"{spec.env} · task {task.id} · {spec.samples} samples (group)",
+        )
+    except WorkflowAlreadyStartedError:
+        return ec.client.get_workflow_handle(wid, result_type=GroupResult), True
+    return handle, False
+
+
+def _group(
+    ec: EpisodesClient,
+    batch: str,
+    g: _Run,
+    results: list[EpisodeResult],
+    infra: bool,
+    *,
+    model: bool,
+) -> Group:
+    failed_why = None
+    if infra:
+        bad = next(r for r in results if is_infra_failure(r.termination))
+        failed_why = (
+            f"{bad.workflow_id}: {bad.termination} after {g.retries} re-run(s) of the group "
+            f"({(bad.error or 'no detail')[:300]})"
+        )
+    group = Group(
+        group_id=contract.group_id(batch, g.task.id),
+        batch=batch,
+        task_id=g.task.id,
+        policy_version=g.version,
+        results=[r.model_copy(update={"retries": g.retries}) for r in results],
+        failed=failed_why,
+        retried=g.retries * len(results),
+        stale=g.stale,
+    )
+    group._fetch = ec.transcript
+    group._model = model
+    return group

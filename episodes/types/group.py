@@ -1,0 +1,85 @@
+"""Group execution's models: one workflow per group, its members addressed by id.
+
+`run_batch(groups=True, execution="group")` runs the `samples` episodes of one task as
+one `EpisodeGroupWorkflow` (`contract.GROUP_WORKFLOW`, id `<batch>.<task>.g`, a fresh
+attempt `<id>.r<n>`) whose one `run_group` activity drives every member in-process
+on the worker that took it. A member is addressed as `<group workflow id>.s<sample>`
+(`member_id`): `episodes show`, the viewer, `episodes export` and
+`EpisodesClient.transcript` take that id (`episodes.client.group_history`).
+
+Models only: the workflow imports this module through the sandbox.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field
+
+from episodes.types.base import Model
+from episodes.types.results import EpisodeResult, Task, TurnResult
+from episodes.types.spec import EpisodeSpec
+
+Execution = Literal["episode", "group"]
+"""How `run_batch(groups=True)` runs a group: one EpisodeWorkflow per member
+("episode", the default) or one EpisodeGroupWorkflow per group ("group", opt-in)."""
+
+GROUP_SUFFIX = ".g"
+_MEMBER = re.compile(r"^(?P<group>.+\.g(?:\.r\d+)?)\.s(?P<sample>\d+)$")
+
+
+def group_workflow_id(batch: str, task_id: str) -> str:
+    """The group's workflow id (its attempts: `contract.retry_id`)."""
+    return f"{batch}.{task_id}{GROUP_SUFFIX}"
+
+
+def member_id(group_workflow_id: str, sample: int) -> str:
+    """A member of a group workflow: what `episodes show` and the viewer accept."""
+    return f"{group_workflow_id}.s{sample}"
+
+
+def parse_member(workflow_id: str) -> tuple[str, int] | None:
+    """(group workflow id, sample) of a member id, or None when it names none."""
+    m = _MEMBER.match(workflow_id)
+    return (m.group("group"), int(m.group("sample"))) if m else None
+
+
+class GroupInput(Model):
+    """One group: the task's `samples` members, driven by one `run_group` activity."""
+
+    spec: EpisodeSpec
+    """The spec with this task alone (`contract.single_task_spec`)."""
+    task: Task
+    samples: int = Field(ge=1)
+    batch: str
+    group_workflow_id: str = ""
+    """Set by the workflow before it schedules the activity (member ids derive from it)."""
+
+
+class MemberState(Model):
+    """One member as the activity knows it: its recorded turns, and its result once
+    it ended. What a heartbeat carries, so a retry on another worker restores it."""
+
+    sample: int
+    turns: list[TurnResult] = Field(default_factory=list)
+    first_message: object = None
+    result: EpisodeResult | None = None
+    restarts: int = 0
+    turns_replayed: int = 0
+    replay_divergences: int = 0
+
+
+class GroupProgress(Model):
+    """The `run_group` activity's heartbeat details and its result: every member."""
+
+    members: list[MemberState] = Field(default_factory=list)
+
+
+class GroupResult(Model):
+    """The group workflow's result: one EpisodeResult per sample, in sample order, each
+    named by its member id."""
+
+    workflow_id: str
+    task_id: str
+    results: list[EpisodeResult]
