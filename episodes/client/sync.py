@@ -26,7 +26,6 @@ from episodes.client.groups import Group
 from episodes.client.sync_session import SyncInteractiveSession, _LoopThread
 from episodes.training.samples import EpisodeSamples
 from episodes.types.group import Execution
-from episodes.types.io import EpisodeProgress, StepReply
 from episodes.types.model import UpstreamSpec
 from episodes.types.priority import BatchBudget, BudgetName
 from episodes.types.results import EpisodeResult, Task, Transcript
