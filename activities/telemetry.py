@@ -86,7 +86,7 @@ class FleetMetrics(Collector):
         gauges = {
             "in_flight": "Calls in flight to the upstream.",
             "waiting": "Calls waiting for a place under its adaptive limit.",
-            "limit": "Its adaptive concurrency limit (AIMD).",
+            "limit": "Its adaptive concurrency limit (429 / 503 and latency).",
             "sessions": "Sessions sticking to it.",
             "ejected": "1 while it is ejected (failing).",
         }

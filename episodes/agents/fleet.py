@@ -6,10 +6,11 @@ specs name it:
 
 - load: the calls in flight to it and the calls waiting for a place, over its weight
   (ties go to the one with fewer sessions sticking to it, then to the first listed);
-- an adaptive concurrency limit (AIMD): a 429 or 503 halves it (once per wave: only
-  answers to calls sent after the last cut count), each success adds 1/limit (about
-  one per round of calls), up to the spec's `max_concurrency`; calls over the limit
-  wait in the worker (`acquire`), first come first served;
+- an adaptive concurrency limit (episodes/agents/limiter.py): a 429 or 503 halves it
+  (AIMD, once per wave), latency rising well above its long-term average pulls it down
+  (a gradient limiter after Netflix's Gradient2), each other success adds 1/limit,
+  up to the spec's `max_concurrency`; calls over the limit wait in the worker
+  (`acquire`), first come first served;
 - health: a refused connection ejects it at once, `EJECT_AFTER` failures in a row
   (5xx, timeouts, broken connections) too; an ejection lasts `EJECT_S`, doubling with
   each one in a row up to `MAX_EJECT_S`. When it ends the replica takes calls again (the
@@ -32,6 +33,7 @@ import asyncio
 from collections import deque
 from urllib.parse import urlsplit, urlunsplit
 
+from episodes.agents.limiter import AdaptiveLimit
 from episodes.types.model import ModelSpec, UpstreamSpec
 
 EJECT_AFTER = 3  # failures in a row (any session's) that eject a replica
@@ -54,8 +56,7 @@ class Replica:
         self.base_url = base_url
         self.chat_url = base_url.rstrip("/") + "/chat/completions"
         self.name = display_url(base_url)
-        self.ceiling = ceiling
-        self.limit = float(ceiling)
+        self.adaptive = AdaptiveLimit(ceiling)
         self.in_flight = 0
         self.backing_off = 0  # calls sleeping after a 429 / 503
         self.sessions = 0  # routes sticking to it
@@ -63,11 +64,18 @@ class Replica:
         self.failures = 0  # in a row
         self.ejections = 0  # in a row
         self.ejected_until = 0.0
-        self._last_cut = 0.0
         # Counts, for tests, benchmarks and metrics.
         self.served = 0
         self.throttled = 0
         self.failed = 0
+
+    @property
+    def limit(self) -> float:
+        return self.adaptive.limit
+
+    @property
+    def ceiling(self) -> int:
+        return self.adaptive.ceiling
 
     @property
     def waiting(self) -> int:
@@ -113,20 +121,19 @@ class Replica:
 
     # -- outcomes -------------------------------------------------------------------------
 
-    def succeeded(self) -> None:
+    def succeeded(self, rtt: float | None = None) -> None:
+        """A call answered, its head `rtt` seconds after it was sent (its place still
+        held: `in_flight` counts it)."""
         self.served += 1
         self.failures = self.ejections = 0
         self.ejected_until = 0.0
-        if self.limit < self.ceiling:
-            self.limit = min(float(self.ceiling), self.limit + 1.0 / self.limit)
-            self._wake()
+        self.adaptive.succeeded(rtt, self.in_flight)
+        self._wake()
 
     def throttle(self, sent_at: float) -> None:
         """A 429 / 503: halve the limit, once per wave of calls."""
         self.throttled += 1
-        if sent_at >= self._last_cut:
-            self.limit = max(1.0, self.limit / 2)
-            self._last_cut = asyncio.get_running_loop().time()
+        self.adaptive.throttled(sent_at, asyncio.get_running_loop().time())
 
     def failure(self, *, refused: bool) -> None:
         self.failed += 1
@@ -153,8 +160,7 @@ class Fleet:
         if r is None:
             r = self.replicas[up.base_url] = Replica(up.base_url, up.max_concurrency)
         elif r.ceiling != up.max_concurrency:
-            r.ceiling = up.max_concurrency  # the newest spec's ceiling
-            r.limit = min(r.limit, float(r.ceiling))
+            r.adaptive.set_ceiling(up.max_concurrency)  # the newest spec's ceiling
         return r
 
     def saturated(self) -> bool:

@@ -177,7 +177,7 @@ class Sender:
                 r.release()
                 raise
             if resp is not None and resp.status not in (429, 503) and resp.status < 500:
-                r.succeeded()
+                r.succeeded(loop.time() - sent_at)  # to the answer's head
                 if not read:
                     _held.set(r)
                     return resp, b"", attempts
