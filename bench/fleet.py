@@ -24,6 +24,7 @@ import time
 import httpx
 
 from bench.common import fmt_spread, pct, ratio, spread, table
+from episodes.agents.fleet import fleet
 from episodes.agents.proxy import ModelProxy
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.types.model import ModelSpec, UpstreamSpec
@@ -81,6 +82,11 @@ async def run(quick: bool = False, repeats: int | None = None, delay_ms: float =
                     row.setdefault("calls_per_s", []).append(rate)
                     row.setdefault("p50_ms", []).append(pct(ms, 0.5))
                     row.setdefault("p99_ms", []).append(pct(ms, 0.99))
+        # The proxies' adaptive limits (episodes/agents/limiter.py) at the end: whether
+        # 429s or rising latency held the proxy path back.
+        replicas = [fleet().replicas[u.base_url] for u in ups]
+        limit_of = [round(r.limit, 1) for r in replicas]
+        cuts = sum(r.adaptive.latency_cuts + r.adaptive.throttle_cuts for r in replicas)
     finally:
         for p in proxies:
             await p.stop()
@@ -110,6 +116,7 @@ async def run(quick: bool = False, repeats: int | None = None, delay_ms: float =
         "p99_proxy_vs_direct": ratio(med["proxy"]["p99_ms"], med["direct"]["p99_ms"]),
     }
     print(f"  calls served per upstream (both paths): {served}")
+    print(f"  adaptive limit per upstream at the end: {limit_of} ({cuts} cuts)")
     for k, v in ratios.items():
         print(f"  {k}: {v:.2f}x")
     return {
@@ -119,6 +126,8 @@ async def run(quick: bool = False, repeats: int | None = None, delay_ms: float =
         "delay_ms": delay_ms,
         "repeats": repeats,
         "served_per_upstream": served,
+        "limit_per_upstream": limit_of,
+        "limit_cuts": cuts,
         "figures": figures,
         "ratios": ratios,
     }
