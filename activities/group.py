@@ -13,7 +13,15 @@ heartbeat through the restart path (`LiveSession.restore`: a fresh box and harne
 the recorded turns replayed exactly), then turns on from there. Members that had
 ended keep their result. A turn is recorded once per member: the record is the
 member's turn list, appended in turn order; turns the lost worker finished after its
-last heartbeat are run again (`turns_rerun`), as with a drive's unrecorded turns.
+last heartbeat are run again (uncounted), as with a drive's turns after its last
+heartbeat.
+
+Cuts (the group's `oversample` and `group_timeout_s`, as `episodes.client.groups`
+does them for one workflow per episode): the activity returns once `samples` members
+ended, cancelling the spares still running (`cut: straggler`), or at the deadline (the
+activity's first scheduling plus `group_timeout_s`, the same on a retry), cancelling
+the members still running (`cut: group_timeout`). A cut member's sessions close and
+its result is `cancelled` with the turns it had.
 """
 
 from __future__ import annotations
