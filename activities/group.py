@@ -116,11 +116,12 @@ class GroupActivities:
                     break
             for t in pending:  # spares past `samples` ended (oversample), or too late
                 t.cancel()
+            # (the activity's own cancellation still raises here)
+            await asyncio.gather(*pending, return_exceptions=True)
             for t in pending:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
                 m = running[t]
-                m.result = _cut(inp, m, why, started=info.started_time.timestamp())
+                if m.result is None:  # not one that ended in the same moment
+                    m.result = _cut(inp, m, why, started=info.started_time.timestamp())
         finally:
             for t in running:  # the activity cancelled (a stale group), or failed
                 t.cancel()
