@@ -13,7 +13,15 @@ heartbeat through the restart path (`LiveSession.restore`: a fresh box and harne
 the recorded turns replayed exactly), then turns on from there. Members that had
 ended keep their result. A turn is recorded once per member: the record is the
 member's turn list, appended in turn order; turns the lost worker finished after its
-last heartbeat are run again (`turns_rerun`), as with a drive's unrecorded turns.
+last heartbeat are run again (uncounted), as with a drive's turns after its last
+heartbeat.
+
+Cuts (the group's `oversample` and `group_timeout_s`, as `episodes.client.groups`
+does them for one workflow per episode): the activity returns once `samples` members
+ended, cancelling the spares still running (`cut: straggler`), or at the deadline (the
+activity's first scheduling plus `group_timeout_s`, the same on a retry), cancelling
+the members still running (`cut: group_timeout`). A cut member's sessions close and
+its result is `cancelled` with the turns it had.
 """
 
 from __future__ import annotations
@@ -36,7 +44,13 @@ from episodes.session.live import LiveSession
 from episodes.types.group import GroupInput, GroupProgress, GroupResult, MemberState, member_id
 from episodes.types.io import DriveResult
 from episodes.types.priority import model_usage
-from episodes.types.results import EpisodeResult, ScoreResult, Termination, TurnResult
+from episodes.types.results import (
+    Cut,
+    EpisodeResult,
+    ScoreResult,
+    Termination,
+    TurnResult,
+)
 
 log = logging.getLogger("episodes.activities.group")
 
@@ -75,13 +89,43 @@ class GroupActivities:
     @activity.defn(name=contract.RUN_GROUP)
     async def run_group(self, inp: GroupInput) -> GroupProgress:
         info = activity.info()
-        progress = _restored(info.heartbeat_details, inp.samples)
+        progress = _restored(info.heartbeat_details, inp.size)
         restart = info.attempt > 1
         beat = asyncio.create_task(_beat(progress))
+        deadline = None
+        if inp.group_timeout_s is not None:  # from the first attempt's scheduling on
+            deadline = info.scheduled_time.timestamp() + inp.group_timeout_s
         self.groups += 1
+        running = {
+            asyncio.create_task(self._member(inp, m, restart)): m
+            for m in progress.members
+            if m.result is None
+        }
         try:
-            await asyncio.gather(*(self._member(inp, m, restart) for m in progress.members))
+            pending = set(running)
+            why: Cut = "straggler"
+            while pending and _ended(progress) < inp.samples:
+                left = None if deadline is None else max(0.0, deadline - time.time())
+                done, pending = await asyncio.wait(
+                    pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                for t in done:
+                    t.result()  # a member's unexpected error fails the attempt
+                if not done:
+                    why = "group_timeout"
+                    break
+            for t in pending:  # spares past `samples` ended (oversample), or too late
+                t.cancel()
+            # (the activity's own cancellation still raises here)
+            await asyncio.gather(*pending, return_exceptions=True)
+            for t in pending:
+                m = running[t]
+                if m.result is None:  # not one that ended in the same moment
+                    m.result = _cut(inp, m, why, started=info.started_time.timestamp())
         finally:
+            for t in running:  # the activity cancelled (a stale group), or failed
+                t.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
             self.groups -= 1
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -156,6 +200,33 @@ class GroupActivities:
             model_tokens=tokens,
             config_error=config_error,
         )
+
+
+def _ended(progress: GroupProgress) -> int:
+    """Members that ended by themselves (not cut)."""
+    return sum(1 for m in progress.members if m.result is not None and m.result.cut is None)
+
+
+def _cut(inp: GroupInput, m: MemberState, why: Cut, *, started: float) -> EpisodeResult:
+    """A member cut while it ran (its session closed): `cancelled`, with its turns."""
+    tokens, calls = _usage(m.turns)
+    return EpisodeResult(
+        workflow_id=member_id(inp.group_workflow_id, m.sample),
+        task_id=inp.task.id,
+        sample=m.sample,
+        env=inp.spec.env,
+        spec_name=inp.spec.name,
+        termination="cancelled",
+        error=f"cut by its group ({why})",
+        turns=len(m.turns),
+        duration_s=max(0.0, time.time() - started),
+        restarts=m.restarts,
+        turns_replayed=m.turns_replayed,
+        replay_divergences=m.replay_divergences,
+        model_calls=calls,
+        model_tokens=tokens,
+        cut=why,
+    )
 
 
 def _restored(details: Any, samples: int) -> GroupProgress:

@@ -87,7 +87,8 @@ class EpisodeGroupWorkflow:
                 raise
         self._results = _results(inp, wid, progress, termination, error)
         self._status = "done"
-        rewards = [r.reward for r in self._results if r.reward is not None]
+        # A cut member (`oversample`, `group_timeout_s`) is in no group: not in the mean.
+        rewards = [r.reward for r in self._results if r.reward is not None and r.cut is None]
         workflow.upsert_search_attributes(
             [
                 sa.TURNS.value_set(sum(r.turns for r in self._results)),
@@ -110,10 +111,11 @@ def _results(
     termination: Termination | None,
     error: str | None,
 ) -> list[EpisodeResult]:
-    """One per sample: the member's own result, or (it had not ended) `termination`."""
+    """One per member (samples and spares): its own result, or (it had not ended)
+    `termination`."""
     by_sample = {m.sample: m for m in progress.members}
     out: list[EpisodeResult] = []
-    for s in range(inp.samples):
+    for s in range(inp.size):
         m = by_sample.get(s) or MemberState(sample=s)
         if m.result is not None:
             out.append(m.result)

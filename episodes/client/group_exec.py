@@ -13,8 +13,17 @@ its restarts, a model upstream that gave up: `is_infra_failure`) runs again whol
 a fresh group workflow `<id>.r<n>`, up to the spec's `group_retries` times (the unit
 of execution is the group; a GRPO baseline wants its members run alike); past that
 it is yielded `failed`. `max_staleness` cancels a stale group's workflow and
-dispatches it again at the current version. Not supported yet: `group_timeout_s`
-(a partial group needs its ended members' results out of a running activity).
+dispatches it again at the current version.
+
+As on the default path (`episodes.client.groups`): budgets are counted from the
+members' results as each group ends (past one no new group starts,
+`client.budget_exhausted` names it); `skip_zero_variance` skips a zero-variance group
+and counts it (`client.zero_variance_skipped`); `oversample: k` runs `samples + k`
+members in the group's activity, which ends the group once `samples` ended and cuts
+the rest (`cut: straggler`, `Group.cut`, never exported); `group_timeout_s` cuts the
+members still running that long after the group's activity was first scheduled
+(`cut: group_timeout`) and the group is yielded `partial` or dropped
+(`group_on_timeout`).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from episodes import contract
 from episodes.client.dispatch import cancel_episode, dispatch_spec, failed
 from episodes.client.groups import VERSION_POLL_S, Group
+from episodes.client.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.types.group import GroupInput, GroupResult, group_workflow_id, member_id
@@ -42,20 +52,6 @@ from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
     from episodes.client.core import EpisodesClient
-
-
-def check_group_execution(spec: EpisodeSpec) -> None:
-    """What group execution cannot do yet, said before anything starts."""
-    if spec.group_timeout_s is not None:
-        raise EpisodesError(
-            f"spec {spec.name!r}: group_timeout_s is not supported with "
-            "execution='group' yet; drop one of them"
-        )
-    if spec.oversample or spec.skip_zero_variance:
-        raise EpisodesError(
-            f"spec {spec.name!r}: oversample and skip_zero_variance are not supported "
-            "with execution='group' yet; drop one of them"
-        )
 
 
 def run_group_execution(
@@ -69,17 +65,11 @@ def run_group_execution(
 ) -> AsyncGenerator[Group, None] | AsyncGenerator[EpisodeResult, None]:
     """`run_batch(..., execution="group")`: the groups, or (not `groups`) their
     results one by one as each group ends."""
-    if spec.budget is not None and spec.budget.is_set():
-        raise EpisodesError(
-            "a budget is counted over episodes: drop execution='group', or run the "
-            "batch as a batch workflow (episodes.client.batches.start_batch)"
-        )
     if max_staleness is not None and (not groups or ec.policy_version is None):
         raise EpisodesError(
             "max_staleness applies to groups with a policy version: pass groups=True "
             "and policy_version="
         )
-    check_group_execution(spec)
     grouped = stream_group_workflows(
         ec, spec, batch=batch, limit=limit, max_staleness=max_staleness
     )
@@ -104,6 +94,7 @@ class _Run:
     retries: int = 0
     stale: int = 0
     wid: str | None = None  # the group workflow in flight (to cancel it by id)
+    dispatched: bool = False
 
 
 async def stream_group_workflows(
@@ -114,14 +105,16 @@ async def stream_group_workflows(
     limit: int,
     max_staleness: int | None,
 ) -> AsyncGenerator[Group, None]:
-    """See the module doc. At most `limit` episodes in flight: `limit // samples`
-    groups (at least one), dispatched in task order, a stale one ahead of the rest."""
-    check_group_execution(spec)
+    """See the module doc. At most `limit` episodes in flight: `limit // (samples +
+    oversample)` groups (at least one), dispatched in task order, a stale one ahead of
+    the rest."""
     name = batch or spec.name
     queue = deque(_Run(i, t) for i, t in enumerate(spec.load_tasks()))
-    groups = max(1, limit // spec.samples)
+    groups = max(1, limit // (spec.samples + spec.oversample))
     running: dict[asyncio.Task[tuple[list[EpisodeResult], bool]], _Run] = {}
     model = spec.model is not None
+    ec.zero_variance_skipped = 0
+    spent = Spending(spec.budget)  # past the budget no group starts (ec.budget_exhausted)
     try:
         while True:
             current = ec.policy_version
@@ -138,6 +131,9 @@ async def stream_group_workflows(
                     queue.appendleft(g)
             while len(running) < groups and queue:
                 g = queue.popleft()
+                if not g.dispatched and ec.budget_exhausted is not None:
+                    continue  # past the budget: no new group (a stale one runs again)
+                g.dispatched = True
                 g.version = ec.policy_version
                 t = asyncio.create_task(
                     _run_group(ec, dispatch_spec(spec, g.version, ec.upstreams), g, name)
@@ -151,7 +147,15 @@ async def stream_group_workflows(
             for t in sorted(done, key=lambda t: running[t].index):
                 g = running.pop(t)
                 results, infra = t.result()
-                yield _group(ec, name, g, results, infra, model=model)
+                for r in results:  # a cut member spent too
+                    ec.budget_exhausted = ec.budget_exhausted or spent.add(r)
+                group = _group(ec, name, g, results, infra, model=model)
+                if group.partial and spec.group_on_timeout == "drop":
+                    continue
+                if spec.skip_zero_variance and group.zero_variance:
+                    ec.zero_variance_skipped += 1
+                    continue
+                yield group
     finally:
         for t in running:
             t.cancel()
@@ -194,9 +198,9 @@ async def _run_group(
             ]
             if why.config_error:
                 return results, False  # the same spec fails the same way: never again
-        if closed and any(r.termination == "cancelled" for r in results):
+        if closed and any(r.termination == "cancelled" and r.cut is None for r in results):
             continue  # cancelled by an earlier run (Ctrl-C, a stale dispatch): run anew
-        infra = any(is_infra_failure(r.termination) for r in results)
+        infra = any(is_infra_failure(r.termination) for r in results if r.cut is None)
         if infra and g.retries < spec.group_retries:
             g.retries += 1
             continue
@@ -211,7 +215,14 @@ async def _start(
     try:
         handle = await ec.client.start_workflow(
             contract.GROUP_WORKFLOW,
-            GroupInput(spec=one, task=task, samples=spec.samples, batch=batch),
+            GroupInput(
+                spec=one,
+                task=task,
+                samples=spec.samples,
+                batch=batch,
+                oversample=spec.oversample,
+                group_timeout_s=spec.group_timeout_s,
+            ),
             id=wid,
             task_queue=ec.task_queue,
             result_type=GroupResult,
@@ -236,9 +247,10 @@ def _group(
     *,
     model: bool,
 ) -> Group:
+    ended = [r for r in results if r.cut is None]
     failed_why = None
     if infra:
-        bad = next(r for r in results if is_infra_failure(r.termination))
+        bad = next(r for r in ended if is_infra_failure(r.termination))
         failed_why = (
             f"{bad.workflow_id}: {bad.termination} after {g.retries} re-run(s) of the group "
             f"({(bad.error or 'no detail')[:300]})"
@@ -248,10 +260,12 @@ def _group(
         batch=batch,
         task_id=g.task.id,
         policy_version=g.version,
-        results=[r.model_copy(update={"retries": g.retries}) for r in results],
+        results=[r.model_copy(update={"retries": g.retries}) for r in ended],
         failed=failed_why,
         retried=g.retries * len(results),
         stale=g.stale,
+        partial=any(r.cut == "group_timeout" for r in results),
+        cut=[r.workflow_id for r in results if r.cut is not None],
     )
     group._fetch = ec.transcript
     group._model = model

@@ -67,7 +67,7 @@ async def load_member(
             if payloads:
                 [inp] = await conv.decode(payloads, [GroupInput])
                 out["task"] = inp.task.model_dump(mode="json")
-                if sample >= inp.samples:
+                if sample >= inp.size:
                     return None  # the group has no such member
         elif ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             scheduled[ev.event_id] = ev.activity_task_scheduled_event_attributes.activity_type.name
@@ -135,7 +135,7 @@ async def group_members(client: Client, batch: str) -> list[WorkflowExecution]:
         ):
             payloads = list(ev.workflow_execution_started_event_attributes.input.payloads)
             [inp] = await client.data_converter.decode(payloads, [GroupInput])
-            samples = inp.samples
+            samples = inp.size
             break
         out += [dataclasses.replace(wf, id=member_id(wf.id, s)) for s in range(samples)]
     return sorted(out, key=lambda wf: wf.id)

@@ -55,6 +55,17 @@ class GroupInput(Model):
     batch: str
     group_workflow_id: str = ""
     """Set by the workflow before it schedules the activity (member ids derive from it)."""
+    oversample: int = Field(default=0, ge=0)
+    """Spare members (samples `samples .. samples+oversample-1`): the group ends once
+    `samples` members ended, the rest are cut (`EpisodeResult.cut: straggler`)."""
+    group_timeout_s: float | None = None
+    """Past this long after the group's activity was first scheduled, the members still
+    running are cut (`cut: group_timeout`); the group ends with those that ended."""
+
+    @property
+    def size(self) -> int:
+        """Every member the group runs: its samples and its spares."""
+        return self.samples + self.oversample
 
 
 class MemberState(Model):
@@ -77,8 +88,8 @@ class GroupProgress(Model):
 
 
 class GroupResult(Model):
-    """The group workflow's result: one EpisodeResult per sample, in sample order, each
-    named by its member id."""
+    """The group workflow's result: one EpisodeResult per member (samples and spares),
+    in sample order, each named by its member id; a cut member's says so (`cut`)."""
 
     workflow_id: str
     task_id: str

@@ -146,3 +146,49 @@ async def test_a_lost_group_worker_without_restarts_ends_members_worker_lost(dev
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+
+
+async def test_group_timeout_s_holds_across_a_lost_worker(dev_server) -> None:
+    """A group that never ends by itself, its worker killed mid-group: the retry on the
+    other worker restores every member and, at `group_timeout_s` (counted from the
+    group's first scheduling), cuts them (`cut: group_timeout`) with every turn
+    recorded once; the group comes out partial with no member that ended."""
+    queue = f"gtimeout-{uuid.uuid4().hex[:6]}"
+    procs = [_worker(dev_server.address, queue) for _ in range(2)]
+    client = await connect(dev_server.address)
+    ec = EpisodesClient(client, task_queue=queue)
+    try:
+        s = spec(
+            name=f"gt-{uuid.uuid4().hex[:6]}",
+            env=ENDLESS,
+            env_args={"delay_s": 0.15},
+            max_turns=2000,
+            samples=2,
+            on_worker_lost="restart",
+            worker_lost_timeout_s=3,
+            group_timeout_s=45,  # generous: the kill and the restore come well before
+        )
+        gwid = f"{s.name}.t0.g"
+        running = asyncio.create_task(_run(ec, s, s.name))
+        assert await wait_until(lambda: _all_past(client, gwid, 3, samples=2), timeout=40)
+        identity = await _holder(client, gwid)
+        assert identity is not None
+        [holder] = [w for w in procs if f"-{w.pid}-" in identity]
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        group = await asyncio.wait_for(running, 150)
+        assert group.partial and group.results == [] and group.failed is None
+        assert group.cut == [member_id(gwid, i) for i in range(2)]
+        for wid in group.cut:
+            data = await load_transcript(client, wid)
+            r = data["result"]
+            assert (r["termination"], r["cut"], r["restarts"]) == ("cancelled", "group_timeout", 1)
+            assert r["turns_replayed"] >= 3 and r["turns"] >= r["turns_replayed"]
+            assert [t["record"]["turn"] for t in data["turns"]] == list(range(r["turns"]))
+        [survivor] = [w for w in procs if w is not holder]
+        assert await wait_until(lambda: not _harnesses(survivor), timeout=15)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()

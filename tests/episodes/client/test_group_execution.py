@@ -146,9 +146,6 @@ async def test_execution_is_checked_and_the_sync_client_passes_it(
     ec = EpisodesClient(client, task_queue=QUEUE)
     with pytest.raises(EpisodesError, match="groups=True"):
         ec.run_batch(spec(name="gx-bad"), execution="group", max_staleness=1)
-    s = spec(name="gx-timeout", samples=2, group_timeout_s=10)
-    with pytest.raises(EpisodesError, match="group_timeout_s"):
-        ec.run_batch(s, groups=True, execution="group")
     # Without `groups`: the members' results one by one, from the sync client too.
     s = spec(name=f"gx-sync-{uuid.uuid4().hex[:6]}", samples=2)
 

@@ -5,6 +5,7 @@
     .venv/bin/python -m tests.workflows.histories.record --issue27=NAME  # a spec error
     .venv/bin/python -m tests.workflows.histories.record_fleet  # budgets, park, fork
     .venv/bin/python -m tests.workflows.histories.record --groups  # group execution
+    .venv/bin/python -m tests.workflows.histories.record --group-cut  # members cut
 
 Runs a few episodes, interactive sessions and a batch on a private dev server and
 saves every run's history here as JSON. Re-record only when a workflow's commands
@@ -325,9 +326,23 @@ async def record_groups(client: Client) -> None:
     await _save(client, "batch_groups", h.id, h.first_execution_run_id)
 
 
+async def record_group_cut(client: Client) -> None:
+    """A group workflow whose members are cut: samples 2 + oversample 1, every member
+    hanging, `group_timeout_s` 3 (each ends `cancelled`, `cut: group_timeout`)."""
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = _spec("group-cut", command=["{python}", "-c", HANG], samples=2).model_copy(
+        update={"oversample": 1, "group_timeout_s": 3.0}
+    )
+    [g] = [g async for g in ec.run_batch(s, groups=True, execution="group")]
+    assert g.partial and len(g.cut) == 3, g
+    gwid = g.cut[0].rsplit(".s", 1)[0]
+    await _save(client, "group_cut", gwid, await _first_run(client, gwid))
+
+
 async def main() -> None:
     only_new = "--new" in sys.argv[1:]
     only_groups = "--groups" in sys.argv[1:]
+    only_cut = "--group-cut" in sys.argv[1:]
     only_13 = "--issue13" in sys.argv[1:]
     issue27 = [a.removeprefix("--issue27=") for a in sys.argv[1:] if a.startswith("--issue27=")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -346,6 +361,9 @@ async def main() -> None:
                 if only_groups:
                     await record_groups(client)
                     return
+                if only_cut:
+                    await record_group_cut(client)
+                    return
                 if only_13:
                     await record_issue13(client)
                     return
@@ -354,6 +372,7 @@ async def main() -> None:
                 await record_new(client, server.address)
                 await record_issue13(client)
                 await record_groups(client)
+                await record_group_cut(client)
             finally:
                 worker.request_stop()
                 await asyncio.wait_for(task, 30)
