@@ -1,0 +1,91 @@
+"""Parking an interactive session on a real dev server (issue 30): while parked no harness
+process runs; the trainer's next step brings it back on another worker, whose new
+harness is sent the recorded steps again (its conversation rebuilt) before the new one.
+
+Real parts: the session's dev server, in-process workers of the test's own on a fresh
+queue, a real harness process that logs every turn packet it receives (with its pid).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from episodes import contract
+from episodes.client import EpisodesClient
+from tests.support.chaos.helpers import HARNESS, TRUSTED, new_tag, script_spec, tagged_processes
+from tests.support.helpers import wait_until
+from tests.workflows.test_preempt import _activity_workers, _name, _progress, _Worker
+
+pytestmark = pytest.mark.timeout(300)
+
+MESSAGES = [f"p:{i}" for i in range(4)]
+
+
+def _seen(folder: Path) -> list[tuple[int, str, int]]:
+    """(turn, message, pid) of every turn packet a harness received, in order."""
+    lines = (folder / "p.log").read_text().splitlines()
+    return [(d["turn"], d["message"], d["pid"]) for d in map(json.loads, lines)]
+
+
+async def test_a_parked_session_holds_no_harness_and_a_step_resumes_it_elsewhere(
+    client, tmp_path
+) -> None:
+    queue, tag = _name("ipark"), new_tag()
+    seen = tmp_path / "seen"
+    seen.mkdir()
+    spec = script_spec(
+        _name("ipark"),
+        {"p": MESSAGES},
+        ["{python}", str(HARNESS), "log", f"dir={seen}", f"tag={tag}"],
+        harness=TRUSTED,
+    )
+    first = _Worker(client, queue, _name("first"), max_sessions=2)
+    second: _Worker | None = None
+    try:
+        ec = EpisodesClient(client, task_queue=queue)
+        session = await ec.open_session(spec, spec.load_tasks()[0], idle_timeout_s=3600)
+        for i in (0, 1):
+            assert (await session.step(MESSAGES[i])).reply == MESSAGES[i]
+        assert tagged_processes(tag), "the first worker should hold the harness"
+
+        await ec.park(session.workflow_id)  # by id, as for an episode
+
+        async def parked() -> bool:
+            p = await _progress(client, session.workflow_id)
+            return p is not None and p.status == "parked" and p.session is None
+
+        assert await wait_until(parked, timeout=60)
+        # Nothing runs while parked: no harness process is left.
+        assert await wait_until(lambda: not tagged_processes(tag), timeout=30)
+        await first.stop()
+        second = _Worker(client, queue, _name("second"), max_sessions=2)
+        assert await wait_until(parked, timeout=30)  # a worker does not wake it
+
+        # The next step resumes it on the second worker, then runs there.
+        reply = await session.step(MESSAGES[2])
+        assert (reply.turn, reply.reply, reply.done, reply.error) == (2, "p:2", False, None)
+        last = await session.step(MESSAGES[3])
+        assert last.done and last.termination == "env_done" and last.reward == 1.0
+        result = await session.close()
+
+        assert (result.termination, result.reward) == ("env_done", 1.0), result.error
+        assert (result.turns, result.restarts, result.turns_replayed) == (4, 0, 2)
+        assert result.replay_divergences == 0
+        # The new harness was sent the two recorded steps again, then the two new ones.
+        turns = _seen(seen)
+        first_pid = turns[0][2]
+        assert [(t, m) for t, m, pid in turns if pid == first_pid] == [(0, "p:0"), (1, "p:1")]
+        assert [(t, m) for t, m, pid in turns if pid != first_pid] == list(enumerate(MESSAGES))
+        # Who ran what: the first worker up to the park, the second from the resume on.
+        ran = await _activity_workers(client, session.workflow_id)
+        resumed = [k for k, _ in ran].index(contract.RESTORE)
+        assert {w for _, w in ran[:resumed]} == {first.worker_id}, ran
+        assert {w for _, w in ran[resumed:]} == {second.worker_id}, ran
+        assert await wait_until(lambda: not tagged_processes(tag), timeout=30)
+    finally:
+        await first.stop()
+        if second is not None:
+            await second.stop()
