@@ -3,7 +3,10 @@ process runs; the trainer's next step brings it back on another worker, whose ne
 harness is sent the recorded steps again (its conversation rebuilt) before the new one.
 
 Real parts: the session's dev server, in-process workers of the test's own on a fresh
-queue, a real harness process that logs every turn packet it receives (with its pid).
+queue, a real harness process that logs every turn packet it receives (with its pid);
+and the LLM harness (the `openai` SDK, one conversation across turns) against the
+scripted upstream, which samples a fresh word per reply: after the resume the
+conversation it sends goes on from the recorded replies, none asked for again.
 """
 
 from __future__ import annotations
@@ -14,10 +17,21 @@ from pathlib import Path
 import pytest
 
 from episodes import contract
+from episodes.agents.scripted import ScriptedUpstream
 from episodes.client import EpisodesClient
+from episodes.types.spec import parse_spec
 from tests.support.chaos.helpers import HARNESS, TRUSTED, new_tag, script_spec, tagged_processes
 from tests.support.helpers import wait_until
-from tests.workflows.test_preempt import _activity_workers, _name, _progress, _Worker
+from tests.support.notebook import NOTEBOOK, sampling_policy
+from tests.workflows.test_preempt import (
+    LLM,
+    _activity_workers,
+    _harnesses,
+    _name,
+    _progress,
+    _status_is,
+    _Worker,
+)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -89,3 +103,44 @@ async def test_a_parked_session_holds_no_harness_and_a_step_resumes_it_elsewhere
         await first.stop()
         if second is not None:
             await second.stop()
+
+
+async def test_a_parked_llm_session_resumes_with_its_conversation_replayed_exactly(
+    client, worker
+) -> None:
+    async with ScriptedUpstream(policy=sampling_policy) as upstream:
+        spec = parse_spec(
+            {
+                "name": _name("ipark-llm"),
+                "env": NOTEBOOK,
+                "tasks": [{"id": "t"}],
+                "max_turns": 8,
+                "harness": {"command": f"{{python}} -m {LLM}"},
+                "model": {"base_url": upstream.base_url, "model": "scripted"},
+            }
+        )
+        ec = EpisodesClient(client, task_queue="episodes-test")
+        session = await ec.open_session(spec, spec.tasks[0], idle_timeout_s=3600)
+        replies = [(await session.step(m)).reply for m in ("alpha", "beta")]
+        sent = len(upstream.chat_requests)
+        await session.park()
+        assert await wait_until(lambda: _status_is(client, session.workflow_id, "parked"), 60)
+        assert await wait_until(lambda: not _harnesses(LLM), timeout=30)
+        assert len(upstream.chat_requests) == sent  # the upstream hears nothing parked
+
+        third = await session.step("gamma")  # resumes it, then runs
+        assert third.turn == 2 and third.error is None
+        result = await session.close()
+        after = upstream.chat_requests[sent:]
+    assert (result.termination, result.turns, result.restarts) == ("closed", 3, 0), result.error
+    assert (result.turns_replayed, result.replay_divergences) == (2, 0)
+    # The replay asked the upstream nothing: only turn 2's two calls reached it.
+    assert len(after) == 2
+    conversation = after[0]["body"]["messages"]
+    said = [m.get("content") for m in conversation if m["role"] == "assistant"]
+    # The harness's conversation holds the recorded (sampled) replies, exactly.
+    assert [r for r in replies if r in said] == replies, (replies, said)
+    heard = [m["content"] for m in conversation if m["role"] == "user"]
+    assert heard == ["alpha", "beta", "gamma"]
+    # The notes tool was re-executed by the replay: the env's state is rebuilt.
+    assert result.reward == 3.0
