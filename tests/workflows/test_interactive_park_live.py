@@ -20,6 +20,7 @@ from episodes import contract
 from episodes.agents.scripted import ScriptedUpstream
 from episodes.client import EpisodesClient
 from episodes.types.spec import parse_spec
+from tests.episodes.cli.test_cli import episodes as cli
 from tests.support.chaos.helpers import HARNESS, TRUSTED, new_tag, script_spec, tagged_processes
 from tests.support.helpers import wait_until
 from tests.support.notebook import NOTEBOOK, sampling_policy
@@ -45,7 +46,7 @@ def _seen(folder: Path) -> list[tuple[int, str, int]]:
 
 
 async def test_a_parked_session_holds_no_harness_and_a_step_resumes_it_elsewhere(
-    client, tmp_path
+    client, dev_server, tmp_path
 ) -> None:
     queue, tag = _name("ipark"), new_tag()
     seen = tmp_path / "seen"
@@ -65,7 +66,10 @@ async def test_a_parked_session_holds_no_harness_and_a_step_resumes_it_elsewhere
             assert (await session.step(MESSAGES[i])).reply == MESSAGES[i]
         assert tagged_processes(tag), "the first worker should hold the harness"
 
-        await ec.park(session.workflow_id)  # by id, as for an episode
+        # `episodes park ID`, as for an episode.
+        flags = ["--address", dev_server.address, "--task-queue", queue]
+        code, out, err = await cli("park", session.workflow_id, *flags)
+        assert code == 0 and f"park asked of {session.workflow_id}" in out, out + err
 
         async def parked() -> bool:
             p = await _progress(client, session.workflow_id)
