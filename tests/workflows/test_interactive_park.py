@@ -5,14 +5,16 @@ idle timeout; the next step, `resume` or `max_parked_s` brings the session back 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from temporalio.client import WorkflowHandle
 
 from episodes import contract
-from episodes.types.io import EpisodeProgress
+from episodes.types.io import EpisodeProgress, TurnInput
+from episodes.types.results import TurnResult
 from tests.support.helpers import wait_until
-from tests.workflows.standins import StandIns, spec
+from tests.workflows.standins import StandIns, spec, turn_result
 from tests.workflows.test_interactive import close, open_, start, step
 
 
@@ -120,4 +122,37 @@ async def test_cancel_while_parked_ends_cancelled_with_nothing_to_release(env) -
         await handle.cancel()
         result = await handle.result()
     assert (result.termination, result.turns) == ("cancelled", 1)
+    assert (s.calls["restore"], s.calls["release"]) == (0, 1)
+
+
+class Gated(StandIns):
+    """Step 0's turn runs until the test opens the gate."""
+
+    def __init__(self, client: Any) -> None:
+        super().__init__(client)
+        self.gate = asyncio.Event()
+
+    async def on_turn(self, inp: TurnInput) -> TurnResult:
+        if inp.turn == 0:
+            await self.gate.wait()
+        return turn_result(inp.turn)
+
+
+async def test_park_waits_for_the_step_in_flight_and_a_resume_before_it_calls_it_off(
+    env,
+) -> None:
+    s = Gated(env.client)
+    async with s.running():
+        handle = await start(env, s)
+        await open_(handle)
+        first = asyncio.create_task(step(handle, 0))
+        await s.started("turn")
+        await handle.signal(contract.PARK)  # taken once the step is done...
+        await handle.signal(contract.RESUME)  # ...but called off before that
+        s.gate.set()
+        assert (await first).reply == "r0"
+        assert (await step(handle, 1)).reply == "r1"
+        await _park(handle)  # a park asked later is taken
+        result = await close(handle)
+    assert (result.termination, result.turns) == ("closed", 2)
     assert (s.calls["restore"], s.calls["release"]) == (0, 1)
