@@ -5,6 +5,11 @@ each `step` update runs one `turn` activity on the session's worker with the
 trainer's message and answers with the reply and the env's observation ->
 `close`, done, an idle timeout or a cancel -> score -> release.
 
+A `park` signal, between two steps, releases the session and waits with no idle clock
+until `resume`, the next `step` or `max_parked_s`: then a new session on any worker
+replays the recorded turns exactly and the session goes on (a `close` while parked
+scores the recorded transcript, with no session brought back for it).
+
 A step's update id is its idempotency key (the client uses `<workflow id>:step:<n>`):
 Temporal keeps one outcome per update id, so a retried step gets the recorded reply
 and the harness sees the message once. The validator rejects a step that is out of
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
@@ -58,6 +64,10 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
         self._last_step: StepReply | None = None
         self._last_step_id: str | None = None
         self._carried: tuple[StepReply, str] | None = None
+        self._park = False  # a `park` signal asks for the next step boundary
+        self._resume = False
+        self._parking = False  # from the release of a parked session to its restore
+        self._first_observation: Any = None  # what `open` answers while parked
         self._inp = inp
         carry = inp.carry
         if carry is not None:
@@ -134,6 +144,11 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                         "before the env was done"
                     )
                     return False
+                if self._park and workflow.patched(INTERACTIVE_PARK_PATCH):
+                    await self._parked(inp)
+                    if self._termination is not None:
+                        return False  # the resume failed as an outcome
+                    continue  # resumed: the idle clock starts again
                 if (
                     len(self._turns) >= inp.turns_per_run
                     or workflow.info().is_continue_as_new_suggested()
@@ -151,6 +166,64 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                     self._error = f"no step arrived for {inp.idle_timeout_s:g} s"
                     return False
 
+    # -- park and resume --------------------------------------------------------------
+
+    @workflow.signal(name=contract.PARK)
+    def park(self) -> None:
+        """Release the box and harness once no step runs, and wait (no idle clock)."""
+        if not self._parking:  # parked already: nothing to do
+            self._park = True
+            self._wake += 1
+
+    @workflow.signal(name=contract.RESUME)
+    def resume(self) -> None:
+        """A parked session: a new session replays the recorded turns, then waits for the
+        next step. One not parked: a park asked and not taken yet is called off."""
+        if self._parking:
+            self._resume = True
+        else:
+            self._park = False
+
+    async def _parked(self, inp: InteractiveInput) -> None:
+        """Parked: the session released (nothing runs), until `resume`, a step, a close or
+        `max_parked_s`; then (but after a close) a new session on any worker replays the
+        recorded turns exactly, not counted as a restart. A failed resume is the
+        session's outcome (`_termination`, `_error`)."""
+        assert self._ref is not None
+        self._parking = True
+        self._first_observation = self._ref.first_message
+        self._status = "releasing"
+        self._set_details()
+        await self._release(self._ref)
+        self._ref, self._park = None, False
+        self._status = "parked"
+        self._set_details()
+        try:
+            await workflow.wait_condition(
+                lambda: self._resume or self._stepping > 0 or self._closing,
+                timeout=timedelta(seconds=inp.spec.max_parked_s),
+                timeout_summary="max_parked_s",
+            )
+        except TimeoutError:
+            pass  # parked long enough: it resumes by itself
+        self._resume = False
+        if self._closing and self._stepping == 0:
+            self._parking = False  # closed while parked: the record is scored as it is
+            return
+        self._error = await self._restore(inp, None, count=False)
+        self._parking = False
+
+    async def _unparked(self, n: int) -> StepReply | None:
+        """A step sent to a parked session waits for its resume (which it asks for);
+        None once a session is back, or the answer that the session ended."""
+        if not self._parking:
+            return None
+        await workflow.wait_condition(lambda: not self._parking or self._status == "done")
+        if self._ref is not None and self._status == "running":
+            return None
+        why = self._termination or "cancelled"
+        return StepReply(turn=n, done=True, termination=why, error=self._error)
+
     def _idle_timeout_s(self, inp: EpisodeInput) -> float | None:
         assert isinstance(inp, InteractiveInput)
         return inp.idle_timeout_s
@@ -165,10 +238,11 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
     async def open(self) -> SessionOpened:
         """The first observation once provisioned (or the failure that ended the session)."""
         await workflow.wait_condition(lambda: self._status != "provisioning")
+        live = self._status in ("running", "restoring") or self._parking
         return SessionOpened(
-            first_observation=self._ref.first_message if self._ref else None,
+            first_observation=self._ref.first_message if self._ref else self._first_observation,
             turns_done=self._turns_done,
-            done=self._termination is not None or self._status not in ("running", "restoring"),
+            done=self._termination is not None or not live,
             termination=self._termination,
             error=self._error,
         )
@@ -185,7 +259,9 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
         self._stepping += 1
         self._wake += 1
         try:
-            reply = await self._step(n, inp)
+            reply = await self._unparked(n)
+            if reply is None:
+                reply = await self._step(n, inp)
             info = workflow.current_update_info()
             self._last_step, self._last_step_id = reply, info.id if info else None
             return reply
@@ -213,7 +289,7 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
         if (
             self._termination is not None
             or self._closing
-            or self._status not in ("running", "restoring")
+            or (self._status not in ("running", "restoring") and not self._parking)
         ):
             why = self._termination or "closing"
             raise _rejected(f"step {inp.turn} rejected: the episode is over ({why})")
@@ -307,6 +383,10 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
 INTERACTIVE_CAN_PATCH = "interactive-continue-as-new"
 # Histories recorded while a continued session's max_turns counted only its own run.
 CHAIN_MAX_TURNS_PATCH = "interactive-max-turns-whole-chain"
+# A `park` signal releases the session between two steps and waits for `resume`, a
+# step or `max_parked_s`, then replays the recorded turns on a new session; histories
+# from before it never received one.
+INTERACTIVE_PARK_PATCH = "interactive-park-and-resume"
 
 
 def _rejected(message: str) -> ApplicationError:

@@ -1,5 +1,6 @@
 """`episodes park ID | --batch B` and `episodes resume ID | --batch B`: release an
-episode's box at its next turn boundary and wait, durably; then replay and go on."""
+episode's (or an interactive session's) box at its next turn boundary and wait,
+durably; then replay and go on."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ import typer
 from episodes.cli import common
 from episodes.client.config import Config
 
-_ID = Annotated[str | None, typer.Argument(help="The episode's workflow id.", show_default=False)]
+_ID = Annotated[
+    str | None,
+    typer.Argument(
+        help="The episode's (or interactive session's) workflow id.", show_default=False
+    ),
+]
 
 
 def _batch_help(what: str) -> str:

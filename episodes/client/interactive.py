@@ -11,6 +11,10 @@ Each step is one Temporal Update on an InteractiveEpisodeWorkflow whose update i
 `<workflow id>:step:<n>`, is the idempotency key: calling `step` again after a
 network error (or `step(..., idempotency_key=k)` with the same key) returns the
 recorded reply, and the harness sees the message once.
+
+`await session.park()` (or `client.park(session.workflow_id)`, `episodes park ID`)
+releases the box between two steps; the next `step`, or `resume()`, brings the session
+back on any worker with its recorded turns replayed exactly.
 """
 
 from __future__ import annotations
@@ -80,6 +84,18 @@ class InteractiveSession:
         if reply.done:
             self.done, self.termination, self.error = True, reply.termination, reply.error
         return reply
+
+    async def park(self) -> None:
+        """Park the session: once no step runs it releases its box and harness (nothing
+        runs, nothing is billed) and waits durably, its idle clock stopped, for `resume`,
+        the next `step` (which resumes it and then runs) or the spec's `max_parked_s`."""
+        await self.handle.signal(contract.PARK)
+
+    async def resume(self) -> None:
+        """Resume a parked session now: a new session on any worker replays its recorded
+        turns exactly, then waits for the next step (its idle clock starting again).
+        Not parked: a park asked and not taken yet is called off."""
+        await self.handle.signal(contract.RESUME)
 
     async def close(self) -> EpisodeResult:
         """End the session (if the env has not), score it, release the box: the result.

@@ -73,7 +73,8 @@ class ReplayMethods:
     async def park(self, workflow_id: str) -> None:
         """Park a running episode: at the next turn boundary it releases its box and
         harness (nothing runs, nothing is billed) and waits durably for `resume` (or its
-        spec's `max_parked_s`)."""
+        spec's `max_parked_s`). An interactive session's id parks it between two steps;
+        its next `step` resumes it too (`InteractiveSession.park`)."""
         await self.client.get_workflow_handle(workflow_id).signal(contract.PARK)
 
     async def resume(self, workflow_id: str) -> None:

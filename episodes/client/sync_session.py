@@ -50,7 +50,7 @@ class _LoopThread:
 
 
 class SyncInteractiveSession:
-    """`InteractiveSession` with blocking `step` and `close`."""
+    """`InteractiveSession` with blocking `step`, `close`, `park` and `resume`."""
 
     def __init__(self, loop: _LoopThread, session: InteractiveSession) -> None:
         self._loop = loop
@@ -85,6 +85,14 @@ class SyncInteractiveSession:
 
     def close(self) -> EpisodeResult:
         return self._loop.run(self.async_session.close())
+
+    def park(self) -> None:
+        """Park the session between two steps (see `InteractiveSession.park`)."""
+        self._loop.run(self.async_session.park())
+
+    def resume(self) -> None:
+        """Resume a parked session now (see `InteractiveSession.resume`)."""
+        self._loop.run(self.async_session.resume())
 
     def progress(self, *, since: int | None = None, last: int | None = None) -> EpisodeProgress:
         return self._loop.run(self.async_session.progress(since=since, last=last))

@@ -111,8 +111,9 @@ class EpisodeSpec(Model):
     a divergence. `live`: counted, and every call from there on goes live. `fail`: the
     restore fails like a harness that could not start (`harness_start_failed`)."""
     max_parked_s: Seconds = Field(default=86400.0, gt=0)
-    """A parked episode (`EpisodesClient.park`) holds no box and no harness; past this
-    long parked it resumes by itself (docs/trainers.md: Park and resume)."""
+    """A parked episode or interactive session (`EpisodesClient.park`) holds no box and
+    no harness; past this long parked it resumes by itself (docs/trainers.md: Park and
+    resume)."""
     max_restarts: int = Field(default=2, ge=0)
     """With `on_worker_lost: restart`: the most restarts per episode; past them it
     ends `worker_lost`."""

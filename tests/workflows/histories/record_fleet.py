@@ -1,6 +1,8 @@
 """Record the histories of issues 30 and 31's paths (as `record.py` does the others).
 
-    .venv/bin/python -m tests.workflows.histories.record_fleet
+    .venv/bin/python -m tests.workflows.histories.record_fleet [NAME ...]
+
+(NAMEs: only those histories; `interactive_park` is recorded by itself.)
 
 - `batch_budget`: a batch workflow with a model-call budget, continuing as new after
   every 2 episodes, that reaches its budget in its second run and ends
@@ -9,6 +11,9 @@
   `resume-when-not-parked`), is parked, resumed (patch `park-and-resume`) and ends.
 - `episode_fork`: a fork's branch at turn 1 of a finished episode (patch
   `fork-replays-parent`), in its own batch `<parent>.f1`.
+- `interactive_park`: an interactive session parked three times (patch
+  `interactive-park-and-resume`): brought back by `resume`, then by its next step,
+  then closed while parked (the record scored, no session brought back).
 
 Re-record only when a workflow's commands change on purpose.
 """
@@ -53,6 +58,28 @@ async def _until(client: Client, wid: str, status: str) -> None:
             return
         await asyncio.sleep(0.1)
     raise RuntimeError(f"{wid} never got to {status}")
+
+
+async def record_interactive_park(client: Client) -> None:
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = _spec("ipark", messages=6)
+    session = await ec.open_session(s, s.tasks[0])
+    wid = session.workflow_id
+    await session.step("m0")
+    await session.park()
+    await _until(client, wid, "parked")
+    await session.resume()
+    await _until(client, wid, "running")
+    await session.step("m1")
+    await session.park()
+    await _until(client, wid, "parked")
+    await session.step("m2")  # a step brings it back, then runs
+    await session.park()
+    await _until(client, wid, "parked")
+    result = await session.close()  # closed while parked
+    assert (result.termination, result.turns, result.restarts) == ("closed", 3, 0), result
+    assert result.turns_replayed == 1 + 2, result
+    await _save(client, "interactive_park", wid, session.handle.first_execution_run_id)
 
 
 async def record_fleet(client: Client) -> None:
@@ -112,7 +139,7 @@ async def record_fleet(client: Client) -> None:
     await _save(client, "episode_fork", branch.id, branch.first_execution_run_id)
 
 
-async def main() -> None:
+async def main(only: list[str]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         server = DevServer(
             auto_port=True, headless=True, db_file=Path(tmp) / "t.db", log_file=Path(tmp) / "log"
@@ -123,7 +150,12 @@ async def main() -> None:
             worker = EpisodeWorker(client, WorkerOptions(task_queue=QUEUE, worker_id="recorder"))
             task = asyncio.create_task(worker.run())
             try:
-                await record_fleet(client)
+                if only == ["interactive_park"]:
+                    await record_interactive_park(client)
+                elif only:
+                    raise SystemExit(f"record only what? {only} (interactive_park)")
+                else:
+                    await record_fleet(client)
             finally:
                 worker.request_stop()
                 await asyncio.wait_for(task, 30)
@@ -134,4 +166,4 @@ async def main() -> None:
 if __name__ == "__main__":
     from episodes.client.exit import run_main
 
-    run_main(lambda: asyncio.run(main()))
+    run_main(lambda: asyncio.run(main(sys.argv[1:])))
