@@ -145,8 +145,6 @@ class Sender:
         Not `read`: the caller forwards the body, then calls `release()`.
         """
         assert self.route is not None
-        if self._closed:  # a closed route would stick to a replica again
-            raise Exhausted("model call not sent: the session is closed")
         loop = asyncio.get_running_loop()
         data = json.dumps(body).encode()
         given_up: set[Replica] = set()
@@ -155,6 +153,8 @@ class Sender:
         last = "no attempt made"
         on: Replica | None = None
         while True:
+            if self._closed:  # (after a backoff too) a closed route would stick again
+                raise Exhausted("model call not sent: the session is closed")
             r = self.route.pick(given_up)
             if r is None:
                 where = f" on {len(given_up)} upstreams" if len(given_up) > 1 else ""

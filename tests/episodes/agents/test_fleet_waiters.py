@@ -59,6 +59,21 @@ async def test_a_call_waiting_when_its_sender_closes_ends_and_gives_its_place_ba
         assert up.chat_requests == []
 
 
+async def test_a_call_backing_off_when_its_sender_closes_does_not_route_again():
+    async with ScriptedUpstream(policy=echo_policy) as up:
+        up.fail(1, 429)
+        sender = Sender(_one_at_a_time(up), None, "s-backing-off", 1.0, 1.0)
+        await sender.start()
+        assert sender.route is not None
+        (replica,) = sender.route.replicas
+        call = asyncio.ensure_future(sender.send({"model": "m", "messages": []}, read=True))
+        assert await wait_until(lambda: replica.backing_off == 1, timeout=10)
+        await sender.close()
+        with pytest.raises(Exhausted, match="session is closed"):
+            await asyncio.wait_for(call, 10)
+        assert (replica.sessions, replica.in_flight, replica.waiting) == (0, 0, 0)
+
+
 async def test_a_waiting_call_whose_harness_left_ends_when_the_session_stops(caplog):
     """The harness gives up on a call that waits for a place (its client timed out) and
     its session stops: the call leaves the queue then, and when the place frees later
