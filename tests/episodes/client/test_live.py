@@ -88,9 +88,10 @@ async def test_a_batch_on_a_saturated_fleet_starts_no_box_and_the_figure_says_so
     async def gate(request: dict[str, Any]) -> None:
         await release.wait()
 
-    # The fleet is the process's (one per loop): calls another test left waiting on it
-    # would saturate it for this test's worker too.
-    assert await wait_until(lambda: not saturated(), timeout=30), "calls left on the fleet"
+    # The fleet is the loop's, and the tests share one loop: sessions or calls an earlier
+    # test left on it would count in this worker's saturated() too. Let them end first.
+    ok = await wait_until(_idle_fleet, timeout=120)
+    assert ok, f"sessions or calls an earlier test left on the fleet: {_busy()}"
     async with (
         capped_worker(client, max_sessions=4) as worker,
         ScriptedUpstream(policy=echo_policy, gate=gate) as up,
@@ -131,6 +132,16 @@ async def test_a_batch_on_a_saturated_fleet_starts_no_box_and_the_figure_says_so
     assert [r.termination for r in results] == ["env_done"] * 2, [r.error for r in results]
     assert result.metrics.terminations == {"env_done": 1}
     assert len(up.chat_requests) == 3
+
+
+def _busy() -> list[tuple[str, int, int, int]]:
+    """(upstream, sessions, calls in flight, calls waiting) of each busy replica."""
+    reps = all_replicas()
+    return [(r.name, r.sessions, r.in_flight, r.waiting + r.backing_off) for r in reps]
+
+
+def _idle_fleet() -> bool:
+    return not any(sum(busy[1:]) for busy in _busy())
 
 
 def _queued(up: ScriptedUpstream) -> int:
