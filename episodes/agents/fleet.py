@@ -104,7 +104,7 @@ class Replica:
         except BaseException:
             if fut.done() and not fut.cancelled():
                 self.release()  # handed a place while being cancelled: pass it on
-            else:
+            elif fut in self._waiters:  # `_wake` may have dropped it already
                 self._waiters.remove(fut)
             raise
 

@@ -79,6 +79,8 @@ class Sender:
         self.max_backoff_s = max_backoff_s
         self._clients: dict[str, Upstream | AiohttpUpstream] = {}
         self.route: Route | None = None  # the session's way to the fleet (fleet.py)
+        self._queued: set[asyncio.Task[Any]] = set()  # calls waiting for a place
+        self._closed = False
         # Built once: what every call sends upstream besides its body.
         self._headers = {"Content-Type": "application/json"}
         if key:
@@ -98,6 +100,9 @@ class Sender:
                 self._clients[r.chat_url] = shared
 
     async def close(self) -> None:
+        self._closed = True
+        for task in self._queued:  # they leave their replica's queue (Replica.acquire)
+            task.cancel()
         if self.route is not None:
             self.route.close()
         clients, self._clients = self._clients, {}
@@ -148,6 +153,8 @@ class Sender:
         last = "no attempt made"
         on: Replica | None = None
         while True:
+            if self._closed:  # (after a backoff too) a closed route would stick again
+                raise Exhausted("model call not sent: the session is closed")
             r = self.route.pick(given_up)
             if r is None:
                 where = f" on {len(given_up)} upstreams" if len(given_up) > 1 else ""
@@ -157,7 +164,7 @@ class Sender:
             if r is not on:
                 on, charged = r, 0
             queued = loop.time()
-            await r.acquire()
+            await self._acquire(r)
             throttle_left -= loop.time() - queued
             attempts += 1
             sent_at = loop.time()
@@ -216,6 +223,20 @@ class Sender:
                 given_up.add(r)  # ejected: move now if another can serve
                 continue
             await asyncio.sleep(delay)
+
+    async def _acquire(self, r: Replica) -> None:
+        """A place under `r`'s limit; a call still waiting when the session closes is
+        cancelled, one handed its place as it closed gives it back (Exhausted)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self._queued.add(task)
+        try:
+            await r.acquire()
+        finally:
+            self._queued.discard(task)
+        if self._closed:
+            r.release()
+            raise Exhausted("model call not sent: the session closed while it waited")
 
     async def read_closing(self, resp: Response) -> bytes:
         try:

@@ -67,6 +67,9 @@ class HttpServer:
         self.held = 0  # body bytes the connections hold (arriving, queued or served)
         self._servers: list[asyncio.AbstractServer] = []
         self._conns: set[_Conn] = set()
+        # Every request being served, its connection open or not (a lost one leaves
+        # `_conns` while its request runs on): `close` ends them all.
+        self._tasks: set[asyncio.Task[None]] = set()
 
     @property
     def max_body(self) -> int:
@@ -88,12 +91,12 @@ class HttpServer:
         """Refuse new connections; requests in flight get `timeout` s, then are cancelled."""
         for server in self._servers:
             server.close()
-        tasks = [c.task for c in self._conns if c.task is not None]
-        if tasks:
-            await asyncio.wait(tasks, timeout=timeout)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout)
+        tasks = list(self._tasks)
+        for task in tasks:
+            task.cancel()
         for conn in list(self._conns):
-            if conn.task is not None:
-                conn.task.cancel()
             conn.close()
         if tasks:
             await asyncio.wait(tasks)
@@ -328,7 +331,9 @@ class _Conn(asyncio.Protocol):
     def _serve_next(self) -> None:
         request = self._queue.popleft()
         self._expect(None)
-        self.task = self._loop.create_task(self._serve(request))
+        self.task = task = self._loop.create_task(self._serve(request))
+        self.server._tasks.add(task)
+        task.add_done_callback(self.server._tasks.discard)
 
     async def _serve(self, request: Request) -> None:
         try:

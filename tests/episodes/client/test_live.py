@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from episodes.agents.fleet import saturated
+from episodes.agents.fleet import all_replicas, saturated
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch, wait_batch
@@ -61,9 +61,12 @@ def _one_call(base_url: str, n: int) -> EpisodeSpec:
         name=f"live-{uuid.uuid4().hex[:6]}",
         tasks=tasks,
         command=CHATTY,
-        harness={"env": {"CHATTY_CALLS": "1"}, "ready_timeout_s": 30},
+        # Held calls wait, they do not time out: not the turn, nor the harness's client
+        # (its 60 s default passes before the test lets go on a loaded machine; the
+        # episode then ends and its call runs on in the proxy, a flake).
+        harness={"env": {"CHATTY_CALLS": "1", "CHATTY_TIMEOUT_S": "240"}, "ready_timeout_s": 30},
         model={"upstreams": [{"base_url": base_url, "max_concurrency": 1}], "model": "scripted"},
-        turn_timeout_s=240,  # held calls wait, they do not time out
+        turn_timeout_s=240,
         concurrency=n,
     )
 
@@ -85,6 +88,10 @@ async def test_a_batch_on_a_saturated_fleet_starts_no_box_and_the_figure_says_so
     async def gate(request: dict[str, Any]) -> None:
         await release.wait()
 
+    # The fleet is the loop's, and the tests share one loop: sessions or calls an earlier
+    # test left on it would count in this worker's saturated() too. Let them end first.
+    ok = await wait_until(_idle_fleet, timeout=120)
+    assert ok, f"sessions or calls an earlier test left on the fleet: {_busy()}"
     async with (
         capped_worker(client, max_sessions=4) as worker,
         ScriptedUpstream(policy=echo_policy, gate=gate) as up,
@@ -98,7 +105,10 @@ async def test_a_batch_on_a_saturated_fleet_starts_no_box_and_the_figure_says_so
 
         driving = asyncio.ensure_future(drive())
         try:
-            assert await wait_until(lambda: len(up.chat_requests) == 1 and saturated(), timeout=90)
+            # One call at the upstream, the other waiting for its place: saturated.
+            assert await wait_until(
+                lambda: len(up.chat_requests) == 1 and _queued(up) == 1 and saturated(), timeout=90
+            )
             assert await wait_until(
                 lambda: _figure(client, first.name, LiveFigure(running=2, waiting=0)), timeout=30
             )
@@ -122,6 +132,21 @@ async def test_a_batch_on_a_saturated_fleet_starts_no_box_and_the_figure_says_so
     assert [r.termination for r in results] == ["env_done"] * 2, [r.error for r in results]
     assert result.metrics.terminations == {"env_done": 1}
     assert len(up.chat_requests) == 3
+
+
+def _busy() -> list[tuple[str, int, int, int]]:
+    """(upstream, sessions, calls in flight, calls waiting) of each busy replica."""
+    reps = all_replicas()
+    return [(r.name, r.sessions, r.in_flight, r.waiting + r.backing_off) for r in reps]
+
+
+def _idle_fleet() -> bool:
+    return not any(sum(busy[1:]) for busy in _busy())
+
+
+def _queued(up: ScriptedUpstream) -> int:
+    """The calls waiting for a place under `up`'s limit."""
+    return sum(r.waiting for r in all_replicas() if r.base_url == up.base_url)
 
 
 async def _figure(client: Any, batch: str, want: LiveFigure) -> bool:

@@ -18,6 +18,8 @@ from episodes.harness import sdk
 
 CALLS = int(os.environ.get("CHATTY_CALLS", "3"))
 COMPACT_AT = int(os.environ.get("CHATTY_COMPACT_AT", "-1"))
+# How long a call may wait for its answer (a test that holds calls sets it longer).
+TIMEOUT_S = float(os.environ.get("CHATTY_TIMEOUT_S", "60"))
 URL = os.environ["OPENAI_BASE_URL"].rstrip("/") + "/chat/completions"
 HEADERS = {
     "Authorization": f"Bearer {os.environ['OPENAI_API_KEY']}",
@@ -35,7 +37,7 @@ def handle(turn: int, message: Any, emit: Any) -> Any:
         messages.append({"role": "user", "content": f"turn {turn} call {i}: {message} " * 8})
         body = json.dumps({"model": "m", "messages": messages}).encode()
         req = urllib.request.Request(URL, data=body, headers=HEADERS)
-        with urllib.request.urlopen(req, timeout=60) as resp:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:
             answer = json.loads(resp.read())
         messages.append(answer["choices"][0]["message"])
         sent.append(len(messages) - 1)
