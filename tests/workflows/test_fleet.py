@@ -100,24 +100,42 @@ async def _closed(client: Client, batch: str, n: int) -> bool:
 
 
 async def test_a_priority_1_batch_overtakes_a_backlogged_priority_5_batch(client) -> None:
-    async with capped_worker(client, max_sessions=2) as queue:
-        bulk = _batch_spec(_name("bulk"), 40, priority=5)
+    """The 40 queue up behind 2 sessions whose model calls the upstream holds until
+    the 6 are queued too: how many of the 40 ran before is the test's doing, not the
+    machine's speed (under load, a free-running backlog finished 14 while the test
+    was still waiting for the 40 to show as queued)."""
+    release = asyncio.Event()
+
+    async def gate(request: dict[str, Any]) -> None:
+        await release.wait()
+
+    async with (
+        capped_worker(client, max_sessions=2) as queue,
+        ScriptedUpstream(policy=echo_policy, gate=gate) as up,
+    ):
+        bulk = _chatty(up, _name("bulk"), 40, priority=5).model_copy(update={"concurrency": 40})
         evals = _batch_spec(_name("evals"), 6, priority=1)
         bulk_h = await start_batch(client, batch_input(bulk), task_queue=queue)
-        # Its 40 episodes started: their provisions wait in the queue, 2 run at a time.
-        assert await wait_until(lambda: _all_queued(client, bulk.name, 40), timeout=60)
-        evals_h = await start_batch(client, batch_input(evals), task_queue=queue)
+        try:
+            # Its 40 episodes started: 2 hold the sessions, the rest wait in the queue.
+            assert await wait_until(lambda: len(up.chat_requests) == 2, timeout=60)
+            assert await wait_until(lambda: _all_queued(client, bulk.name, 40), timeout=60)
+            evals_h = await start_batch(client, batch_input(evals), task_queue=queue)
+            assert await wait_until(lambda: _all_queued(client, evals.name, 6), timeout=60)
+        finally:
+            release.set()
         evals_result = await asyncio.wait_for(wait_batch(client, evals_h), 120)
         assert evals_result.metrics.count == 6
         assert evals_result.metrics.terminations == {"env_done": 6}
         bulk_result = await asyncio.wait_for(wait_batch(client, bulk_h), 180)
         assert bulk_result.metrics.count == 40
+        assert bulk_result.metrics.terminations == {"env_done": 40}
         assert await wait_until(lambda: _closed(client, evals.name, 6), timeout=30)
         assert await wait_until(lambda: _closed(client, bulk.name, 40), timeout=30)
     evals_done_at = (await _close_times(client, evals.name))[-1]
     bulk_before = [t for t in await _close_times(client, bulk.name) if t <= evals_done_at]
     # The bound of the issue: the 6 are done before a third of the 40 are. (First come,
-    # first served, they would wait for nearly all 40.)
+    # first served, they would wait for all 40; here about the 2 that held the sessions.)
     assert len(bulk_before) < 40 / 3, f"{len(bulk_before)} of the 40 finished first"
     assert (await batch_view(client, evals.name))["fleet"]["priority"] == 1
     # Findable by priority: the batch and each of its episodes.
@@ -163,10 +181,11 @@ def _chatty(upstream: ScriptedUpstream, name: str, n: int, **over: Any) -> Episo
         name=name,
         tasks=tasks,
         command=CHATTY,
-        harness={"env": {"CHATTY_CALLS": "1"}, "ready_timeout_s": 30},
+        # A call the upstream holds waits, it does not time out.
+        harness={"env": {"CHATTY_CALLS": "1", "CHATTY_TIMEOUT_S": "240"}, "ready_timeout_s": 30},
         model={"base_url": upstream.base_url, "model": "scripted"},
         concurrency=1,
-        **over,
+        **{"turn_timeout_s": 240, **over},
     )
 
 
