@@ -68,3 +68,46 @@ def test_a_plain_answer_keeps_its_bytes_unless_json_dumps_gives_them_back() -> N
         json.dumps(response).replace("1.5e-07", "1.5e-7"),  # another float spelling
     ):
         assert raw_to_record(raw.encode(), response, stream=False) == raw
+
+
+texts = st.text(alphabet=st.sampled_from(list(', :"\\x\x7f\n{}[]é0e')), max_size=12) | st.text(
+    max_size=3
+)
+awkward = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
+    | st.sampled_from([1e-5, 1e16, 0.0001, 1.5e-7, -0.0, 10.00001, 1e300])
+    | texts,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@given(st.dictionaries(texts, awkward, max_size=5) | st.lists(awkward, max_size=5), st.data())
+def test_raw_is_kept_exactly_when_json_dumps_does_not_give_it_back(value: Any, data: Any) -> None:
+    canonical = json.dumps(value)
+    spellings = [
+        canonical,
+        json.dumps(value, separators=(",", ":")),
+        json.dumps(value, separators=(", ", ":")),
+        json.dumps(value, ensure_ascii=False),
+        json.dumps(value, indent=1),
+        canonical.replace(", ", ",  ", 1),
+        canonical.replace(": ", ":", 1),
+        canonical.replace(", ", ",", 1).replace(": ", ":  ", 1),
+        canonical.replace("e-0", "e-", 1),
+        canonical + " ",
+        " " + canonical,
+    ]
+    at = data.draw(st.integers(0, len(canonical)))
+    spellings.append(canonical[:at] + " " + canonical[at:])
+    for text in spellings:
+        raw = text.encode()
+        try:
+            parsed = loads(raw)
+        except ValueError:
+            continue
+        kept = None if raw == json.dumps(parsed).encode() else text
+        assert raw_to_record(raw, parsed, stream=False) == kept, text
