@@ -142,7 +142,8 @@ async def drive_load(
         gc_s = after.get("gc_s", 0.0) - before.get("gc_s", 0.0)
         out = json.loads(line)
         if out["errors"]:
-            raise RuntimeError(f"load process: calls failed, e.g. {out['errors']}")
+            what = f"{'streamed' if stream else 'plain'} calls to {targets[0][0]}"
+            raise RuntimeError(f"load process: {what} failed, e.g. {out['errors']}")
         return {
             "calls_per_s": out["calls"] / out["seconds"],
             "calls": out["calls"],

@@ -119,6 +119,7 @@ async def upstream(chunks: int) -> None:
 async def load() -> None:
     import ssl
 
+    import httpx
     import openai
 
     from episodes.types.model import TOKEN_DATA_PARAMS
@@ -126,8 +127,13 @@ async def load() -> None:
     job = json.loads(sys.stdin.readline())
     tls = ssl.create_default_context()  # one for all (loopback is plain HTTP anyway)
     https = [openai.DefaultAsyncHttpxClient(verify=tls) for _ in job["targets"]]
+    # The SDK's timeouts but a longer connect: 256 clients in one process on a busy
+    # machine can leave a connect unread past the SDK's 5 s (the calls then fail).
+    timeout = httpx.Timeout(600, connect=60)
     clients = [
-        openai.AsyncOpenAI(base_url=url, api_key=token, max_retries=0, http_client=http)
+        openai.AsyncOpenAI(
+            base_url=url, api_key=token, max_retries=0, http_client=http, timeout=timeout
+        )
         for (url, token), http in zip(job["targets"], https, strict=True)
     ]
     stream = bool(job["stream"])
