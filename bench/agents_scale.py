@@ -3,11 +3,15 @@
     python -m bench agents_scale [--quick] [--repeats N]
 
 - **proxy** (256 sessions, each with its own proxy and token, in a worker process,
-  `bench/scale_worker.py`): the harnesses of all sessions run in another process (`bench.scale_procs
-  load`, the OpenAI SDK, every session calling in a loop at once) against a fast canned
-  upstream in a third process (`bench.scale_procs upstream`). Each repeat runs the same
-  calls straight to the upstream and through the proxies (order rotating): calls/s
-  of both, and the worker's CPU per proxied call (plain) and per streamed chunk. With
+  `bench/scale_worker.py`): the harnesses of all sessions run in another process
+  (`bench.scale_procs load`: per session its own OpenAI SDK client, every session
+  calling in a loop at once, 20 calls of a ~700-byte conversation each). Plain calls
+  go to the product's scripted upstream in its own process (`python -m
+  episodes.agents.scripted`) with `model.token_data: true` (direct calls ask for the
+  same token fields); streamed calls to a canned upstream (`bench.scale_procs
+  upstream`, 183 chunks) through 256 more sessions. Each repeat runs the same calls
+  straight to the upstream and through the proxies (order rotating): calls/s of both,
+  and the worker's CPU per proxied call (plain) and per streamed chunk. With
   BENCH_PROXY_BASELINE=<another checkout>, a second worker runs that checkout's
   proxies and its calls join the rotation: the two measured side by side in one run.
 - **density** (`bench.scale_density`): 1,000 live sessions with tools and a model
@@ -51,7 +55,24 @@ async def upstream_proc(chunks: int) -> AsyncIterator[str]:
 
 
 @contextlib.asynccontextmanager
-async def worker_proc(tree: str, sessions: int, base_url: str) -> AsyncIterator[Worker]:
+async def scripted_proc(policy: str) -> AsyncIterator[str]:
+    """The product's scripted upstream, as its command line runs it."""
+    proc = await asyncio.create_subprocess_exec(
+        PY, "-m", "episodes.agents.scripted", "--policy", policy,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        yield (await asyncio.wait_for(proc.stdout.readline(), 60)).decode().strip()
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def worker_proc(
+    tree: str, sessions: int, base_url: str, stream_base_url: str
+) -> AsyncIterator[Worker]:
     """`bench/scale_worker.py` with `episodes` from the checkout at `tree`."""
     env = {**os.environ, "PYTHONPATH": tree}
     proc = await asyncio.create_subprocess_exec(
@@ -60,8 +81,15 @@ async def worker_proc(tree: str, sessions: int, base_url: str) -> AsyncIterator[
     )  # fmt: skip
     worker = Worker(proc)
     try:
-        job = await worker.ask(json.dumps({"sessions": sessions, "base_url": base_url}), 300)
+        ask = {
+            "sessions": sessions,
+            "base_url": base_url,
+            "token_data": True,
+            "stream_base_url": stream_base_url,
+        }
+        job = await worker.ask(json.dumps(ask), 300)
         worker.targets = [tuple(t) for t in job["targets"]]
+        worker.stream_targets = [tuple(t) for t in job["stream_targets"]]
         yield worker
         worker.recorded = (await worker.ask("stop", 120))["recorded"]
     finally:
@@ -74,6 +102,7 @@ class Worker:
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
         self.targets: list[tuple[str, str]] = []
+        self.stream_targets: list[tuple[str, str]] = []
         self.recorded = -1
 
     async def ask(self, line: str, timeout: float) -> Any:
@@ -89,14 +118,16 @@ class Worker:
 async def drive_load(
     targets: list[tuple[str, str]], calls: int, stream: bool, worker: Worker | None
 ) -> dict[str, float]:
-    """Run the harness side in its own process; its calls/s and the worker's CPU meanwhile."""
+    """Run the harness side in its own process; its calls/s and the worker's CPU meanwhile.
+    A direct call (no `worker`) asks for the token fields itself (the proxy adds them)."""
+    direct = worker is None
     proc = await asyncio.create_subprocess_exec(
         PY, "-m", "bench.scale_procs", "load",
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
     try:
-        job = {"targets": targets, "calls": calls, "stream": stream}
+        job = {"targets": targets, "calls": calls, "stream": stream, "token_data": direct}
         proc.stdin.write((json.dumps(job) + "\n").encode())
         await proc.stdin.drain()
         line = await asyncio.wait_for(proc.stdout.readline(), 300)
@@ -111,7 +142,8 @@ async def drive_load(
         gc_s = after.get("gc_s", 0.0) - before.get("gc_s", 0.0)
         out = json.loads(line)
         if out["errors"]:
-            raise RuntimeError(f"load process: calls failed, e.g. {out['errors']}")
+            what = f"{'streamed' if stream else 'plain'} calls to {targets[0][0]}"
+            raise RuntimeError(f"load process: {what} failed, e.g. {out['errors']}")
         return {
             "calls_per_s": out["calls"] / out["seconds"],
             "calls": out["calls"],
@@ -133,23 +165,30 @@ async def proxy_scale(
     `baseline` checkout, through its proxies (`baseline`), in rotating order."""
     raw: dict[str, list[float]] = {}
     here = os.environ.get("BENCH_PROXY_TREE") or str(Path(__file__).resolve().parent.parent)
+    policy = os.environ.get("BENCH_PROXY_POLICY") or "kv"
     async with contextlib.AsyncExitStack() as stack:
-        base_url = await stack.enter_async_context(upstream_proc(chunks))
+        stream_url = await stack.enter_async_context(upstream_proc(chunks))
+        base_url = await stack.enter_async_context(scripted_proc(policy))
         workers = {
-            "proxied": await stack.enter_async_context(worker_proc(here, sessions, base_url))
+            "proxied": await stack.enter_async_context(
+                worker_proc(here, sessions, base_url, stream_url)
+            )
         }
         if baseline:
             workers["baseline"] = await stack.enter_async_context(
-                worker_proc(baseline, sessions, base_url)
+                worker_proc(baseline, sessions, base_url, stream_url)
             )
         paths: list[tuple[str, Worker | None]] = [("direct", None), *workers.items()]
         for r in range(repeats):
             shift = r % len(paths)
             for path, worker in paths[shift:] + paths[:shift]:
-                targets = worker.targets if worker else [(base_url, "none")] * sessions
                 for stream, n in ((False, calls), (True, stream_calls)):
                     if n == 0:
                         continue
+                    if worker is None:
+                        targets = [(stream_url if stream else base_url, "none")] * sessions
+                    else:
+                        targets = worker.stream_targets if stream else worker.targets
                     res = await drive_load(targets, n, stream, worker)
                     key = f"{path}_{'stream' if stream else 'plain'}"
                     raw.setdefault(f"{key}_calls_per_s", []).append(res["calls_per_s"])
@@ -180,12 +219,14 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     measured instead of this one), BENCH_PROXY_SESSIONS, BENCH_PROXY_CALLS (`12,2`: plain
     and streamed calls per session and repeat; 0 skips one kind, for a profile),
     BENCH_GC_STATS=1 (the worker's garbage-collection time per call, at ~1 us of CPU
-    per collection)."""
+    per collection), BENCH_PROXY_POLICY (the scripted upstream's `--policy`, default
+    `kv`: a one-word answer to a conversation without tools; `echo` answers with the
+    user's ~100 words, each with its token data)."""
     repeats = repeats or (1 if quick else 3)
     parts = os.environ.get("BENCH_AGENTS_SCALE_PARTS", "proxy,density,record").split(",")
     baseline = os.environ.get("BENCH_PROXY_BASELINE") or None
     sessions = int(os.environ.get("BENCH_PROXY_SESSIONS") or (16 if quick else 256))
-    calls, stream_calls, chunks = (4, 1, 180) if quick else (12, 2, 180)
+    calls, stream_calls, chunks = (4, 1, 180) if quick else (20, 2, 180)
     if os.environ.get("BENCH_PROXY_CALLS"):  # "plain,streamed" per session and repeat
         calls, stream_calls = map(int, os.environ["BENCH_PROXY_CALLS"].split(","))
     load_start = load()

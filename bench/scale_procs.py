@@ -1,21 +1,28 @@
-"""The two processes `bench.agents_scale` runs beside the worker: a fast upstream and the harnesses.
+"""The processes `bench.agents_scale` runs beside the worker: the upstreams and the harnesses.
 
     python -m bench.scale_procs upstream [--chunks 180]      # prints its port, serves until killed
     python -m bench.scale_procs load                          # a JSON job on stdin (below)
     python -m bench.scale_procs hold                          # live harnesses (see `hold`)
 
-The upstream answers /v1/chat/completions with canned bytes (built once): the
-proxy's cost is what is measured, not a model's or a tokenizer's. A streamed answer is
-`--chunks` content chunks, a finish chunk and a usage chunk, each written on its own
-with a yield to the loop between them (a real server emits tokens one at a time, so
-the proxy reads them in many small pieces, not in one buffer).
+Plain calls go to the product's scripted upstream (`python -m episodes.agents.scripted`,
+its own process, started by `bench.agents_scale`), answering with token data when
+asked as vLLM does. Streamed calls go to `upstream` here, which answers with canned
+bytes (built once): the proxy's cost per chunk is what is measured, not a model's or a
+tokenizer's. A streamed answer is `--chunks` content chunks, a finish chunk and a
+usage chunk, each written on its own with a yield to the loop between them (a real
+server emits tokens one at a time, so the proxy reads them in many small pieces, not
+in one buffer).
 
-The load process plays the harnesses of every session: one OpenAI SDK client per
-session (its own base URL and token; one shared httpx pool underneath: the SDK's
-per-client TLS setup would cost ~50 ms each), every session calling in a loop, all
-sessions at once. It reads `{"targets": [[base_url, token], ...], "calls": k,
-"stream": bool}`, warms each session with one call, prints `ready`, waits for a
-line on stdin, runs k calls per session and prints `{"seconds": ..., "calls": ...}`.
+The load process plays the harnesses of every session, shaped as its users' are: one
+official OpenAI SDK client per session (its own base URL and token, and its own
+connection pool: the SDK's default httpx client, `DefaultAsyncHttpxClient`, sharing
+one TLS context, which would otherwise cost ~50 ms each to load), every session calling
+in a loop, all sessions at once, each call sending a ~700-byte conversation
+(`PROMPT`). It reads `{"targets": [[base_url, token], ...], "calls": k, "stream":
+bool, "token_data": bool}` (`token_data`: the call itself asks for the token fields,
+as a direct call must to get what `model.token_data: true` makes the proxy ask for),
+warms each session with one call, prints `ready`, waits for a line on stdin, runs k
+calls per session and prints `{"seconds": ..., "calls": ...}`.
 """
 
 from __future__ import annotations
@@ -28,6 +35,23 @@ import time
 MESSAGES = [
     {"role": "system", "content": "You are a careful agent. Answer briefly."},
     {"role": "user", "content": "measure me, please, with a few words"},
+]
+# What a harness's call carries (~700 bytes of messages, as JSON): a system prompt and
+# a task, as an agent's first call of an episode does.
+PROMPT = [
+    {
+        "role": "system",
+        "content": "You are a careful coding agent working in a sandboxed repository. "
+        "Think about the task, call tools when you need facts, and answer briefly with "
+        "the change you made and why. Never invent file contents you have not read.",
+    },
+    {
+        "role": "user",
+        "content": "The test suite fails in tests/test_parser.py: the parser drops the "
+        "last field of a quoted CSV line when it ends with an escaped quote. Find the "
+        "cause in src/parser.py, fix it without changing the public API, and add a "
+        "regression test next to the failing one. Report the diff in a few lines.",
+    },
 ]
 
 
@@ -93,19 +117,27 @@ async def upstream(chunks: int) -> None:
 
 
 async def load() -> None:
+    import ssl
+
     import httpx
     import openai
 
+    from episodes.types.model import TOKEN_DATA_PARAMS
+
     job = json.loads(sys.stdin.readline())
-    # One pool per session, as separate harnesses have (one shared pool scans all its
-    # connections per request); no TLS context to load (plain HTTP on loopback).
-    limits = httpx.Limits(max_connections=4, keepalive_expiry=600)
-    https = [httpx.AsyncClient(limits=limits, timeout=120, verify=False) for _ in job["targets"]]
+    tls = ssl.create_default_context()  # one for all (loopback is plain HTTP anyway)
+    https = [openai.DefaultAsyncHttpxClient(verify=tls) for _ in job["targets"]]
+    # The SDK's timeouts but a longer connect: 256 clients in one process on a busy
+    # machine can leave a connect unread past the SDK's 5 s (the calls then fail).
+    timeout = httpx.Timeout(600, connect=60)
     clients = [
-        openai.AsyncOpenAI(base_url=url, api_key=token, max_retries=0, http_client=http)
+        openai.AsyncOpenAI(
+            base_url=url, api_key=token, max_retries=0, http_client=http, timeout=timeout
+        )
         for (url, token), http in zip(job["targets"], https, strict=True)
     ]
     stream = bool(job["stream"])
+    extra = dict(TOKEN_DATA_PARAMS) if job.get("token_data") else None
 
     async def one(client: openai.AsyncOpenAI) -> None:
         if stream:
@@ -114,7 +146,11 @@ async def load() -> None:
             ):
                 pass
         else:
-            await client.chat.completions.create(model="m", messages=MESSAGES)
+            await client.chat.completions.create(
+                model="m",
+                messages=PROMPT,  # type: ignore[arg-type]
+                extra_body=extra,
+            )
 
     errors: list[str] = []
 

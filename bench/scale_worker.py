@@ -5,9 +5,12 @@
 Run as a script (not `-m bench...`) so that `episodes` comes from whichever checkout
 PYTHONPATH names: the benchmark runs one of these for the code under test and, when
 asked (BENCH_PROXY_BASELINE), one for another checkout, and alternates their calls
-in one run, under the same load. Reads `{"sessions": n, "base_url": url}` on stdin,
-starts n sessions' `AgentServices` (each its own proxy and token; every call
-recorded), prints `{"targets": [[base_url, token], ...]}`; then answers each line:
+in one run, under the same load. Reads `{"sessions": n, "base_url": url,
+"token_data": bool, "stream_base_url": url}` on stdin, starts n sessions'
+`AgentServices` on `base_url` (`model.token_data` as given) and, with
+`stream_base_url`, n more on that one (each its own proxy and token; every call
+recorded), prints `{"targets": [[base_url, token], ...], "stream_targets": [...]}`;
+then answers each line:
 `cpu` with its CPU seconds (user + system) and those spent collecting garbage
 (with BENCH_GC_STATS=1), `stop` with the number of calls recorded
 (after stopping every session).
@@ -43,10 +46,14 @@ async def main() -> None:
     from episodes.types.model import ModelSpec
 
     job = json.loads(sys.stdin.readline())
-    spec = ModelSpec(base_url=job["base_url"], model="m")
+    n = job["sessions"]
+    spec = ModelSpec(base_url=job["base_url"], model="m", token_data=job.get("token_data", False))
     runtime = SubprocessRuntime()
     await runtime.start()
-    services = [AgentServices(None, spec, session_id=f"s{i}") for i in range(job["sessions"])]
+    services = [AgentServices(None, spec, session_id=f"s{i}") for i in range(n)]
+    if job.get("stream_base_url"):
+        streams = ModelSpec(base_url=job["stream_base_url"], model="m")
+        services += [AgentServices(None, streams, session_id=f"t{i}") for i in range(n)]
     recorded: list[list[Any]] = []
     for s in services:
         await s.start(runtime)
@@ -55,7 +62,7 @@ async def main() -> None:
     targets = [
         (s.harness_env["OPENAI_BASE_URL"], s.harness_env["OPENAI_API_KEY"]) for s in services
     ]
-    print(json.dumps({"targets": targets}), flush=True)
+    print(json.dumps({"targets": targets[:n], "stream_targets": targets[n:]}), flush=True)
     loop = asyncio.get_running_loop()
     while True:
         line = (await loop.run_in_executor(None, sys.stdin.readline)).strip()

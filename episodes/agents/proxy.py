@@ -26,17 +26,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import inspect
 import json
-import logging
-import os
 import secrets
 import time
-from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from episodes.agents.conversation import Conversations
+from episodes.agents.fastjson import loads, too_deep
 from episodes.agents.net import tcp_listener
+from episodes.agents.proxy_record import (
+    Callback,
+    call_record,
+    harness_error,
+    notify,
+    openai_error,
+    read_upstream_key,
+)
 from episodes.agents.replay import Divergence, Replay, raw_to_record
 from episodes.agents.sender import SESSION_HEADER, Exhausted, Sender, error_text, one_line
 from episodes.agents.serve import Bounds, HttpServer, Refusal, Request
@@ -51,30 +56,10 @@ from episodes.types.model import ModelSpec
 if TYPE_CHECKING:
     from episodes.harness.budget import StreamBudget
 
-log = logging.getLogger(__name__)
-
-Callback = Callable[[Any], Any]  # sync, or returning an awaitable
-
 # What a harness may send in one request (a long conversation, images inline).
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
 __all__ = ["SESSION_HEADER", "ModelProxy", "openai_error", "read_upstream_key"]
-
-
-def openai_error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "code": code, "param": None}}
-
-
-async def _call(cb: Callback | None, arg: Any) -> None:
-    if cb is None:
-        return
-    try:
-        result = cb(arg)
-        if inspect.isawaitable(result):
-            await result
-    except Exception:
-        # A broken recorder must not break the harness's call; it is the caller's bug.
-        log.exception("model proxy: callback %r failed", cb)
 
 
 class ModelProxy:
@@ -220,7 +205,7 @@ class ModelProxy:
             msg = openai_error(too_deep_message("the request body"), "invalid_request_error")
             return _json(request, 400, msg)
         try:
-            body = json.loads(raw)
+            body = loads(raw)
         except ValueError:
             body = None
         if not isinstance(body, dict):
@@ -247,13 +232,13 @@ class ModelProxy:
             resp, raw, attempts = await self._sender.send(sent, read=True)
         except Exhausted as e:
             return await self._fail(request, sent, started, str(e))
-        if text_too_deep(raw):
+        if too_deep(raw):
             # Neither parsed nor recorded nor passed on: the call failed (`model_error`).
             why = too_deep_message("the upstream's answer")
             return await self._fail(request, sent, started, f"model call failed: {why}")
         ctype = resp.headers.get("content-type", "application/json")
         try:
-            answer = json.loads(raw)
+            answer = loads(raw)
         except ValueError:
             answer = raw.decode("utf-8", "replace")
         error = None if resp.status < 300 else one_line(error_text(raw))
@@ -343,7 +328,7 @@ class ModelProxy:
             started,
             attempts,
             stream=True,
-            error=str(broke) if broke else _harness_error(gone, slow, self.spec.timeout_s),
+            error=str(broke) if broke else harness_error(gone, slow, self.spec.timeout_s),
             raw=raw_to_record(whole, response, stream=True) if self.spec.replay_bytes else None,
         )
         request.end()
@@ -353,7 +338,7 @@ class ModelProxy:
     async def _report(self, err: ModelError) -> None:
         if self.failure is None:
             self.failure = err
-        await _call(self.on_failure, err)
+        await notify(self.on_failure, err)
 
     async def _fail(
         self, request: Request, sent: dict[str, Any], started: float, message: str
@@ -383,49 +368,14 @@ class ModelProxy:
         error: str | None = None,
         raw: str | None = None,
     ) -> None:
-        # The new messages only, with what they extend (episodes/agents/conversation.py):
-        # the record grows with the conversation, not with its square.
-        call_id, messages, extends = self.conversations.record(sent.get("messages"))
-        request = sent if messages is sent.get("messages") else {**sent, "messages": messages}
-        record: dict[str, Any] = {
-            "kind": "model_call",
-            "id": call_id,
-            "request": request,
-            "response": response,
-            "usage": response.get("usage") if isinstance(response, dict) else None,
-            "ms": (time.monotonic() - started) * 1000,
-            "stream": stream,
-            "attempts": attempts,
-            "status": status,
-            "policy_version": self.spec.policy_version,
-            "upstream": self._sender.served_name,  # fleet.py: the upstream that served it
-        }
-        if extends is not None:
-            record["extends"] = extends
-        if error is not None:
-            record["error"] = error
-        if raw is not None:  # the bytes the harness got, for an exact replay
-            record["raw"] = raw
+        served_by = self._sender.served_name
+        record = call_record(
+            self.conversations, self.spec, served_by, sent, response, started, attempts,
+            stream=stream, status=status, error=error, raw=raw,
+        )  # fmt: skip
         self.calls += 1
-        await _call(self.on_call, record)
-
-
-def _harness_error(gone: bool, slow: bool, timeout_s: float) -> str | None:
-    if slow:
-        return f"harness read the stream too slowly (waited on for {timeout_s:g} s in all): cut off"
-    return "harness disconnected" if gone else None
+        await notify(self.on_call, record)
 
 
 def _json(request: Request, status: int, value: Any) -> None:
     request.respond(status, json.dumps(value).encode())
-
-
-def read_upstream_key(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
-    """The key from the worker's environment; a clear error (naming only the variable)."""
-    if spec.api_key_env is None:
-        return None
-    env = os.environ if environ is None else environ
-    key = env.get(spec.api_key_env)
-    if not key:
-        raise ModelError(f"model upstream key: environment variable {spec.api_key_env} is not set")
-    return key

@@ -86,12 +86,23 @@ def raw_to_record(raw: bytes, response: Any, *, stream: bool) -> str | None:
     """What a call's record keeps of the bytes the harness got (`raw`), so a replay
     answers with them: None when they are the recorded response re-encoded (a plain
     answer `json.dumps` gives back byte for byte) or are not UTF-8 text."""
-    if not stream and raw == json.dumps(response).encode():
+    if not stream and _reencodes(raw, response):
         return None
     try:
         return raw.decode()
     except UnicodeDecodeError:
         return None
+
+
+def _reencodes(raw: bytes, response: Any) -> bool:
+    """Whether `json.dumps(response)` gives `raw` back. The usual misses are told without
+    encoding: `json.dumps` writes ASCII only, no newline, and `": ` after a key (a
+    compact server's answer, vLLM's, or a pretty-printed one is kept as it came)."""
+    if not raw.isascii() or b"\n" in raw:
+        return False
+    if isinstance(response, dict) and response and b'": ' not in raw:
+        return False
+    return raw == json.dumps(response).encode()
 
 
 def answer_of(record: dict[str, Any]) -> Answer | None:

@@ -136,7 +136,9 @@ class ScriptedUpstream:
         await self._runner.setup()
         sock = tcp_listener(port=self._bind_port)
         self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        # A backlog for a burst of connections (aiohttp listens with 128: 256 clients
+        # connecting at once had SYNs dropped and waited out connect timeouts).
+        await web.SockSite(self._runner, sock, backlog=4096).start()
 
     async def stop(self) -> None:
         if self._runner is not None:

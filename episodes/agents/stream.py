@@ -66,12 +66,22 @@ def stream_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
                 shallow = not text_too_deep(joined, MAX_JSON_DEPTH + 1)
             if shallow:
                 try:
-                    values = json.loads(joined)
+                    values = _loads(joined)
                 except ValueError:
                     values = None
                 if isinstance(values, list) and len(values) == events:
                     return [v for v in values if isinstance(v, dict)], False
     return parse_chunks(SseParser().feed(raw))
+
+
+def _loads(data: bytes) -> Any:
+    """`json.loads`, by pydantic_core where it is installed (the worker; the in-box
+    harness has the stdlib alone): `episodes.agents.fastjson.loads`."""
+    try:
+        from episodes.agents.fastjson import loads
+    except ImportError:
+        return json.loads(data)
+    return loads(data)
 
 
 _MARKS = b'"[]{}'

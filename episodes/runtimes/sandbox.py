@@ -137,8 +137,11 @@ class SandboxRuntime(Runtime):
             self._host_workdir = True
         self._channel = tempfile.mkdtemp(prefix=box_dir_prefix())
         group = await asyncio.to_thread(cgroup.make, self.id, limits)
-        # Compiled once per worker, in a thread: not on the loop.
-        self._compiled = await asyncio.to_thread(sandbox_agent.compiled) is not None
+        # Compiled once per worker, in a thread: not on the loop (then known: no hop).
+        ready = sandbox_agent.compiled_already()
+        if ready is None:
+            ready = await asyncio.to_thread(sandbox_agent.compiled) is not None
+        self._compiled = ready
         # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
         rlimits = f"nproc={limits.processes},fsize={limits.disk}"
         if group is None:

@@ -47,6 +47,15 @@ def compiled() -> str | None:
         return _compiled[pid]
 
 
+def compiled_already() -> bool | None:
+    """Whether this worker process runs boxes on the compiled agent, None until
+    `compiled()` was first asked (it compiles: call it off the event loop)."""
+    if os.environ.get("EPISODES_SANDBOX_AGENT", "").lower() == "python":
+        return False
+    pid = os.getpid()
+    return None if pid not in _compiled else _compiled[pid] is not None
+
+
 def _compile() -> str | None:
     cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
     if cc is None or not SOURCE.is_file():

@@ -4,6 +4,7 @@ scrub. Functions of the spec, for `LiveSession.open`."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from contextlib import AsyncExitStack
@@ -31,8 +32,14 @@ def harness_argv(spec: EpisodeSpec, runtime: Runtime | None = None) -> list[str]
     else:
         local = isinstance(spec.harness.runtime, SubprocessConfig)
         python = sys.executable if local else "python3"
-        root = str(Path(__file__).resolve().parents[1]) if local else "/opt/episodes"
+        root = _package_root() if local else "/opt/episodes"
     return [p.replace("{python}", python).replace("{episodes}", root) for p in spec.harness.command]
+
+
+@functools.cache
+def _package_root() -> str:
+    """The folder holding this package (resolved once: it was a realpath per box)."""
+    return str(Path(__file__).resolve().parents[1])
 
 
 def harness_env(spec: EpisodeSpec, secrets: dict[str, str] | None = None) -> dict[str, str]:
