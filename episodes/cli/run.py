@@ -48,6 +48,9 @@ async def run_spec(
     dispatch_spec(spec, policy_version)  # a version needs a model: say so before starting
     tasks = spec.load_tasks()
     total = len(tasks) * spec.samples
+    # Streamed as groups, a group may hold more than `samples` (oversampled members
+    # that ended together) or be skipped: the bar counts groups, not episodes.
+    bar_total = len(tasks) if grouped else total
 
     async with contextlib.AsyncExitStack() as stack:
         client, ui_url, task_queue = await client_for(stack, cfg)
@@ -69,10 +72,10 @@ async def run_spec(
                 live_progress(
                     progress,
                     client,
-                    title=spec.name,
+                    title=f"{spec.name} (groups)" if grouped else spec.name,
                     batch=batch or spec.name,
                     ceiling=concurrency or spec.concurrency,
-                    total=total,
+                    total=bar_total,
                 ) as bar,
             ):
                 async for result in stream:
@@ -81,11 +84,12 @@ async def run_spec(
                         sink.write(result.model_dump_json() + "\n")
                         sink.flush()
                     reward = "-" if result.reward is None else f"{result.reward:.2f}"
-                    progress.update(
-                        bar,
-                        advance=1,
-                        last=f"{result.task_id}#{result.sample} {result.termination} {reward}",
-                    )
+                    last = f"{result.task_id}#{result.sample} {result.termination} {reward}"
+                    if grouped:
+                        done = tally["groups"] + episodes.zero_variance_skipped
+                        progress.update(bar, completed=done, last=last)
+                    else:
+                        progress.update(bar, advance=1, last=last)
         except asyncio.CancelledError:
             # The user's Ctrl-C: the stream cancelled the episodes still running (they
             # end `cancelled`, boxes released). One line, not a traceback.
@@ -94,7 +98,12 @@ async def run_spec(
                 f"interrupted: {total - len(results)} episode(s) cancelled, {len(results)} of "
                 f"{total} finished; the same command runs the cancelled ones again"
             ) from None
-        console.print(summary_table(results, title=f"{spec.name}: {total} episodes"))
+        title = (
+            f"{spec.name}: {len(results)} episodes in {tally['groups']} groups"
+            if grouped
+            else f"{spec.name}: {total} episodes"
+        )
+        console.print(summary_table(results, title=title))
         if episodes.budget_exhausted:
             console.print(budget_line(episodes.budget_exhausted, len(results), total))
         if grouped:
