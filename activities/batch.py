@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import TypeVar
 
 from temporalio import activity
 from temporalio.client import WorkflowFailureError
@@ -19,14 +20,15 @@ from episodes import contract
 from episodes.types.results import EpisodeResult
 
 HEARTBEAT_S = 5.0
+T = TypeVar("T")
 
 
-@activity.defn(name=contract.AWAIT_EPISODE)
-async def await_episode(workflow_id: str) -> EpisodeResult:
-    handle = activity.client().get_workflow_handle(workflow_id, result_type=EpisodeResult)
+async def await_workflow(workflow_id: str, result_type: type[T], noun: str) -> T:
+    """The result of a workflow this activity's caller did not start, beating while
+    it runs (so a lost worker is noticed); its failure is the caller's, not retried."""
+    handle = activity.client().get_workflow_handle(workflow_id, result_type=result_type)
     waiting = asyncio.ensure_future(handle.result())
     try:
-        # The episode may still be running: heartbeat so a lost worker is noticed.
         while True:
             done, _ = await asyncio.wait({waiting}, timeout=HEARTBEAT_S)
             if done:
@@ -35,7 +37,7 @@ async def await_episode(workflow_id: str) -> EpisodeResult:
         return waiting.result()
     except WorkflowFailureError as e:
         raise ApplicationError(
-            f"episode {workflow_id} failed: {e.cause}",
+            f"{noun} {workflow_id} failed: {e.cause}",
             type=contract.EPISODE_FAILED,
             non_retryable=True,
         ) from None
@@ -44,3 +46,8 @@ async def await_episode(workflow_id: str) -> EpisodeResult:
             waiting.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await waiting
+
+
+@activity.defn(name=contract.AWAIT_EPISODE)
+async def await_episode(workflow_id: str) -> EpisodeResult:
+    return await await_workflow(workflow_id, EpisodeResult, "episode")

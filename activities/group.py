@@ -34,9 +34,8 @@ import uuid
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import WorkflowFailureError
-from temporalio.exceptions import ApplicationError
 
+from activities.batch import await_workflow
 from episodes import contract
 from episodes.errors import EnvironmentFailed, HarnessFailure, SpecError
 from episodes.session.drive import TurnLoop
@@ -262,23 +261,4 @@ def _usage(turns: list[TurnResult]) -> tuple[int, int]:
 async def await_group(workflow_id: str) -> GroupResult:
     """A re-run batch workflow's group that already exists: its result (a workflow
     cannot await a workflow it did not start). Beats while it waits."""
-    handle = activity.client().get_workflow_handle(workflow_id, result_type=GroupResult)
-    waiting = asyncio.ensure_future(handle.result())
-    try:
-        while True:
-            done, _ = await asyncio.wait({waiting}, timeout=5.0)
-            if done:
-                break
-            activity.heartbeat()
-        return waiting.result()
-    except WorkflowFailureError as e:
-        raise ApplicationError(
-            f"group {workflow_id} failed: {e.cause}",
-            type=contract.EPISODE_FAILED,
-            non_retryable=True,
-        ) from None
-    finally:
-        if not waiting.done():
-            waiting.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await waiting
+    return await await_workflow(workflow_id, GroupResult, "group")
