@@ -77,9 +77,12 @@ def _buffered_read(sock: Any) -> Any:
     The engine may send the first frames in the same packet as its `101` response; the
     SDK's HTTP parsing then holds them in that reader's buffer, and reading the raw
     socket loses them: a short command's whole output (its pid line too: "the process
-    could not start", 2 of 300 `echo`s on a loaded machine here). `read1` returns the
-    buffered bytes first, then reads the socket as `recv` does. None where the SDK's
-    objects are not the expected ones (the raw socket is then all there is)."""
+    could not start", 2 of 300 `echo`s on a loaded machine here). One `read1` returns
+    all the buffered bytes (the buffer is smaller than a read), or reads the socket as
+    `recv` does when there are none; later reads go to the socket itself, so nothing
+    of the SDK's response objects (which may be closed under us) is used after that.
+    None where the SDK's objects are not the expected ones (the raw socket is then all
+    there is)."""
     response = getattr(sock, "_response", None)
     reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
     return reader.read1 if isinstance(reader, io.BufferedReader) else None
@@ -112,7 +115,8 @@ class DockerProcess(StreamedProcess):
         # long model call, a user between turns) would read as exited. Block instead;
         # the engine ends the stream when the process ends or the box goes.
         self._sock.settimeout(None)
-        self._recv = _buffered_read(sock) or self._sock.recv
+        # The first read only: what the SDK's HTTP parser holds (see _buffered_read).
+        self._first_read = _buffered_read(sock) or self._sock.recv
         self._loop = asyncio.get_running_loop()
         self._flow = threading.Condition()
         # stderr starts with the wrapper's pid line
@@ -129,7 +133,8 @@ class DockerProcess(StreamedProcess):
     def _pump(self) -> None:
         buf = bytearray()
         try:
-            while data := self._recv(_CHUNK):
+            data = self._first_read(_CHUNK)
+            while data:
                 buf += data
                 while len(buf) >= _FRAME.size:
                     kind, size = _FRAME.unpack_from(buf)
@@ -138,6 +143,7 @@ class DockerProcess(StreamedProcess):
                     payload = bytes(buf[_FRAME.size : _FRAME.size + size])
                     del buf[: _FRAME.size + size]
                     self._deliver(kind, payload)
+                data = self._sock.recv(_CHUNK)
         except (OSError, ValueError, RuntimeError):
             pass  # the socket was closed under us, or the loop is gone
         finally:

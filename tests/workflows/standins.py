@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from episodes import contract
+from episodes.types.group import GroupInput, GroupProgress, GroupResult
 from episodes.types.io import (
     DriveInput,
     DriveResult,
@@ -141,6 +142,20 @@ class StandIns:
     async def await_episode(self, workflow_id: str) -> EpisodeResult:
         self._call("await_episode", workflow_id)
         handle = self.client.get_workflow_handle(workflow_id, result_type=EpisodeResult)
+        return await handle.result()
+
+    @activity.defn(name=contract.RUN_GROUP)
+    async def run_group(self, inp: GroupInput) -> GroupProgress:
+        """Group execution's one activity: its workflow logic is tested on a real server
+        (tests/episodes/client/test_group_execution.py); here it only has a stand-in so
+        every declared activity has one."""
+        self._call("run_group", inp)
+        raise ApplicationError("no group stand-in", non_retryable=True)
+
+    @activity.defn(name=contract.AWAIT_GROUP)
+    async def await_group(self, workflow_id: str) -> GroupResult:
+        self._call("await_group", workflow_id)
+        handle = self.client.get_workflow_handle(workflow_id, result_type=GroupResult)
         return await handle.result()
 
     @activity.defn(name=contract.RESTORE)
