@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from typing import Any
 
 import pytest
 
@@ -138,35 +139,45 @@ async def test_oversampled_group_workflows_cut_the_straggler(client, worker) -> 
     assert await wait_until(lambda: worker.groups.members == 0, timeout=30)
 
 
-@pytest.mark.parametrize("on_timeout", ["partial", "drop"])
-async def test_a_group_workflow_past_group_timeout_s_is_cut(client, worker, on_timeout) -> None:
+async def test_a_group_workflow_past_group_timeout_s_is_cut(client, worker) -> None:
     """Task `slow`'s member s1 never gets a model answer: at `group_timeout_s` the
     group workflow cuts it (`cut: group_timeout`) and the group comes out partial
-    with the member that ended, or not at all; the other group is whole."""
+    with the member that ended or, with `drop`, not at all; the other group is whole.
+    Both choices run at once (each waits out the timeout)."""
     release = asyncio.Event()
     up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, gate=_gate(".slow.g.s1", release))
-    ec = EpisodesClient(client, task_queue=QUEUE)
     async with up:
-        # Generous: the other members finish in seconds; the cut waits this long.
-        data = _kv(up.base_url, {"quick": {"a": "1"}, "slow": {"z": "9"}})
-        data.update(group_timeout_s=40, group_on_timeout=on_timeout)
-        s = parse_spec(data)
+        specs = {}
+        for on_timeout in ("partial", "drop"):
+            # Generous: the other members finish in seconds; the cut waits this long.
+            data = _kv(up.base_url, {"quick": {"a": "1"}, "slow": {"z": "9"}})
+            data.update(group_timeout_s=40, group_on_timeout=on_timeout)
+            specs[on_timeout] = parse_spec(data)
+
+        async def run(s: Any) -> list[Any]:
+            ec = EpisodesClient(client, task_queue=QUEUE)
+            return [g async for g in ec.run_batch(s, groups=True, execution="group", concurrency=4)]
+
         try:
-            run = ec.run_batch(s, groups=True, execution="group", concurrency=4)
-            groups = [g async for g in run]
+            partial, drop = await asyncio.gather(run(specs["partial"]), run(specs["drop"]))
         finally:
             release.set()
-    by_task = {g.task_id: g for g in groups}
-    quick = by_task["quick"]
-    assert not quick.partial and [r.termination for r in quick.results] == ["env_done"] * 2
-    cut = await load_transcript(client, f"{s.name}.slow.g.s1")
-    assert (cut["result"]["termination"], cut["result"]["cut"]) == ("cancelled", "group_timeout")
-    if on_timeout == "drop":
-        assert list(by_task) == ["quick"]
-        return
-    slow = by_task["slow"]
-    assert slow.partial and slow.failed is None
-    assert [(r.workflow_id, r.termination) for r in slow.results] == [
-        (f"{s.name}.slow.g.s0", "env_done")
-    ]
-    assert slow.cut == [f"{s.name}.slow.g.s1"]
+    for on_timeout, groups in (("partial", partial), ("drop", drop)):
+        s = specs[on_timeout]
+        by_task = {g.task_id: g for g in groups}
+        quick = by_task["quick"]
+        assert not quick.partial and [r.termination for r in quick.results] == ["env_done"] * 2
+        cut = await load_transcript(client, f"{s.name}.slow.g.s1")
+        assert (cut["result"]["termination"], cut["result"]["cut"]) == (
+            "cancelled",
+            "group_timeout",
+        )
+        if on_timeout == "drop":
+            assert list(by_task) == ["quick"]
+            continue
+        slow = by_task["slow"]
+        assert slow.partial and slow.failed is None
+        assert [(r.workflow_id, r.termination) for r in slow.results] == [
+            (f"{s.name}.slow.g.s0", "env_done")
+        ]
+        assert slow.cut == [f"{s.name}.slow.g.s1"]

@@ -157,43 +157,48 @@ async def test_a_model_upstream_that_gives_up_is_rerun_by_batches_and_groups(cli
     assert g.results[0].workflow_id == f"{s.name}-client.ab.s0.r1"
 
 
-@pytest.mark.parametrize("on_timeout", ["partial", "drop"])
-async def test_a_group_past_group_timeout_s_is_cut(client, worker, on_timeout) -> None:
+async def test_a_group_past_group_timeout_s_is_cut(client, worker) -> None:
     """Task `slow`'s second member never gets a model answer: at `group_timeout_s` it is
-    cancelled and its group comes out partial (the member that ended) or not at all;
-    the other group is whole."""
+    cancelled and its group comes out partial (the member that ended) or, with `drop`,
+    not at all; the other group is whole. Both choices run at once (each waits out
+    the timeout)."""
     release = asyncio.Event()
-
-    async def gate(request: dict) -> None:
-        if ".slow.s1" in request["headers"].get("X-Session-ID", ""):
-            await release.wait()
-
-    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, gate=gate)
-    ec = EpisodesClient(client, task_queue=QUEUE)
+    up = ScriptedUpstream(
+        policy=kv_policy, key=UPSTREAM_KEY, gate=_straggler_gate(".slow.s1", release)
+    )
     async with up:
-        # Generous: the other members finish in seconds; the cut waits this long.
-        data = _kv(up.base_url, {"quick": {"a": "1"}, "slow": {"z": "9"}})
-        data.update(group_timeout_s=40, group_on_timeout=on_timeout)
-        s = parse_spec(data)
+        specs = {}
+        for on_timeout in ("partial", "drop"):
+            # Generous: the other members finish in seconds; the cut waits this long.
+            data = _kv(up.base_url, {"quick": {"a": "1"}, "slow": {"z": "9"}})
+            data.update(group_timeout_s=40, group_on_timeout=on_timeout)
+            specs[on_timeout] = parse_spec(data)
+
+        async def run(s: Any) -> list[Any]:
+            ec = EpisodesClient(client, task_queue=QUEUE)
+            return [g async for g in ec.run_batch(s, groups=True, concurrency=4)]
+
         try:
-            groups = [g async for g in ec.run_batch(s, groups=True, concurrency=4)]
+            partial, drop = await asyncio.gather(run(specs["partial"]), run(specs["drop"]))
         finally:
             release.set()
-    by_task = {g.task_id: g for g in groups}
-    quick = by_task["quick"]
-    assert not quick.partial and [r.termination for r in quick.results] == ["env_done"] * 2
-    if on_timeout == "drop":
-        assert list(by_task) == ["quick"]
-        return
-    slow = by_task["slow"]
-    assert slow.partial and slow.failed is None
-    assert [(r.workflow_id, r.termination) for r in slow.results] == [
-        (f"{s.name}.slow.s0", "env_done")
-    ]
-    assert slow.cut == [f"{s.name}.slow.s1"]
-    h = client.get_workflow_handle(f"{s.name}.slow.s1", result_type=EpisodeResult)
-    cut = await asyncio.wait_for(h.result(), STEP)
-    assert (cut.termination, cut.cut) == ("cancelled", "group_timeout")
+    for on_timeout, groups in (("partial", partial), ("drop", drop)):
+        s = specs[on_timeout]
+        by_task = {g.task_id: g for g in groups}
+        quick = by_task["quick"]
+        assert not quick.partial and [r.termination for r in quick.results] == ["env_done"] * 2
+        h = client.get_workflow_handle(f"{s.name}.slow.s1", result_type=EpisodeResult)
+        cut = await asyncio.wait_for(h.result(), STEP)
+        assert (cut.termination, cut.cut) == ("cancelled", "group_timeout")
+        if on_timeout == "drop":
+            assert list(by_task) == ["quick"]
+            continue
+        slow = by_task["slow"]
+        assert slow.partial and slow.failed is None
+        assert [(r.workflow_id, r.termination) for r in slow.results] == [
+            (f"{s.name}.slow.s0", "env_done")
+        ]
+        assert slow.cut == [f"{s.name}.slow.s1"]
 
 
 async def test_an_agent_failure_is_an_outcome_not_a_retry(client, worker) -> None:
