@@ -35,14 +35,14 @@ from episodes.client.fleet import on_fleet
 from episodes.client.group_options import groups_spec
 from episodes.client.interactive import InteractiveSession, open_session
 from episodes.client.replaying import ReplayMethods
+from episodes.client.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.specfile import load_spec
 from episodes.types.group import Execution
 from episodes.types.io import EpisodeInput
-from episodes.types.metrics import MetricsAccumulator
 from episodes.types.model import UpstreamSpec
-from episodes.types.priority import BatchBudget, BudgetName, exhausted
+from episodes.types.priority import BatchBudget, BudgetName
 from episodes.types.results import EpisodeResult, Task, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, DEFAULT_TURNS_PER_RUN
@@ -326,10 +326,10 @@ class EpisodesClient(ReplayMethods):
         running: dict[asyncio.Task[Outcome], Member] = {}
         # Counted from the results, so a restarted trainer re-attaching to the episodes
         # that finished counts them again and stops where it stopped.
-        spent = MetricsAccumulator()
+        spent = Spending(spec.budget)
         try:
             while True:
-                while len(running) < limit and work and self.budget_exhausted is None:
+                while len(running) < limit and work and spent.reached is None:
                     m = work.popleft()
                     at = dispatch_spec(spec, self.policy_version, self.upstreams)
                     t = asyncio.create_task(
@@ -342,21 +342,8 @@ class EpisodesClient(ReplayMethods):
                 for t in done:
                     running.pop(t)
                     result = t.result().result
-                    spent.add(
-                        result.task_id,
-                        result.termination,
-                        result.reward,
-                        result.duration_s,
-                        model_calls=result.model_calls,
-                        model_tokens=result.model_tokens,
-                    )
-                    if self.budget_exhausted is None:
-                        self.budget_exhausted = exhausted(
-                            spec.budget,
-                            model_tokens=spent.model_tokens,
-                            model_calls=spent.model_calls,
-                            episode_seconds=spent.durations.sum_s,
-                        )
+                    if spent.add(result):
+                        self.budget_exhausted = spent.reached
                     yield result
         finally:
             for t in running:

@@ -131,7 +131,7 @@ async def stream_group_workflows(
                     queue.appendleft(g)
             while len(running) < groups and queue:
                 g = queue.popleft()
-                if not g.dispatched and ec.budget_exhausted is not None:
+                if not g.dispatched and spent.reached is not None:
                     continue  # past the budget: no new group (a stale one runs again)
                 g.dispatched = True
                 g.version = ec.policy_version

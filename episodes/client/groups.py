@@ -258,7 +258,7 @@ async def stream_groups(
                         yield group
             while len(running) < limit and queue:
                 g, m = queue.popleft()
-                if not g.dispatched and ec.budget_exhausted is not None:
+                if not g.dispatched and spent.reached is not None:
                     rest = [(o, x) for o, x in queue if o.dispatched]
                     queue.clear()
                     queue.extend(rest)

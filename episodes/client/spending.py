@@ -21,15 +21,19 @@ class Spending:
     model_tokens: int = 0
     model_calls: int = 0
     episode_seconds: float = 0.0
+    reached: BudgetName | None = None
+    """The first budget reached (this stream's own: the client's `budget_exhausted`
+    only reports it, so two batches run at once on one client never stop each other)."""
 
     def add(self, result: EpisodeResult) -> BudgetName | None:
         """Count one ended episode; the budget reached by now, if any."""
         self.model_tokens += result.model_tokens
         self.model_calls += result.model_calls
         self.episode_seconds += max(0.0, result.duration_s)
-        return exhausted(
+        self.reached = self.reached or exhausted(
             self.budget,
             model_tokens=self.model_tokens,
             model_calls=self.model_calls,
             episode_seconds=self.episode_seconds,
         )
+        return self.reached

@@ -242,6 +242,26 @@ async def test_a_token_budget_stops_the_batch_and_a_rerun_does_not_start_over(cl
     assert len(upstream.chat_requests) == 1 + 3 + 3 + 5
 
 
+async def test_a_budget_stops_only_its_own_stream_on_a_shared_client(client) -> None:
+    """A trainer's one client running a budgeted batch beside an unbudgeted one: the
+    budget stopped both (it was the client's, not the stream's)."""
+    async with (
+        capped_worker(client, max_sessions=4) as queue,
+        ScriptedUpstream(policy=echo_policy) as upstream,
+    ):
+        ec = EpisodesClient(client, task_queue=queue)
+        capped = _chatty(upstream, _name("capped"), 4)
+        free = _chatty(upstream, _name("free"), 4)
+
+        async def run(s: EpisodeSpec, **kw: Any) -> list[Any]:
+            return [r async for r in ec.run_batch(s, concurrency=1, **kw)]
+
+        one_call = BatchBudget(max_model_calls=1)
+        capped_results, free_results = await asyncio.gather(run(capped, budget=one_call), run(free))
+    assert [r.task_id for r in capped_results] == ["t0"]
+    assert [r.task_id for r in free_results] == ["t0", "t1", "t2", "t3"]
+
+
 async def _episodes_of_is(client: Client, batch: str, n: int) -> bool:
     # Settles at n (visibility lags a moment); more would be an episode started over.
     return await _episodes_of(client, batch) == n
