@@ -42,7 +42,7 @@ from episodes.session.drive import TurnLoop
 from episodes.session.live import LiveSession
 from episodes.types.group import GroupInput, GroupProgress, GroupResult, MemberState, member_id
 from episodes.types.io import DriveResult
-from episodes.types.priority import model_usage
+from episodes.types.priority import records_usage
 from episodes.types.results import (
     Cut,
     EpisodeResult,
@@ -179,7 +179,7 @@ class GroupActivities:
             self.members -= 1
             await session.close()
         score = ended.score or ScoreResult()
-        tokens, calls = _usage(m.turns)
+        tokens, calls = records_usage(t.record for t in m.turns)
         m.result = EpisodeResult(
             workflow_id=wid,
             task_id=task.id,
@@ -208,7 +208,7 @@ def _ended(progress: GroupProgress) -> int:
 
 def _cut(inp: GroupInput, m: MemberState, why: Cut, *, started: float) -> EpisodeResult:
     """A member cut while it ran (its session closed): `cancelled`, with its turns."""
-    tokens, calls = _usage(m.turns)
+    tokens, calls = records_usage(t.record for t in m.turns)
     return EpisodeResult(
         workflow_id=member_id(inp.group_workflow_id, m.sample),
         task_id=inp.task.id,
@@ -246,15 +246,6 @@ async def _beat(progress: GroupProgress) -> None:
     while True:
         activity.heartbeat(progress)
         await asyncio.sleep(interval)
-
-
-def _usage(turns: list[TurnResult]) -> tuple[int, int]:
-    """(model tokens, model calls) over the member's turns."""
-    tokens = calls = 0
-    for t in turns:
-        more_tokens, more_calls = model_usage(t.record.events)
-        tokens, calls = tokens + more_tokens, calls + more_calls
-    return tokens, calls
 
 
 @activity.defn(name=contract.AWAIT_GROUP)

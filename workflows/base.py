@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
         ScoreTranscriptInput,
         SessionRef,
     )
-    from episodes.types.priority import model_usage
+    from episodes.types.priority import records_usage
     from episodes.types.results import (
         Cut,
         EpisodeResult,
@@ -125,11 +125,11 @@ class EpisodeBase:
 
     def _model_usage(self) -> dict[str, int]:
         """The chain's model calls and tokens so far (batch budgets count them)."""
-        tokens, calls = self._earlier_tokens, self._earlier_calls
-        for t in self._turns:
-            more_tokens, more_calls = model_usage(t.events)
-            tokens, calls = tokens + more_tokens, calls + more_calls
-        return {"model_calls": calls, "model_tokens": tokens}
+        tokens, calls = records_usage(self._turns)
+        return {
+            "model_calls": self._earlier_calls + calls,
+            "model_tokens": self._earlier_tokens + tokens,
+        }
 
     # The SDK collects handlers over the class hierarchy, so each subclass answers it.
     @workflow.query(name=contract.PROGRESS)

@@ -94,7 +94,7 @@ class Replica:
 
     async def acquire(self) -> None:
         """A place under the limit (waits in line while it is full)."""
-        if self.in_flight < max(1, int(self.limit)) and not self._waiters:
+        if self.in_flight < self.adaptive.places and not self._waiters:
             self.in_flight += 1
             return
         fut = asyncio.get_running_loop().create_future()
@@ -113,7 +113,7 @@ class Replica:
         self._wake()
 
     def _wake(self) -> None:
-        while self._waiters and self.in_flight < max(1, int(self.limit)):
+        while self._waiters and self.in_flight < self.adaptive.places:
             fut = self._waiters.popleft()
             if not fut.done():
                 self.in_flight += 1

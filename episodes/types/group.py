@@ -13,17 +13,14 @@ Models only: the workflow imports this module through the sandbox.
 from __future__ import annotations
 
 import re
-from typing import Literal
 
 from pydantic import Field
 
 from episodes.types.base import Model
 from episodes.types.results import EpisodeResult, Task, TurnResult
-from episodes.types.spec import EpisodeSpec
 
-Execution = Literal["episode", "group"]
-"""How `run_batch(groups=True)` runs a group: one EpisodeWorkflow per member
-("episode", the default) or one EpisodeGroupWorkflow per group ("group", opt-in)."""
+# `Execution` is defined beside the spec field that takes it; imported here as before.
+from episodes.types.spec import EpisodeSpec, Execution  # noqa: F401
 
 GROUP_SUFFIX = ".g"
 _MEMBER = re.compile(r"^(?P<group>.+\.g(?:\.r\d+)?)\.s(?P<sample>\d+)$")

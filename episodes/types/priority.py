@@ -13,7 +13,8 @@ Only pydantic and the standard library (the `episodes.types` floor).
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Iterable
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -89,4 +90,13 @@ def model_usage(events: list[object]) -> tuple[int, int]:
                 parts = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
                 total = sum(p for p in parts if isinstance(p, int))
             tokens += max(0, total)
+    return tokens, calls
+
+
+def records_usage(records: Iterable[Any]) -> tuple[int, int]:
+    """(tokens, calls) over turn records (anything with `events`), `model_usage` summed."""
+    tokens = calls = 0
+    for r in records:
+        more_tokens, more_calls = model_usage(r.events)
+        tokens, calls = tokens + more_tokens, calls + more_calls
     return tokens, calls

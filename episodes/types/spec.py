@@ -37,6 +37,11 @@ MAX_DRIVE_S = 1e11
 _SECRET_LOOKING = re.compile(r"(_KEY|_TOKEN|_SECRET)$|PASSWORD", re.IGNORECASE)
 
 
+Execution = Literal["episode", "group"]
+"""How `run_batch(groups=True)` runs a group: one EpisodeWorkflow per member
+("episode", the default) or one EpisodeGroupWorkflow per group ("group", opt-in)."""
+
+
 class SpecWarning(UserWarning):
     """Something in a spec works but is unwise (an inline secret)."""
 
@@ -138,7 +143,7 @@ class EpisodeSpec(Model):
     skip_zero_variance: bool = False
     """Groups: a group whose members all scored the same (`Group.zero_variance`: every
     advantage is 0, no GRPO signal) is counted, not yielded."""
-    execution: Literal["episode", "group"] = "episode"
+    execution: Execution = "episode"
     """`episode`: every episode is its own workflow (the default). `group` (opt-in): a
     task's `samples` run as one workflow, its members addressed `<batch>.<task>.g.s<n>`
     (docs/trainers.md: Group execution): `run_batch` and batch workflows."""
