@@ -155,12 +155,14 @@ def bwrap_argv(
     disk: int | None = None,
     seccomp_fd: int | None = None,
     rlimits: str = "",
+    agent: str | None = None,
 ) -> list[str]:
     """The whole bwrap command line of a box (its agent is the command; bwrap passes the
     worker's end of the control socket on as `control_fd`). `disk`: the size of the
     box's /tmp tmpfs, in which its workdir lies (it must be under /tmp then); None: an
     unsized /tmp. `seccomp_fd`: a compiled seccomp program bwrap installs. `rlimits`:
-    what `sandbox_init` sets on itself before it starts anything."""
+    what `sandbox_init` sets on itself before it starts anything. `agent`: the
+    compiled agent (`sandbox_agent.agent_binary`), None for the Python one."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
     argv += ["--ro-bind", "/usr", "/usr"]
@@ -183,8 +185,8 @@ def bwrap_argv(
         argv += ["--bind", workdir, workdir, "--chdir", workdir]
     if seccomp_fd is not None:
         argv += ["--seccomp", str(seccomp_fd)]
-    agent, binds = agent_argv(control_fd, rlimits)
-    return [*argv, *binds, "--", *agent]
+    command, binds = agent_argv(agent, control_fd, rlimits)
+    return [*argv, *binds, "--", *command]
 
 
 def sized_tmpfs(bwrap: str) -> bool:

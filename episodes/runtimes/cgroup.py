@@ -62,31 +62,52 @@ class BoxCgroup:
 
     version: int
     dirs: dict[str, Path] = field(default_factory=dict)
+    # The limits written into it (`cgroup_pool` reuses a cgroup for equal limits only)
+    # and its event counters when its box began (a reused cgroup's count on from
+    # earlier boxes: `exceeded` reads what this box added).
+    limits: tuple[int, int, float] | None = None
+    base: dict[str, int] = field(default_factory=dict)
 
     @property
     def procs_files(self) -> list[str]:
-        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
+        return [str(d / "cgroup.procs") for d in self._unique()]
 
     def enter_argv(self, argv: list[str]) -> list[str]:
         files = self.procs_files
         return ["/bin/sh", "-c", _ENTER, "sh", str(len(files)), *files, *argv]
 
+    def counts(self) -> dict[str, int]:
+        """The kernel's counts of what it refused the cgroup: OOM kills, forks."""
+        return {
+            "memory": counter(
+                self.dirs.get("memory"),
+                "memory.events" if self.version == 2 else "memory.oom_control",
+                "oom_kill",
+            ),
+            "processes": counter(self.dirs.get("pids"), "pids.events", "max"),
+        }
+
     def exceeded(self) -> str | None:
         """The limit the box went past ("memory", "processes"), or None."""
-        if counter(
-            self.dirs.get("memory"),
-            "memory.events" if self.version == 2 else "memory.oom_control",
-            "oom_kill",
-        ):
-            return "memory"
-        if counter(self.dirs.get("pids"), "pids.events", "max"):
-            return "processes"
+        for which, n in self.counts().items():
+            if n > self.base.get(which, 0):
+                return which
         return None
+
+    def empty(self) -> bool:
+        """No process is left in it (each controller's cgroup.procs is empty)."""
+        try:
+            return not any((d / "cgroup.procs").read_text().strip() for d in self._unique())
+        except OSError:
+            return False
+
+    def _unique(self) -> list[Path]:
+        return list(dict.fromkeys(self.dirs.values()))
 
     def remove(self) -> bool:
         """Removes the (empty) cgroup; False while a process is still in it."""
         ok = True
-        for d in dict.fromkeys(self.dirs.values()):
+        for d in self._unique():
             try:
                 d.rmdir()
             except FileNotFoundError:
@@ -97,7 +118,7 @@ class BoxCgroup:
 
     def kill(self) -> None:
         """SIGKILLs every process in the box's cgroup (v2's cgroup.kill; v1 by pid)."""
-        for d in dict.fromkeys(self.dirs.values()):
+        for d in self._unique():
             if self.version == 2 and (d / "cgroup.kill").exists():
                 with contextlib.suppress(OSError):
                     _write(d / "cgroup.kill", "1")
@@ -152,6 +173,11 @@ def _v1_parents() -> dict[str, Path] | None:
     return parents
 
 
+def limits_key(limits: Limits) -> tuple[int, int, float]:
+    """What of `limits` a cgroup holds (the disk limit is the box's tmpfs's)."""
+    return (limits.memory, limits.processes, limits.cpus)
+
+
 def make(name: str, limits: Limits) -> BoxCgroup | None:
     """A new cgroup for box `name` holding `limits`, or None where this worker cannot
     make one (no delegation, no write access, no memory or pids controller)."""
@@ -170,7 +196,7 @@ def make(name: str, limits: Limits) -> BoxCgroup | None:
 
 def _make_v2(d: Path, limits: Limits) -> BoxCgroup:
     d.mkdir()
-    box = BoxCgroup(2, {"memory": d, "pids": d, "cpu": d})
+    box = BoxCgroup(2, {"memory": d, "pids": d, "cpu": d}, limits_key(limits))
     try:
         _write(d / "memory.max", str(limits.memory))
         with contextlib.suppress(OSError):
@@ -185,7 +211,7 @@ def _make_v2(d: Path, limits: Limits) -> BoxCgroup:
 
 
 def _make_v1(parents: dict[str, Path], name: str, limits: Limits) -> BoxCgroup:
-    box = BoxCgroup(1)
+    box = BoxCgroup(1, limits=limits_key(limits))
     try:
         for controller, parent in parents.items():
             (parent / name).mkdir()

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.runtimes import cgroup, sandbox_agent, seccomp
+from episodes.runtimes import cgroup, cgroup_pool, sandbox_agent, seccomp
 from episodes.runtimes.base import Runtime, RuntimeProcess
 from episodes.runtimes.bwrap import (
     BWRAP_MISSING,
@@ -92,7 +92,7 @@ class SandboxRuntime(Runtime):
         self.argv: list[str] = []
         self._watch: LimitWatch | None = None
         self._host_workdir = False
-        self._compiled = False  # the box runs the compiled agent (`sandbox_agent`)
+        self._agent: str | None = None  # the compiled agent it runs (`sandbox_agent`)
 
     @property
     def channel_dir(self) -> tuple[Path, str] | None:
@@ -108,7 +108,11 @@ class SandboxRuntime(Runtime):
         # a session with tools and a model); else the relay runs on the worker's Python,
         # bound in (a box may have no python3).
         socket_path = _option(argv, "--socket")
-        if self._compiled and socket_path is not None and argv[-2:] == ["--socket", socket_path]:
+        if (
+            self._agent is not None
+            and socket_path is not None
+            and argv[-2:] == ["--socket", socket_path]
+        ):
             return await self.open_process([AGENT_IN_BOX, "--relay", socket_path], {}, None)
         return await self.open_process([sys.executable, *argv[1:]] if argv else argv, {}, None)
 
@@ -136,12 +140,10 @@ class SandboxRuntime(Runtime):
             self.workdir = tempfile.mkdtemp(prefix=f"{box_dir_prefix()}{self.id}-")
             self._host_workdir = True
         self._channel = tempfile.mkdtemp(prefix=box_dir_prefix())
-        group = await asyncio.to_thread(cgroup.make, self.id, limits)
-        # Compiled once per worker, in a thread: not on the loop (then known: no hop).
-        ready = sandbox_agent.compiled_already()
-        if ready is None:
-            ready = await asyncio.to_thread(sandbox_agent.compiled) is not None
-        self._compiled = ready
+        # A parked cgroup of an earlier box where one waits (`cgroup_pool`), else a new
+        # one, made in a thread (mkdir and writes in cgroupfs).
+        group = cgroup_pool.lease(limits) or await asyncio.to_thread(cgroup.make, self.id, limits)
+        self._agent = await sandbox_agent.agent_binary()
         # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
         rlimits = f"nproc={limits.processes},fsize={limits.disk}"
         if group is None:
@@ -159,13 +161,13 @@ class SandboxRuntime(Runtime):
             disk=disk,
             seccomp_fd=filter_fd,
             rlimits=rlimits,
+            agent=self._agent,
         )
         # Dies with the worker, as a subprocess box does (see `subprocess`): bwrap then
         # takes its pid 1, and so the whole box, with it (--die-with-parent).
-        launcher = sandbox_agent.compiled() if self._compiled else None
-        if launcher is not None:  # both in one exec (~1 ms of CPU less a box)
+        if self._agent is not None:  # the agent launches: both in one exec
             files = group.procs_files if group is not None else []
-            command = [launcher, "--launch", str(len(files)), *files, "--", *self.argv]
+            command = [self._agent, "--launch", str(len(files)), *files, "--", *self.argv]
         else:
             prefix = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
             command = [*prefix, *self.argv]

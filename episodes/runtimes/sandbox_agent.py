@@ -11,6 +11,7 @@ with `EPISODES_SANDBOX_AGENT=python`, boxes run `python -I -S sandbox_init.py`.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import os
@@ -47,13 +48,15 @@ def compiled() -> str | None:
         return _compiled[pid]
 
 
-def compiled_already() -> bool | None:
-    """Whether this worker process runs boxes on the compiled agent, None until
-    `compiled()` was first asked (it compiles: call it off the event loop)."""
+async def agent_binary() -> str | None:
+    """`compiled()` from the event loop: known after the first box, else compiled in a
+    thread (a compiler's run must not stall the loop)."""
     if os.environ.get("EPISODES_SANDBOX_AGENT", "").lower() == "python":
-        return False
+        return None
     pid = os.getpid()
-    return None if pid not in _compiled else _compiled[pid] is not None
+    if pid in _compiled:
+        return _compiled[pid]
+    return await asyncio.to_thread(compiled)
 
 
 def _compile() -> str | None:
@@ -62,16 +65,22 @@ def _compile() -> str | None:
         return None
     where = tempfile.mkdtemp(prefix=f"{box_dir_prefix()}agent-")
     out = os.path.join(where, "sandbox_init")
-    try:
-        done = subprocess.run(
-            [cc, "-O2", "-o", out, str(SOURCE)],
-            capture_output=True,
-            timeout=_COMPILE_TIMEOUT_S,
-            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        done = None
-        why = str(e)
+    done: subprocess.CompletedProcess[bytes] | None = None
+    # Linked statically where the C library's archive is there: two execs a box (the
+    # launcher, the agent) skip the dynamic loader; else as any program.
+    for static in (["-static"], []):
+        try:
+            done = subprocess.run(
+                [cc, "-O2", *static, "-o", out, str(SOURCE)],
+                capture_output=True,
+                timeout=_COMPILE_TIMEOUT_S,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            done = None
+            why = str(e)
+        if done is not None and done.returncode == 0:
+            break
     if done is None or done.returncode != 0 or not os.path.isfile(out):
         if done is not None:
             why = done.stderr.decode(errors="replace").strip()[-300:]
@@ -83,9 +92,9 @@ def _compile() -> str | None:
     return out
 
 
-def agent_argv(control_fd: int, rlimits: str) -> tuple[list[str], list[str]]:
-    """The agent's command in the box, and the bwrap arguments that bind it in."""
-    binary = compiled()
+def agent_argv(binary: str | None, control_fd: int, rlimits: str) -> tuple[list[str], list[str]]:
+    """The agent's command in the box, and the bwrap arguments that bind it in:
+    `binary`, the compiled agent (`agent_binary`), else the Python one."""
     if binary is not None:
         binds = ["--ro-bind", binary, AGENT_IN_BOX]
         argv = [AGENT_IN_BOX, str(control_fd)]

@@ -31,6 +31,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
@@ -333,6 +334,7 @@ static void rlimits(char *spec) {
 
 #define RELAY_MAX 256
 #define RELAY_BUF 65536
+#define RELAY_CONNECT_S 2
 
 struct half { /* bytes read from `from`, not yet written to `to` */
     int from, to;
@@ -431,6 +433,11 @@ static int relay(const char *path) {
                     break;
                 }
             int s = k < 0 ? -1 : socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            /* A bridge whose backlog is full (a harness opening connections faster than
+             * the worker takes them) blocks connect: at most RELAY_CONNECT_S, never every
+             * other connection of this relay for as long as it lasts. */
+            struct timeval tv = {RELAY_CONNECT_S, 0};
+            if (s >= 0) setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
             if (s < 0 || connect(s, (struct sockaddr *)&u, sizeof u) < 0) {
                 /* no bridge (yet, or any more): the client sees its connection closed */
                 fprintf(stderr, "relay: cannot connect to %s: %s\n", path, strerror(errno));

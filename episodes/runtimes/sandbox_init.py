@@ -52,6 +52,9 @@ _SWEEP_ROUNDS = 20
 _FDS_MAX = 64
 _INT = 4  # sizeof(int): the SCM_RIGHTS payload is an array of them
 _FRAME_MAX = 16 * 1024 * 1024
+# A command without PATH in its environment: the same as the compiled agent's (and the
+# worker's `MINIMAL_PATH`), not `os.defpath`.
+_DEFAULT_PATH = b"/usr/local/bin:/usr/bin:/bin"
 
 
 def _undumpable() -> None:
@@ -160,7 +163,7 @@ class Agent:
         if b"/" in argv[0]:
             paths = [argv[0]]
         else:
-            dirs = env.get(b"PATH", os.defpath.encode()).split(b":")
+            dirs = env.get(b"PATH", _DEFAULT_PATH).split(b":")
             paths = [os.path.join(d or b".", argv[0]) for d in dirs]
         r, w = os.pipe()  # close-on-exec: EOF on it says the exec happened
         pid = os.fork()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from episodes.runtimes import cgroup_pool
 from episodes.runtimes.cgroup import BoxCgroup
 from episodes.types.runtime import Limits
 
@@ -131,13 +132,14 @@ class LimitWatch:
                 await self._task
 
     async def release(self) -> None:
-        """After the box is gone: its cgroup (emptied first, and waited for)."""
+        """After the box is gone: its cgroup, emptied first (and waited for), parked
+        for the next box (`cgroup_pool`) or removed."""
         group = self.group
         if group is None:
             return
         for _ in range(_RELEASE_TRIES):
             group.kill()
-            if group.remove():
+            if cgroup_pool.park(group):
                 return
             await asyncio.sleep(0.05)
         log.warning("sandbox %s: its cgroup %s is still busy", self.box.id, group.dirs)

@@ -152,3 +152,59 @@ async def test_a_relay_carries_bytes_and_half_closes_both_ways(agent):
         server.close()
     finally:
         await box.stop()
+
+
+async def test_a_bridge_that_stops_taking_connections_stalls_none_of_the_others(agent):
+    """A harness that opens connections faster than the worker takes them (the
+    bridge's backlog full) must not stall the relay's other connections: the compiled
+    relay blocked in `connect` for as long as the backlog stayed full, every other
+    connection of the session with it."""
+    import socket
+    import threading
+
+    from episodes.agents.services import RELAY_IN_BOX
+
+    box = SandboxRuntime()
+    await box.start()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stop = threading.Event()
+    try:
+        assert box.channel_dir is not None
+        host_dir, box_dir = box.channel_dir
+        listener.bind(str(host_dir / "x.sock"))
+        listener.listen(1)
+
+        def serve_one() -> None:  # takes the first connection only, then no other
+            conn, _ = listener.accept()
+            with conn:
+                conn.settimeout(1)
+                while not stop.is_set():
+                    try:
+                        data = conn.recv(100)
+                    except TimeoutError:
+                        continue
+                    if not data:
+                        return
+                    conn.sendall(data.upper())
+
+        threading.Thread(target=serve_one, daemon=True).start()
+        relay = await box.open_relay(
+            ["python3", "-I", RELAY_IN_BOX, "--socket", f"{box_dir}/x.sock"]
+        )
+        ready = json.loads(await asyncio.wait_for(relay.stdout.readline(), 30))
+        code = (
+            "import socket\n"
+            f"addr = ('127.0.0.1', {ready['port']})\n"
+            "first = socket.create_connection(addr, timeout=60)\n"
+            "first.sendall(b'a'); assert first.recv(10) == b'A'\n"
+            # Past the bridge's backlog: these wait in it, or are refused.
+            "more = [socket.create_connection(addr) for _ in range(4)]\n"
+            "first.sendall(b'b'); print(first.recv(10).decode())\n"
+        )
+        rc, out, err = await asyncio.wait_for(_out(box, [sys.executable, "-c", code]), 90)
+        assert (rc, out) == (0, "B\n"), err
+        await relay.kill()
+    finally:
+        stop.set()
+        listener.close()
+        await box.stop()

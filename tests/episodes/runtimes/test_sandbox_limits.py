@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from episodes.errors import SpecError
-from episodes.runtimes import cgroup, seccomp
+from episodes.runtimes import cgroup, cgroup_pool, seccomp
 from episodes.runtimes.sandbox import SandboxRuntime, bwrap_path
 from episodes.types.runtime import SubprocessConfig
 from tests.support.helpers import wait_until
@@ -44,8 +44,14 @@ def mode(request, monkeypatch) -> str:
         if cgroup.available() is None:
             pytest.skip("this worker cannot make cgroups")
     else:
-        monkeypatch.setattr(cgroup, "make", lambda *a: None)
+        _no_cgroups(monkeypatch)
     return str(request.param)
+
+
+def _no_cgroups(monkeypatch) -> None:
+    """Boxes as on a worker that cannot make cgroups: none made, none reused."""
+    monkeypatch.setattr(cgroup, "make", lambda *a: None)
+    monkeypatch.setattr(cgroup_pool, "lease", lambda *a: None)
 
 
 async def _box(**limits: object) -> SandboxRuntime:
@@ -96,11 +102,23 @@ async def test_a_memory_hog_is_killed_at_the_box_limit_with_a_cgroup():
         assert "memory limit (64 MiB" in (await box.limit_exceeded() or "")
     finally:
         await box.stop()
-    assert all(not d.exists() for d in box._watch.group.dirs.values())  # type: ignore[union-attr]
+    group = box._watch.group  # type: ignore[union-attr]
+    assert group is not None and group.empty()  # parked for the next box, nothing left in it
+    # The next box of these limits gets that cgroup: the OOM kill counted for the
+    # last box is not this one's.
+    again = await _box()
+    try:
+        assert again._watch.group is group  # type: ignore[union-attr]
+        assert await _run(again, "print('fine')") == (0, "fine\n")
+        assert await again.limit_exceeded() is None
+    finally:
+        await again.stop()
+    cgroup_pool.clear()  # as at the worker's exit
+    assert all(not d.exists() for d in group.dirs.values())
 
 
 async def test_without_a_cgroup_memory_is_bounded_per_process(monkeypatch):
-    monkeypatch.setattr(cgroup, "make", lambda *a: None)
+    _no_cgroups(monkeypatch)
     box = await _box()
     try:
         rc, out = await _run(box, HOG)
