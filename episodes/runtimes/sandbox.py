@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -35,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.runtimes import cgroup, cgroup_pool, sandbox_agent, seccomp
+from episodes.runtimes import box_etc, cgroup, cgroup_pool, sandbox_agent, seccomp
 from episodes.runtimes.base import Runtime, RuntimeProcess
 from episodes.runtimes.bwrap import (
     BWRAP_MISSING,
@@ -48,6 +47,7 @@ from episodes.runtimes.bwrap import (
     sized_tmpfs,
 )
 from episodes.runtimes.sandbox_agent import AGENT_IN_BOX
+from episodes.runtimes.sandbox_channel import AgentChannel
 from episodes.runtimes.sandbox_limits import LimitWatch, box_dir_prefix
 from episodes.runtimes.sandbox_process import SandboxProcess
 from episodes.runtimes.subprocess import _SETPRIV
@@ -65,10 +65,9 @@ __all__ = [
 from episodes.types.runtime import SubprocessConfig
 
 _READY_TIMEOUT_S = 30.0
-_REPLY_TIMEOUT_S = 60.0
 
 
-class SandboxRuntime(Runtime):
+class SandboxRuntime(AgentChannel, Runtime):
     """A bubblewrap sandbox on the worker's machine; every process a child of its agent."""
 
     # `{python}` is the worker's interpreter, as for a plain subprocess box.
@@ -144,6 +143,13 @@ class SandboxRuntime(Runtime):
         # one, made in a thread (mkdir and writes in cgroupfs).
         group = cgroup_pool.lease(limits) or await asyncio.to_thread(cgroup.make, self.id, limits)
         self._agent = await sandbox_agent.agent_binary()
+        # /etc in one bind: copied once per worker (and again when the host's changes);
+        # entry by entry where the spec binds something inside /etc (a read-only /etc
+        # has no room for its mount point).
+        etc: list[str] | None = None
+        if not any(p == "/etc" or p.startswith("/etc/") for p in self.config.ro_paths):
+            etc = box_etc.etc_binds() if box_etc.etc_ready() else None
+            etc = etc or await asyncio.to_thread(box_etc.etc_binds)
         # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
         rlimits = f"nproc={limits.processes},fsize={limits.disk}"
         if group is None:
@@ -162,6 +168,7 @@ class SandboxRuntime(Runtime):
             seccomp_fd=filter_fd,
             rlimits=rlimits,
             agent=self._agent,
+            etc=etc,
         )
         # Dies with the worker, as a subprocess box does (see `subprocess`): bwrap then
         # takes its pid 1, and so the whole box, with it (--die-with-parent).
@@ -215,92 +222,6 @@ class SandboxRuntime(Runtime):
             line = data.decode(errors="replace").strip().splitlines()
             return line[-1] if line else f"bwrap exited ({self._bwrap.returncode})"
         return "bwrap did not answer"
-
-    # -- the control channel -------------------------------------------------------------
-    def _on_readable(self) -> None:
-        assert self._sock is not None
-        try:
-            data = self._sock.recv(65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
-            self._lost()
-            return
-        self._buf += data
-        while b"\n" in self._buf:
-            line, self._buf = self._buf.split(b"\n", 1)
-            try:
-                self._dispatch(json.loads(line))
-            except (ValueError, TypeError, KeyError):
-                continue  # the agent runs in the box: nothing it says may break the worker
-
-    def _dispatch(self, msg: dict[str, Any]) -> None:
-        if msg.get("ready") and self._ready is not None and not self._ready.done():
-            self._ready.set_result(None)
-        elif "exit" in msg:
-            pid, code = int(msg["exit"]), int(msg["code"])
-            if pid in self._procs:
-                self._procs[pid]._exited(code)
-            else:
-                self._exits[pid] = code
-        elif "id" in msg:
-            fut = self._replies.pop(int(msg["id"]), None)
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-
-    def _lost(self) -> None:
-        """The agent is gone (the box died or was stopped): every process with it."""
-        if self._sock is not None:
-            with contextlib.suppress(Exception):
-                asyncio.get_running_loop().remove_reader(self._sock.fileno())
-            self._sock.close()
-        self._sock = None
-        gone = ConnectionError(f"sandbox {self.id} is gone")
-        if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(gone)
-        for fut in self._replies.values():
-            if not fut.done():
-                fut.set_exception(gone)
-        self._replies.clear()
-        for proc in self._procs.values():
-            proc._exited(-signal.SIGKILL)
-
-    async def _request(self, msg: dict[str, Any], fds: tuple[int, ...] = ()) -> dict[str, Any]:
-        if self._sock is None:
-            raise RuntimeError(f"sandbox runtime {self.id} is not running")
-        self._next_id += 1
-        data = sandbox_agent.frame({**msg, "id": self._next_id})  # ValueError before anything waits
-        fut = asyncio.get_running_loop().create_future()
-        self._replies[self._next_id] = fut
-        async with self._send_lock:
-            await self._send(data, fds)
-        try:
-            return await asyncio.wait_for(fut, _REPLY_TIMEOUT_S)
-        except (ConnectionError, TimeoutError) as e:
-            raise RuntimeError(f"sandbox runtime {self.id} does not answer: {e}") from None
-
-    async def _send(self, data: bytes, fds: tuple[int, ...]) -> None:
-        loop = asyncio.get_running_loop()
-        anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_int_array(fds)))] if fds else []
-        while data:
-            sock = self._sock
-            if sock is None:
-                raise RuntimeError(f"sandbox runtime {self.id} is not running")
-            try:
-                sent = sock.sendmsg([data], anc)
-            except BlockingIOError:
-                ready = loop.create_future()
-                loop.add_writer(sock.fileno(), ready.set_result, None)
-                try:
-                    await ready
-                finally:
-                    loop.remove_writer(sock.fileno())
-                continue
-            except OSError as e:
-                raise RuntimeError(f"sandbox runtime {self.id} is gone: {e}") from None
-            data, anc = data[sent:], []  # the fds went with the first byte
 
     # -- the runtime contract ------------------------------------------------------------
     async def alive(self) -> bool:
@@ -393,12 +314,6 @@ class SandboxRuntime(Runtime):
 def _option(argv: list[str], name: str) -> str | None:
     i = argv.index(name) if name in argv else -1
     return argv[i + 1] if 0 <= i < len(argv) - 1 else None
-
-
-def _int_array(fds: tuple[int, ...]) -> Any:
-    import array
-
-    return array.array("i", fds)
 
 
 def local_runtime(config: SubprocessConfig) -> Runtime:
