@@ -5,6 +5,8 @@ A group runs again whole, as `<batch>.<task>.g.r<n>`, while a member ended for a
 infrastructure reason and `spec.batch_retries` allow; each member's outcome is then
 folded into the batch's metrics as an episode's is. A re-run batch finds the group
 already started and awaits its result (`await_group`, on the side queue).
+`group_timeout_s` cuts a group's members still running as on the client's path
+(`cut: group_timeout`); the batch records a cut member `cancelled`, unrewarded.
 
 Deterministic: a batch workflow runs it; models only.
 """
@@ -28,6 +30,10 @@ with workflow.unsafe.imports_passed_through():
 
 if TYPE_CHECKING:
     from workflows.batch import _Outcome
+
+# Histories from before a batch's groups honoured `group_timeout_s` (it was dropped):
+# their group workflows started without it.
+GROUP_TIMEOUT_PATCH = "batch-group-timeout"
 
 
 async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) -> list[_Outcome]:
@@ -81,6 +87,9 @@ async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) ->
 
 async def _run(batch: str, inp: BatchInput, task: Task, wid: str) -> GroupResult:
     spec = inp.spec
+    timeout = spec.group_timeout_s
+    if timeout is not None and not workflow.patched(GROUP_TIMEOUT_PATCH):
+        timeout = None
     try:
         return await workflow.execute_child_workflow(
             contract.GROUP_WORKFLOW,
@@ -89,6 +98,7 @@ async def _run(batch: str, inp: BatchInput, task: Task, wid: str) -> GroupResult
                 task=task,
                 samples=spec.samples,
                 batch=batch,
+                group_timeout_s=timeout,
             ),
             id=wid,
             result_type=GroupResult,
