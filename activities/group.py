@@ -40,16 +40,16 @@ from episodes import contract
 from episodes.errors import EnvironmentFailed, HarnessFailure, SpecError
 from episodes.session.drive import TurnLoop
 from episodes.session.live import LiveSession
-from episodes.types.group import GroupInput, GroupProgress, GroupResult, MemberState, member_id
-from episodes.types.io import DriveResult
-from episodes.types.priority import records_usage
-from episodes.types.results import (
-    Cut,
-    EpisodeResult,
-    ScoreResult,
-    Termination,
-    TurnResult,
+from episodes.types.group import (
+    GroupInput,
+    GroupProgress,
+    GroupResult,
+    MemberState,
+    member_id,
+    member_result,
 )
+from episodes.types.io import DriveResult
+from episodes.types.results import Cut, EpisodeResult, ScoreResult, Termination, TurnResult
 
 log = logging.getLogger("episodes.activities.group")
 
@@ -179,24 +179,16 @@ class GroupActivities:
             self.members -= 1
             await session.close()
         score = ended.score or ScoreResult()
-        tokens, calls = records_usage(t.record for t in m.turns)
-        m.result = EpisodeResult(
-            workflow_id=wid,
-            task_id=task.id,
-            sample=m.sample,
-            env=spec.env,
-            spec_name=spec.name,
+        m.result = member_result(
+            inp.group_workflow_id,
+            spec,
+            task.id,
+            m,
             termination=ended.termination or "max_turns",
             error=ended.error,
-            turns=len(m.turns),
+            duration_s=time.monotonic() - started,
             reward=score.reward,
             score_details=score.details,
-            duration_s=time.monotonic() - started,
-            restarts=m.restarts,
-            turns_replayed=m.turns_replayed,
-            replay_divergences=m.replay_divergences,
-            model_calls=calls,
-            model_tokens=tokens,
             config_error=config_error,
         )
 
@@ -208,22 +200,14 @@ def _ended(progress: GroupProgress) -> int:
 
 def _cut(inp: GroupInput, m: MemberState, why: Cut, *, started: float) -> EpisodeResult:
     """A member cut while it ran (its session closed): `cancelled`, with its turns."""
-    tokens, calls = records_usage(t.record for t in m.turns)
-    return EpisodeResult(
-        workflow_id=member_id(inp.group_workflow_id, m.sample),
-        task_id=inp.task.id,
-        sample=m.sample,
-        env=inp.spec.env,
-        spec_name=inp.spec.name,
+    return member_result(
+        inp.group_workflow_id,
+        inp.spec,
+        inp.task.id,
+        m,
         termination="cancelled",
         error=f"cut by its group ({why})",
-        turns=len(m.turns),
         duration_s=max(0.0, time.time() - started),
-        restarts=m.restarts,
-        turns_replayed=m.turns_replayed,
-        replay_divergences=m.replay_divergences,
-        model_calls=calls,
-        model_tokens=tokens,
         cut=why,
     )
 

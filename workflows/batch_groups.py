@@ -24,9 +24,15 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes import search_attributes as sa
-    from episodes.types.group import GroupInput, GroupResult, group_workflow_id, member_id
+    from episodes.types.group import (
+        GroupInput,
+        GroupResult,
+        MemberState,
+        group_workflow_id,
+        member_result,
+    )
     from episodes.types.io import BatchInput
-    from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
+    from episodes.types.results import WORKFLOW_FAILED, Task, is_infra_failure
 
 if TYPE_CHECKING:
     from workflows.batch import _Outcome
@@ -50,15 +56,13 @@ async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) ->
             results = (await _run(batch, inp, task, wid)).results
         except (ChildWorkflowError, ActivityError) as e:
             results = [
-                EpisodeResult(
-                    workflow_id=member_id(wid, s),
-                    task_id=task.id,
-                    sample=s,
-                    env=spec.env,
-                    spec_name=spec.name,
+                member_result(
+                    wid,
+                    spec,
+                    task.id,
+                    MemberState(sample=s),
                     termination=WORKFLOW_FAILED,
                     error=f"{wid}: {_root_cause(e)}",
-                    turns=0,
                     duration_s=(workflow.now() - began).total_seconds(),
                 )
                 for s in range(spec.samples)

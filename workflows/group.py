@@ -28,7 +28,7 @@ with workflow.unsafe.imports_passed_through():
         GroupProgress,
         GroupResult,
         MemberState,
-        member_id,
+        member_result,
     )
     from episodes.types.results import EpisodeResult, Termination
 
@@ -121,19 +121,14 @@ def _results(
             out.append(m.result)
             continue
         out.append(
-            EpisodeResult(
-                workflow_id=member_id(wid, s),
-                task_id=inp.task.id,
-                sample=s,
-                env=inp.spec.env,
-                spec_name=inp.spec.name,
+            member_result(
+                wid,
+                inp.spec,
+                inp.task.id,
+                m,
                 termination=termination or "worker_lost",
                 error=error,
-                turns=len(m.turns),
                 duration_s=(workflow.now() - workflow.info().start_time).total_seconds(),
-                restarts=m.restarts,
-                turns_replayed=m.turns_replayed,
-                replay_divergences=m.replay_divergences,
             )
         )
     return out
