@@ -34,8 +34,11 @@ import uuid
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities.batch import await_workflow
+from activities.group_record import GroupRecord, MemberSink
+from activities.session import spec_error_type
 from episodes import contract
 from episodes.errors import EnvironmentFailed, HarnessFailure, SpecError
 from episodes.session.drive import TurnLoop
@@ -49,28 +52,9 @@ from episodes.types.group import (
     member_result,
 )
 from episodes.types.io import DriveResult
-from episodes.types.results import Cut, EpisodeResult, ScoreResult, Termination, TurnResult
+from episodes.types.results import Cut, EpisodeResult, ScoreResult, Termination
 
 log = logging.getLogger("episodes.activities.group")
-
-
-class _MemberSink:
-    """The member's turns, recorded as they finish (what the heartbeat carries)."""
-
-    stop = False
-
-    def __init__(self, member: MemberState) -> None:
-        self.member = member
-
-    def add(self, result: TurnResult, *, send: bool = True) -> None:
-        if result.record.turn == len(self.member.turns):
-            self.member.turns.append(result)
-
-    async def wait_until_within(self, limit: int, lag_s: float = 0.0) -> None:
-        return None
-
-    async def finish(self) -> list[TurnResult]:
-        return []
 
 
 class GroupActivities:
@@ -89,30 +73,36 @@ class GroupActivities:
     async def run_group(self, inp: GroupInput) -> GroupProgress:
         info = activity.info()
         progress = _restored(info.heartbeat_details, inp.size)
+        record = GroupRecord(progress, self.history_limit_bytes, inp.group_workflow_id)
         restart = info.attempt > 1
-        beat = asyncio.create_task(_beat(progress))
+        beat = asyncio.create_task(_beat(record))
         deadline = None
         if inp.group_timeout_s is not None:  # from the first attempt's scheduling on
             deadline = info.scheduled_time.timestamp() + inp.group_timeout_s
         self.groups += 1
         running = {
-            asyncio.create_task(self._member(inp, m, restart)): m
+            asyncio.create_task(self._member(inp, m, restart, record)): m
             for m in progress.members
             if m.result is None
         }
+        over = asyncio.create_task(record.outgrown())
         try:
             pending = set(running)
             why: Cut = "straggler"
-            while pending and _ended(progress) < inp.samples:
+            while pending and _ended(progress) < inp.samples and not record.over.is_set():
                 left = None if deadline is None else max(0.0, deadline - time.time())
                 done, pending = await asyncio.wait(
-                    pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    {*pending, over}, timeout=left, return_when=asyncio.FIRST_COMPLETED
                 )
+                pending.discard(over)
+                done.discard(over)
                 for t in done:
                     t.result()  # a member's unexpected error fails the attempt
-                if not done:
+                if not done and not record.over.is_set():
                     why = "group_timeout"
                     break
+            if not record.fits():  # what the result would carry: stop every member
+                raise _too_big(record)
             for t in pending:  # spares past `samples` ended (oversample), or too late
                 t.cancel()
             # (the activity's own cancellation still raises here)
@@ -122,6 +112,7 @@ class GroupActivities:
                 if m.result is None:  # not one that ended in the same moment
                     m.result = _cut(inp, m, why, started=info.started_time.timestamp())
         finally:
+            over.cancel()
             for t in running:  # the activity cancelled (a stale group), or failed
                 t.cancel()
             await asyncio.gather(*running, return_exceptions=True)
@@ -131,7 +122,9 @@ class GroupActivities:
                 await beat
         return progress
 
-    async def _member(self, inp: GroupInput, m: MemberState, restart: bool) -> None:
+    async def _member(
+        self, inp: GroupInput, m: MemberState, restart: bool, record: GroupRecord
+    ) -> None:
         if m.result is not None:
             return  # ended before the worker was lost: its result stands
         spec, task = inp.spec, inp.task
@@ -172,7 +165,10 @@ class GroupActivities:
                 ended = DriveResult(termination=termination, error=error, next_turn=len(m.turns))
             else:
                 loop = TurnLoop(
-                    session, _MemberSink(m), max_turns=spec.max_turns, first_turn=len(m.turns)
+                    session,
+                    MemberSink(m, record),
+                    max_turns=spec.max_turns,
+                    first_turn=len(m.turns),
                 )
                 ended = await loop.run()
         finally:
@@ -222,13 +218,26 @@ def _restored(details: Any, samples: int) -> GroupProgress:
     return progress
 
 
-async def _beat(progress: GroupProgress) -> None:
+def _too_big(record: GroupRecord) -> ApplicationError:
+    """The group outgrew its record: a configuration error, one line, not retried."""
+    e = record.error()
+    log.warning("%s", e)
+    return ApplicationError(
+        str(e),
+        type=spec_error_type(e),
+        non_retryable=True,
+        category=ApplicationErrorCategory.BENIGN,
+    )
+
+
+async def _beat(record: GroupRecord) -> None:
     """Beat with every member's turns so far: the loss signal, and the record a retry
-    restores from (the SDK sends the latest details at most every 0.8 x timeout)."""
+    restores from (the SDK sends the latest details at most every 0.8 x timeout).
+    A record past its bound is not sent: the group stops (`GroupRecord.over`)."""
     timeout = activity.info().heartbeat_timeout
     interval = max(0.2, timeout.total_seconds() / 3) if timeout else 5.0
-    while True:
-        activity.heartbeat(progress)
+    while record.fits():
+        activity.heartbeat(record.progress)
         await asyncio.sleep(interval)
 
 
