@@ -31,6 +31,7 @@ import contextlib
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from temporalio import activity
@@ -56,6 +57,8 @@ from episodes.types.results import Cut, EpisodeResult, ScoreResult, Termination
 
 log = logging.getLogger("episodes.activities.group")
 
+PLACE_POLL_S = 0.05  # as the worker's session slots poll for room
+
 
 class GroupActivities:
     def __init__(self, *, worker_id: str, history_limit_bytes: int | None = None) -> None:
@@ -63,11 +66,42 @@ class GroupActivities:
         self.history_limit_bytes = history_limit_bytes
         self.groups = 0  # `run_group` activities running here
         self.members = 0  # their live member sessions
+        self.waiting = 0  # members waiting for a place
+        self._live: dict[int, int] = {}  # live members by group (one `run_group` call)
+        # Whether the worker has a place for one more session beside its registry's, its
+        # slot permits' and `placed_beyond()` (the worker sets it; alone: always).
+        self.room: Callable[[], bool] = lambda: True
+
+    def placed_beyond(self) -> int:
+        """Live member sessions beyond the one slot permit each group holds (its first
+        live member's place)."""
+        return sum(max(0, n - 1) for n in self._live.values())
 
     def beyond_permits(self) -> int:
-        """Live member sessions beyond the one slot permit each group holds: what the
-        worker's session slots count on top of its registry (`workers.backpressure`)."""
-        return max(0, self.members - self.groups)
+        """What the worker's session slots count on top of its registry and permits
+        (`workers.backpressure`): the places members hold beyond their groups'
+        permits, and those members wait for (admitted groups go first)."""
+        return self.placed_beyond() + self.waiting
+
+    @contextlib.asynccontextmanager
+    async def _place(self, group: int) -> AsyncIterator[None]:
+        """A place among the worker's `max_sessions` for one member while its session
+        lives: the group's permit for its first live member, a free place for the rest
+        (they wait for one: `max_sessions` holds however large the group)."""
+        if self._live[group]:
+            self.waiting += 1
+            try:  # (the group's own place frees too once its live members ended)
+                while self._live[group] and not self.room():
+                    await asyncio.sleep(PLACE_POLL_S)
+            finally:
+                self.waiting -= 1
+        self._live[group] += 1
+        self.members += 1
+        try:
+            yield
+        finally:
+            self._live[group] -= 1
+            self.members -= 1
 
     @activity.defn(name=contract.RUN_GROUP)
     async def run_group(self, inp: GroupInput) -> GroupProgress:
@@ -80,8 +114,10 @@ class GroupActivities:
         if inp.group_timeout_s is not None:  # from the first attempt's scheduling on
             deadline = info.scheduled_time.timestamp() + inp.group_timeout_s
         self.groups += 1
+        group = id(record)
+        self._live[group] = 0
         running = {
-            asyncio.create_task(self._member(inp, m, restart, record)): m
+            asyncio.create_task(self._member(inp, m, restart, record, group)): m
             for m in progress.members
             if m.result is None
         }
@@ -117,16 +153,23 @@ class GroupActivities:
                 t.cancel()
             await asyncio.gather(*running, return_exceptions=True)
             self.groups -= 1
+            del self._live[group]
             beat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beat
         return progress
 
     async def _member(
-        self, inp: GroupInput, m: MemberState, restart: bool, record: GroupRecord
+        self, inp: GroupInput, m: MemberState, restart: bool, record: GroupRecord, group: int
     ) -> None:
         if m.result is not None:
             return  # ended before the worker was lost: its result stands
+        async with self._place(group):
+            await self._run_member(inp, m, restart, record)
+
+    async def _run_member(
+        self, inp: GroupInput, m: MemberState, restart: bool, record: GroupRecord
+    ) -> None:
         spec, task = inp.spec, inp.task
         wid = member_id(inp.group_workflow_id, m.sample)
         started = time.monotonic()
@@ -140,7 +183,6 @@ class GroupActivities:
         )
         ended: DriveResult
         config_error = False
-        self.members += 1
         try:
             try:
                 m.first_message = await session.open()
@@ -172,7 +214,6 @@ class GroupActivities:
                 )
                 ended = await loop.run()
         finally:
-            self.members -= 1
             await session.close()
         score = ended.score or ScoreResult()
         m.result = member_result(

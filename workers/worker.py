@@ -133,10 +133,14 @@ class EpisodeWorker:
         self.groups = GroupActivities(
             worker_id=self.worker_id, history_limit_bytes=self.activities.history_limit_bytes
         )
-        self.slots = SessionSlots(self.registry, self.breaker, extra=self.groups.beyond_permits)
-        telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(
-            lambda: len(self.registry)
+        self.slots = SessionSlots(
+            self.registry,
+            self.breaker,
+            extra=self.groups.beyond_permits,
+            placed=self.groups.placed_beyond,
         )
+        self.groups.room = self.slots.has_room_for_member
+        telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(self.live_sessions)
         telemetry.MAX_SESSIONS.labels(worker=self.worker_id).set(opts.max_sessions)
         telemetry.PROVISIONS_PAUSED.labels(worker=self.worker_id).set_function(
             lambda: float(self._provisions_paused())
@@ -340,10 +344,14 @@ class EpisodeWorker:
     def _provisions_paused(self) -> bool:
         return self.breaker is not None and self.breaker.is_open()
 
+    def live_sessions(self) -> int:
+        """Its registry's sessions and its groups' live members."""
+        return len(self.registry) + self.groups.members
+
     def stats(self) -> dict[str, object]:
         stats: dict[str, object] = {
             "worker_id": self.worker_id,
-            "sessions": len(self.registry),
+            "sessions": self.live_sessions(),
             "max_sessions": self.registry.max_sessions,
             "reaped": self.reaped,
             "provisions_paused": self._provisions_paused(),
