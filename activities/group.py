@@ -22,6 +22,12 @@ ended, cancelling the spares still running (`cut: straggler`), or at the deadlin
 activity's first scheduling plus `group_timeout_s`, the same on a retry), cancelling
 the members still running (`cut: group_timeout`). A cut member's sessions close and
 its result is `cancelled` with the turns it had.
+
+Capacity: the group holds one of the worker's session slots (`workers.backpressure`);
+its first live member uses that place, each other one waits for a free place among
+`max_sessions` before its session starts (`_place`), so the limit holds for groups of
+any size. Size: the record (every member's turns) must fit one payload
+(`activities.group_record`): past its bound the group stops with `GroupTooBig`.
 """
 
 from __future__ import annotations
