@@ -85,6 +85,7 @@ SPEC_ERRORS: tuple[str, ...] = (
     "SecretMissing",
     "TunnelFailed",
     "PayloadsConfigError",
+    "GroupTooBig",
 )
 # `HarnessFailure.error_type`s a harness can fail `provision` with: the episode's
 # outcome (its termination), not a retry.

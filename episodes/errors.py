@@ -40,6 +40,11 @@ class TunnelFailed(SpecError):
     A spec error, not retried: another attempt on the same image fails the same way."""
 
 
+class GroupTooBig(SpecError):
+    """Group execution: a group's members' turns outgrow the one payload that records
+    them (`activities.group_record`); the message says what to run instead."""
+
+
 class ConfigError(EpisodesError):
     """A setting is invalid; the message names it and its source."""
 

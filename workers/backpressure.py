@@ -35,12 +35,15 @@ class SessionSlots(CustomSlotSupplier):
         registry: SessionRegistry,
         breaker: ProvisionBreaker | None = None,
         extra: Callable[[], int] | None = None,
+        placed: Callable[[], int] | None = None,
     ) -> None:
-        """`extra`: live sessions the registry does not hold beyond the permits they
-        came with (a group's members: `activities.group`, one permit per group)."""
+        """`extra`: places the registry does not hold beyond the permits they came
+        with (a group's members, one permit per group, and those waiting for a place:
+        `activities.group`); `placed`: the part of it live now."""
         self.registry = registry
         self.breaker = breaker
         self.extra = extra
+        self.placed = placed
         self.permits = 0
         self.stopped = False
 
@@ -55,6 +58,14 @@ class SessionSlots(CustomSlotSupplier):
             return False
         extra = self.extra() if self.extra is not None else 0
         return len(self.registry) + self.permits + extra < self.registry.max_sessions
+
+    def has_room_for_member(self) -> bool:
+        """A place for one more member of a group already running here: its sessions,
+        permits and placed members under `max_sessions` (members waiting for a place
+        are not counted against each other; a breaker or a saturated fleet does not
+        hold back a group it already admitted)."""
+        placed = self.placed() if self.placed is not None else 0
+        return len(self.registry) + self.permits + placed < self.registry.max_sessions
 
     async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
         # Polling is cheap here and keeps the supplier free of loop-bound conditions.

@@ -22,22 +22,15 @@ import socket
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import timedelta
 
 from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import (
     FixedSizeSlotSupplier,
     Interceptor,
-    UnsandboxedWorkflowRunner,
     Worker,
-    WorkerDeploymentConfig,
     WorkerTuner,
-    WorkflowRunner,
 )
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from activities import telemetry
 from activities.batch import await_episode
@@ -45,53 +38,24 @@ from activities.group import GroupActivities, await_group
 from activities.session import SessionActivities, score_transcript_activity
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
-from episodes.envs.base import DEFAULT_ENV_THREADS, set_env_threads
+from episodes.envs.base import set_env_threads
 from episodes.payloads.settings import stores_externally
 from episodes.runtimes.worker_pools import WorkerPools
 from episodes.session.registry import SessionRegistry
 from episodes.truncate import HISTORY_TURN_LIMIT
-from episodes.types.tuning import DEFAULT_TASK_QUEUE
 from workers.backpressure import SessionSlots
 from workers.drain import DrainInterceptor, DrainState
+from workers.options import (
+    WorkerOptions,
+    deployment_config,
+    precompile_workflows,
+    seconds,
+    workflow_runner,
+)
 from workers.orphans import reap_orphans
 from workflows import WORKFLOWS
 
 log = logging.getLogger("episodes.worker")
-
-
-@dataclass
-class WorkerOptions:
-    task_queue: str = DEFAULT_TASK_QUEUE
-    max_sessions: int = 256
-    # Sync env code (reset/step/score, plain tools) running at once, each on a thread
-    # off the event loop (episodes/envs/base.py); more waits for a thread.
-    env_threads: int = DEFAULT_ENV_THREADS
-    # A session nobody has touched for this long is stopped (its workflow is stuck or gone).
-    session_idle_ttl_s: float = 3600.0
-    reap_interval_s: float = 30.0
-    max_concurrent_workflow_tasks: int = 100
-    # `await_episode` (a re-run batch waiting for an existing episode) in flight at once.
-    max_side_activities: int = 1000
-    graceful_shutdown_s: float = 5.0
-    # How long a workflow task waits on this worker's sticky queue before any worker
-    # may take it. A lost worker's workflows wait this long too before they can notice
-    # the loss, so it adds to worker_lost detection (SDK default: 10 s).
-    sticky_timeout_s: float = 2.0
-    # On stop (SIGTERM): how long live sessions may run on before they are abandoned.
-    drain_timeout_s: float = 30.0
-    # Provisions in a row that find the runtime unavailable before this worker pauses
-    # taking provisions (episodes/breaker.py); 0: never pause.
-    provision_breaker_after: int = 3
-    worker_id: str | None = None
-    # Caps on what specs ask of this worker's box pools (None: the spec decides).
-    pool_ttl_s: float | None = None
-    pool_max_idle: int | None = None
-    # Worker Versioning (both or neither): docs/operations/drain.md.
-    deployment_name: str | None = None
-    build_id: str | None = None
-    # Run the workflows in the SDK's sandbox; off, they run as plain code (see
-    # `workflow_runner`).
-    workflow_sandbox: bool = False
 
 
 class EpisodeWorker:
@@ -133,10 +97,14 @@ class EpisodeWorker:
         self.groups = GroupActivities(
             worker_id=self.worker_id, history_limit_bytes=self.activities.history_limit_bytes
         )
-        self.slots = SessionSlots(self.registry, self.breaker, extra=self.groups.beyond_permits)
-        telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(
-            lambda: len(self.registry)
+        self.slots = SessionSlots(
+            self.registry,
+            self.breaker,
+            extra=self.groups.beyond_permits,
+            placed=self.groups.placed_beyond,
         )
+        self.groups.room = self.slots.has_room_for_member
+        telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(self.live_sessions)
         telemetry.MAX_SESSIONS.labels(worker=self.worker_id).set(opts.max_sessions)
         telemetry.PROVISIONS_PAUSED.labels(worker=self.worker_id).set_function(
             lambda: float(self._provisions_paused())
@@ -158,8 +126,8 @@ class EpisodeWorker:
             no_remote_activities=True,
             workflow_runner=workflow_runner(opts.workflow_sandbox),
             max_concurrent_workflow_tasks=opts.max_concurrent_workflow_tasks,
-            sticky_queue_schedule_to_start_timeout=_seconds(opts.sticky_timeout_s),
-            graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
+            sticky_queue_schedule_to_start_timeout=seconds(opts.sticky_timeout_s),
+            graceful_shutdown_timeout=seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@shared",
             deployment_config=deployment,
         )
@@ -182,7 +150,7 @@ class EpisodeWorker:
                 nexus_supplier=FixedSizeSlotSupplier(1),
             ),
             # A provision already running when the drain starts may finish in its time.
-            graceful_shutdown_timeout=_seconds(max(opts.drain_timeout_s, 1.0)),
+            graceful_shutdown_timeout=seconds(max(opts.drain_timeout_s, 1.0)),
             identity=f"{self.worker_id}@provision",
             interceptors=drain,
             # The shared queue is versioned: its activity pollers carry the same build.
@@ -199,7 +167,7 @@ class EpisodeWorker:
             ],
             # Each live session has at most one drive, turn, score or release in flight.
             max_concurrent_activities=max(8, opts.max_sessions * 2),
-            graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
+            graceful_shutdown_timeout=seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@session",
             interceptors=[*interceptors, *drain],
             # Not versioned: the queue is this process's alone (its name routes), and a
@@ -211,7 +179,7 @@ class EpisodeWorker:
             task_queue=contract.side_queue(opts.task_queue),
             activities=[await_episode, await_group],
             max_concurrent_activities=opts.max_side_activities,
-            graceful_shutdown_timeout=_seconds(opts.graceful_shutdown_s),
+            graceful_shutdown_timeout=seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@side",
         )
 
@@ -340,10 +308,14 @@ class EpisodeWorker:
     def _provisions_paused(self) -> bool:
         return self.breaker is not None and self.breaker.is_open()
 
+    def live_sessions(self) -> int:
+        """Its registry's sessions and its groups' live members."""
+        return len(self.registry) + self.groups.members
+
     def stats(self) -> dict[str, object]:
         stats: dict[str, object] = {
             "worker_id": self.worker_id,
-            "sessions": len(self.registry),
+            "sessions": self.live_sessions(),
             "max_sessions": self.registry.max_sessions,
             "reaped": self.reaped,
             "provisions_paused": self._provisions_paused(),
@@ -351,66 +323,3 @@ class EpisodeWorker:
         }
         stats["pool"] = self.pools.stats.model_dump()
         return stats
-
-
-def deployment_config(opts: WorkerOptions) -> WorkerDeploymentConfig | None:
-    """Worker Versioning for the shared-queue worker, or None (unversioned).
-
-    Every workflow is pinned: an episode's session lives in this process, so its
-    workflow finishes on the build that provisioned it. (EvalBatchWorkflow could
-    auto-upgrade, but a `versioning_behavior` on its defn makes unversioned workers
-    fail its tasks, so it stays pinned: the old build serves a batch to its end.)
-    """
-    if opts.deployment_name is None or opts.build_id is None:
-        return None
-    return WorkerDeploymentConfig(
-        version=WorkerDeploymentVersion(
-            deployment_name=opts.deployment_name, build_id=opts.build_id
-        ),
-        use_worker_versioning=True,
-        default_versioning_behavior=VersioningBehavior.PINNED,
-    )
-
-
-def workflow_runner(sandboxed: bool) -> WorkflowRunner:
-    """How the worker runs this package's workflows.
-
-    The SDK's sandbox imports a workflow's modules afresh for every workflow run and
-    enters itself again for each payload's serialization context: a quarter of the
-    worker's CPU per episode and 5-23 ms of a 1-turn episode (bench/README.md, issue
-    22). These workflows are this package's own code, not a user's: they import only
-    models (tests/test_layering.py), keep no module state, and the sandbox still
-    checks them where it catches what it exists for, replaying the saved histories
-    (tests/workflows/test_replay.py) and in the workflow-logic tests. `workflow_sandbox`
-    turns it back on for a worker.
-    """
-    return SandboxedWorkflowRunner() if sandboxed else UnsandboxedWorkflowRunner()
-
-
-def precompile_workflows() -> None:
-    """Write the workflow modules' bytecode if it is missing or stale.
-
-    The sandbox imports a workflow's modules afresh for every workflow run. Without
-    their .pyc (PYTHONDONTWRITEBYTECODE=1, a fresh editable checkout) every run
-    compiled them from source: ~18% of the worker's main-thread CPU in the throughput
-    benchmark (issue 13). Python still reads bytecode under PYTHONDONTWRITEBYTECODE. A
-    read-only tree is left as it is (an installed package has its .pyc already).
-    """
-    import importlib.util
-    import py_compile
-    from pathlib import Path
-
-    import workflows
-
-    for path in Path(workflows.__file__).parent.glob("*.py"):
-        cfile = importlib.util.cache_from_source(str(path))
-        try:
-            if os.path.exists(cfile) and os.stat(cfile).st_mtime >= path.stat().st_mtime:
-                continue
-            py_compile.compile(str(path), cfile=cfile, doraise=True)
-        except (OSError, py_compile.PyCompileError) as e:
-            log.debug("no bytecode for %s: %s", path, e)
-
-
-def _seconds(s: float) -> timedelta:
-    return timedelta(seconds=s)

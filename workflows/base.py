@@ -6,6 +6,8 @@ finish (the outcome's search attributes, the details, the EpisodeResult).
 them as `step` Updates. Each defines its own Updates: an interactive session must
 not accept the drive's `record_turns`, nor an episode a trainer's `step`.
 
+The score step is `workflows.scoring` (a base class of `EpisodeBase`).
+
 Workflow code: deterministic, models only.
 """
 
@@ -15,17 +17,19 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError
 
 from workflows.details import episode_details
 from workflows.failures import (
     failure_message,
-    failure_type,
-    is_backstop_timeout,
     is_spec_error,
-    is_worker_lost,
-    lost_message,
     provision_failure,
+)
+from workflows.scoring import (  # noqa: F401 (the patch names' import path from before)
+    CHAIN_SCORE_PATCH,
+    NO_RESET_NO_SCORE_PATCH,
+    SCORE_ENV_ERROR_PATCH,
+    Scoring,
 )
 
 with workflow.unsafe.imports_passed_through():
@@ -40,8 +44,6 @@ with workflow.unsafe.imports_passed_through():
         ReleaseInput,
         RestoreInput,
         RestoreResult,
-        ScoreInput,
-        ScoreTranscriptInput,
         SessionRef,
     )
     from episodes.types.priority import records_usage
@@ -51,26 +53,17 @@ with workflow.unsafe.imports_passed_through():
         ForkOrigin,
         ScoreResult,
         Termination,
-        Transcript,
         TurnRecord,
     )
     from episodes.types.tuning import DEFAULT_PROGRESS_TURNS, PROGRESS_MAX_BYTES
 
 
-# Histories recorded before a continued run's transcript score included earlier runs.
-CHAIN_SCORE_PATCH = "score-whole-chain"
-# Histories recorded before an episode whose env was never reset (provision failed:
-# the harness did not start, or reset raised) went unscored (they ran score_transcript).
-NO_RESET_NO_SCORE_PATCH = "no-reset-no-score"
 # Histories recorded before a restore that failed other than as an outcome (timed out,
 # its retries spent) ended the episode worker_lost (the workflow failed).
 RESTORE_LOST_PATCH = "restore-failure-worker-lost"
-# Histories recorded before a score that raised (the `score` or `score_transcript`
-# activity's env_error) was the episode's env_error (the workflow failed).
-SCORE_ENV_ERROR_PATCH = "score-env-error-outcome"
 
 
-class EpisodeBase:
+class EpisodeBase(Scoring):
     """The state of one episode and the steps of its story (not a workflow by itself)."""
 
     def __init__(self) -> None:
@@ -303,87 +296,6 @@ class EpisodeBase:
         self._status = "running"
         self._set_details()
         return None
-
-    async def _score(self, inp: EpisodeInput, error: str | None) -> ScoreResult:
-        """Score on the session's worker; without one, score the recorded transcript here.
-        An env never reset is not scored (no reward); an env whose score raises ends the
-        episode `env_error` (the reason in the score's details)."""
-        spec = inp.spec
-        if not self._opened and self._ref is None and workflow.patched(NO_RESET_NO_SCORE_PATCH):
-            # Provision failed: the env never saw the episode, and a fresh env's score()
-            # would grade nothing (a tool-counting env rewarded it 1.0).
-            return ScoreResult()
-        if (
-            self._ref is not None
-            and self._termination != "worker_lost"
-            and not self._score_recorded
-        ):
-            try:
-                return await workflow.execute_activity(
-                    contract.score,
-                    ScoreInput(session_id=self._ref.session_id, termination=self._termination),
-                    task_queue=self._ref.task_queue,
-                    schedule_to_start_timeout=timedelta(seconds=spec.worker_lost_timeout_s),
-                    start_to_close_timeout=timedelta(seconds=spec.score_timeout_s),
-                    retry_policy=RetryPolicy(
-                        maximum_attempts=3, non_retryable_error_types=[contract.SESSION_NOT_FOUND]
-                    ),
-                    summary="score",
-                )
-            except ActivityError as e:
-                if self._score_raised(e):
-                    return self._score_failed(e)
-                if not is_worker_lost(e):
-                    if not is_backstop_timeout(e):
-                        raise
-                    # The env's score() hung on a live worker past score_timeout_s: the
-                    # env failed; it is not scored again.
-                    self._termination = "env_error"
-                    return ScoreResult(
-                        details={"error": f"score() did not finish in {spec.score_timeout_s:g} s"}
-                    )
-                self._termination, error = "worker_lost", lost_message(e, self._ref)
-        transcript = Transcript(
-            task=inp.task,
-            first_message=self._ref.first_message if self._ref else None,
-            turns=self._turns,
-            termination=self._termination,
-            error=error,
-        )
-        score_input = ScoreTranscriptInput(
-            env=spec.env, env_args=spec.env_args, transcript=transcript
-        )
-        if self._first_turn and workflow.patched(CHAIN_SCORE_PATCH):
-            # A continued run holds only its own turns: the activity reads the earlier
-            # runs' from their histories, so the rubric sees the whole episode.
-            score_input.workflow_id = workflow.info().workflow_id
-            score_input.earlier_turns = self._first_turn
-        try:
-            return await workflow.execute_local_activity(
-                contract.score_transcript,
-                score_input,
-                start_to_close_timeout=timedelta(seconds=spec.score_timeout_s),
-                retry_policy=RetryPolicy(
-                    maximum_attempts=3,
-                    non_retryable_error_types=list(contract.NON_RETRYABLE_PROVISION),
-                ),
-                summary="score transcript",
-            )
-        # A local activity's failure may surface as its ApplicationError itself.
-        except (ActivityError, ApplicationError) as e:
-            if not self._score_raised(e):
-                raise
-            return self._score_failed(e)
-
-    def _score_raised(self, e: ActivityError | ApplicationError) -> bool:
-        """The env's score raised (the activity's env_error): the episode's outcome."""
-        kind = e.type if isinstance(e, ApplicationError) else failure_type(e)
-        return kind == contract.ENV_ERROR and workflow.patched(SCORE_ENV_ERROR_PATCH)
-
-    def _score_failed(self, e: ActivityError | ApplicationError) -> ScoreResult:
-        self._termination = "env_error"
-        message = e.message if isinstance(e, ApplicationError) else failure_message(e)
-        return ScoreResult(details={"error": message})
 
     async def _release(self, ref: SessionRef) -> None:
         """Always runs (also after cancellation); a failed release is logged, not fatal."""

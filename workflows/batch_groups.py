@@ -5,6 +5,8 @@ A group runs again whole, as `<batch>.<task>.g.r<n>`, while a member ended for a
 infrastructure reason and `spec.batch_retries` allow; each member's outcome is then
 folded into the batch's metrics as an episode's is. A re-run batch finds the group
 already started and awaits its result (`await_group`, on the side queue).
+`group_timeout_s` cuts a group's members still running as on the client's path
+(`cut: group_timeout`); the batch records a cut member `cancelled`, unrewarded.
 
 Deterministic: a batch workflow runs it; models only.
 """
@@ -22,12 +24,22 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes import search_attributes as sa
-    from episodes.types.group import GroupInput, GroupResult, group_workflow_id, member_id
+    from episodes.types.group import (
+        GroupInput,
+        GroupResult,
+        MemberState,
+        group_workflow_id,
+        member_result,
+    )
     from episodes.types.io import BatchInput
-    from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
+    from episodes.types.results import WORKFLOW_FAILED, Task, is_infra_failure
 
 if TYPE_CHECKING:
     from workflows.batch import _Outcome
+
+# Histories from before a batch's groups honoured `group_timeout_s` (it was dropped):
+# their group workflows started without it.
+GROUP_TIMEOUT_PATCH = "batch-group-timeout"
 
 
 async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) -> list[_Outcome]:
@@ -44,15 +56,13 @@ async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) ->
             results = (await _run(batch, inp, task, wid)).results
         except (ChildWorkflowError, ActivityError) as e:
             results = [
-                EpisodeResult(
-                    workflow_id=member_id(wid, s),
-                    task_id=task.id,
-                    sample=s,
-                    env=spec.env,
-                    spec_name=spec.name,
+                member_result(
+                    wid,
+                    spec,
+                    task.id,
+                    MemberState(sample=s),
                     termination=WORKFLOW_FAILED,
                     error=f"{wid}: {_root_cause(e)}",
-                    turns=0,
                     duration_s=(workflow.now() - began).total_seconds(),
                 )
                 for s in range(spec.samples)
@@ -81,6 +91,9 @@ async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) ->
 
 async def _run(batch: str, inp: BatchInput, task: Task, wid: str) -> GroupResult:
     spec = inp.spec
+    timeout = spec.group_timeout_s
+    if timeout is not None and not workflow.patched(GROUP_TIMEOUT_PATCH):
+        timeout = None
     try:
         return await workflow.execute_child_workflow(
             contract.GROUP_WORKFLOW,
@@ -89,6 +102,7 @@ async def _run(batch: str, inp: BatchInput, task: Task, wid: str) -> GroupResult
                 task=task,
                 samples=spec.samples,
                 batch=batch,
+                group_timeout_s=timeout,
             ),
             id=wid,
             result_type=GroupResult,

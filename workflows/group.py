@@ -28,9 +28,14 @@ with workflow.unsafe.imports_passed_through():
         GroupProgress,
         GroupResult,
         MemberState,
-        member_id,
+        member_result,
     )
     from episodes.types.results import EpisodeResult, Termination
+
+
+# Histories from before a group's members waited for places on their worker: the
+# activity's deadline was one member's.
+BACKSTOP_PER_MEMBER_PATCH = "group-backstop-per-member"
 
 
 @workflow.defn(name=contract.GROUP_WORKFLOW)
@@ -57,6 +62,9 @@ class EpisodeGroupWorkflow:
         per_turn = spec.turn_timeout_s + 2 * h.stop_timeout_s + 30
         # One attempt: open every member, replay what a lost attempt recorded, turn on.
         backstop = h.ready_timeout_s + 300 + 2 * spec.max_turns * per_turn + spec.score_timeout_s
+        if inp.size > 1 and workflow.patched(BACKSTOP_PER_MEMBER_PATCH):
+            # A worker short of places runs the members a few at a time (max_sessions).
+            backstop *= inp.size
         workflow.set_current_details(f"**running** · {inp.samples} members")
         termination: Termination | None = None
         error: str | None = None
@@ -121,19 +129,14 @@ def _results(
             out.append(m.result)
             continue
         out.append(
-            EpisodeResult(
-                workflow_id=member_id(wid, s),
-                task_id=inp.task.id,
-                sample=s,
-                env=inp.spec.env,
-                spec_name=inp.spec.name,
+            member_result(
+                wid,
+                inp.spec,
+                inp.task.id,
+                m,
                 termination=termination or "worker_lost",
                 error=error,
-                turns=len(m.turns),
                 duration_s=(workflow.now() - workflow.info().start_time).total_seconds(),
-                restarts=m.restarts,
-                turns_replayed=m.turns_replayed,
-                replay_divergences=m.replay_divergences,
             )
         )
     return out

@@ -46,7 +46,13 @@ from episodes.client.groups import VERSION_POLL_S, Group
 from episodes.client.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
-from episodes.types.group import GroupInput, GroupResult, group_workflow_id, member_id
+from episodes.types.group import (
+    GroupInput,
+    GroupResult,
+    MemberState,
+    group_workflow_id,
+    member_result,
+)
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
 from episodes.types.spec import EpisodeSpec
 
@@ -182,15 +188,13 @@ async def _run_group(
         except WorkflowFailureError as e:
             why = failed(g.wid, e)
             results = [
-                EpisodeResult(
-                    workflow_id=member_id(g.wid, s),
-                    task_id=g.task.id,
-                    sample=s,
-                    env=spec.env,
-                    spec_name=spec.name,
+                member_result(
+                    g.wid,
+                    spec,
+                    g.task.id,
+                    MemberState(sample=s),
                     termination=WORKFLOW_FAILED,
                     error=why.detail if why.config_error else str(why),
-                    turns=0,
                     duration_s=time.monotonic() - began,
                     config_error=why.config_error,
                 )

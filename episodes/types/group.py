@@ -13,11 +13,13 @@ Models only: the workflow imports this module through the sandbox.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field
 
 from episodes.types.base import Model
-from episodes.types.results import EpisodeResult, Task, TurnResult
+from episodes.types.priority import records_usage
+from episodes.types.results import Cut, EpisodeResult, Task, Termination, TurnResult
 
 # `Execution` is defined beside the spec field that takes it; imported here as before.
 from episodes.types.spec import EpisodeSpec, Execution  # noqa: F401
@@ -91,3 +93,44 @@ class GroupResult(Model):
     workflow_id: str
     task_id: str
     results: list[EpisodeResult]
+
+
+def member_result(
+    group_workflow_id: str,
+    spec: EpisodeSpec,
+    task_id: str,
+    m: MemberState,
+    *,
+    termination: Termination,
+    error: str | None,
+    duration_s: float,
+    reward: float | None = None,
+    score_details: dict[str, Any] | None = None,
+    config_error: bool = False,
+    cut: Cut | None = None,
+) -> EpisodeResult:
+    """A member's `EpisodeResult`, however it ended (by itself, cut, lost, or its group
+    workflow failed): named by its member id, with its recorded turns counted and the
+    model usage they carry. The one construction the activity, the group and batch
+    workflows and the client share."""
+    tokens, calls = records_usage(t.record for t in m.turns)
+    return EpisodeResult(
+        workflow_id=member_id(group_workflow_id, m.sample),
+        task_id=task_id,
+        sample=m.sample,
+        env=spec.env,
+        spec_name=spec.name,
+        termination=termination,
+        error=error,
+        turns=len(m.turns),
+        reward=reward,
+        score_details=score_details or {},
+        duration_s=duration_s,
+        restarts=m.restarts,
+        turns_replayed=m.turns_replayed,
+        replay_divergences=m.replay_divergences,
+        model_calls=calls,
+        model_tokens=tokens,
+        config_error=config_error,
+        cut=cut,
+    )

@@ -181,3 +181,29 @@ async def test_a_group_workflow_past_group_timeout_s_is_cut(client, worker) -> N
             (f"{s.name}.slow.g.s0", "env_done")
         ]
         assert slow.cut == [f"{s.name}.slow.g.s1"]
+
+
+async def test_a_batch_workflows_group_past_group_timeout_s_is_cut(client, worker) -> None:
+    """`execution: group` in a batch workflow (`start_batch`) honours `group_timeout_s`
+    as the client's stream does: task `slow`'s member s1 never gets a model answer,
+    and the group workflow cuts it (`cut: group_timeout`) at the timeout; the batch
+    records it `cancelled` (no reward) and ends, the other members with their outcomes."""
+    from episodes.client.batches import batch_input, start_batch
+
+    release = asyncio.Event()
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, gate=_gate(".slow.g.s1", release))
+    async with up:
+        data = _kv(up.base_url, {"quick": {"a": "1"}, "slow": {"z": "9"}})
+        # Generous: the other members finish in seconds; the cut waits this long.
+        data.update(execution="group", group_timeout_s=30)
+        s = parse_spec(data)
+        handle = await start_batch(client, batch_input(s), task_queue=QUEUE)
+        try:
+            # Without the cut the batch waits on s1 for as long as the gate holds.
+            result = await asyncio.wait_for(handle.result(), 150)
+        finally:
+            release.set()
+    m = result.metrics
+    assert (m.count, m.terminations) == (4, {"cancelled": 1, "env_done": 3})
+    cut = await load_transcript(client, f"{s.name}.slow.g.s1")
+    assert (cut["result"]["termination"], cut["result"]["cut"]) == ("cancelled", "group_timeout")

@@ -25,6 +25,7 @@ from episodes.types.group import GroupResult, parse_member
 from episodes.types.spec import parse_spec
 from episodes.viewer.transcripts import Episodes
 from episodes.viewer.visibility import batch_rows
+from tests.conftest import scripted_command
 from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
 from tests.episodes.cli.test_cli import episodes as cli
 from tests.episodes.cli.test_cli import write_spec
@@ -272,3 +273,69 @@ async def test_members_that_cannot_start_are_outcomes_not_a_failed_group(client,
         ("harness_start_failed", True)
     ] * 2
     assert "no_such_module" in (g.results[0].error or "")
+
+
+async def test_a_group_too_big_for_one_payload_fails_at_once_saying_what_to_do(
+    client, worker
+) -> None:
+    """A group's heartbeat and its activity's result carry every member's turns in one
+    payload (Temporal's limit: 2 MB). Members whose turns outgrow what one payload may
+    carry inline stop there, and the group fails with one line that says what to do
+    (a configuration error: not run again), instead of the server rejecting it."""
+    big = scripted_command("flood", "n=4", "kb=128")  # 512 KiB of events every turn
+    s = spec(name=f"gx-big-{uuid.uuid4().hex[:6]}", command=big, samples=2)  # 3 turns each
+    ec = EpisodesClient(client, task_queue=QUEUE)
+
+    async def run() -> list:
+        return [g async for g in ec.run_batch(s, groups=True, execution="group")]
+
+    [g] = await asyncio.wait_for(run(), 120)
+    assert g.retried == 0 and g.advantages() == [None, None]
+    assert [(r.termination, r.config_error) for r in g.results] == [("workflow_failed", True)] * 2
+    error = g.results[0].error or ""
+    assert "execution: episode" in error and "fewer samples" in error and "\n" not in error
+    assert await wait_until(lambda: worker.groups.members == 0, timeout=30)
+
+
+async def test_a_workers_max_sessions_holds_with_groups_larger_than_it(client) -> None:
+    """A worker holding at most 2 sessions takes two groups of 3 members (each member's
+    harness takes a second to start): at no moment does it hold more than 2 live
+    sessions (its registry's and its groups' members), and both groups finish."""
+    from workers.worker import EpisodeWorker, WorkerOptions
+
+    queue = f"gx-cap-{uuid.uuid4().hex[:6]}"
+    w = EpisodeWorker(
+        client, WorkerOptions(task_queue=queue, max_sessions=2, provision_breaker_after=0)
+    )
+    running = asyncio.create_task(w.run())
+    peak = 0
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, len(w.registry) + w.groups.members)
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
+    slow = scripted_command("slow-start", "delay=1")
+    tasks = [{"id": t, "data": {"messages": ["x"], "expected": ["x"]}} for t in "ab"]
+    s = spec(name=f"gx-cap-{uuid.uuid4().hex[:6]}", command=slow, tasks=tasks, samples=3)
+    s = s.model_copy(update={"harness": s.harness.model_copy(update={"ready_timeout_s": 30})})
+    ec = EpisodesClient(client, task_queue=queue)
+    try:
+        run = ec.run_batch(s, groups=True, execution="group", concurrency=6)
+        groups = await asyncio.wait_for(_collect(run), 180)
+    finally:
+        done.set()
+        await watcher
+        w.request_stop()
+        await asyncio.wait_for(running, 30)
+    assert sorted(g.task_id for g in groups) == ["a", "b"]
+    for g in groups:
+        assert [(r.termination, r.reward) for r in g.results] == [("env_done", 1.0)] * 3
+    assert 0 < peak <= 2, peak
+
+
+async def _collect(agen) -> list:
+    return [x async for x in agen]

@@ -6,6 +6,7 @@
     .venv/bin/python -m tests.workflows.histories.record_fleet  # budgets, park, fork
     .venv/bin/python -m tests.workflows.histories.record --groups  # group execution
     .venv/bin/python -m tests.workflows.histories.record --group-cut  # members cut
+    .venv/bin/python -m tests.workflows.histories.record --batch-group-timeout
 
 Runs a few episodes, interactive sessions and a batch on a private dev server and
 saves every run's history here as JSON. Re-record only when a workflow's commands
@@ -339,10 +340,25 @@ async def record_group_cut(client: Client) -> None:
     await _save(client, "group_cut", gwid, await _first_run(client, gwid))
 
 
+async def record_batch_group_timeout(client: Client) -> None:
+    """A batch workflow's group past `group_timeout_s` (patch `batch-group-timeout`),
+    its group workflow's deadline per member (`group-backstop-per-member`): 2 samples
+    hanging, cut at 3 s."""
+    s = _spec("batch-group-timeout", command=["{python}", "-c", HANG], samples=2)
+    s = s.model_copy(update={"execution": "group", "group_timeout_s": 3.0})
+    h = await start_batch(client, BatchInput(spec=s, batch=s.name), task_queue=QUEUE)
+    result = await h.result()
+    assert result.metrics.terminations == {"cancelled": 2}, result.metrics
+    await _save(client, "batch_group_timeout", h.id, h.first_execution_run_id)
+    gwid = f"{s.name}.t0.g"
+    await _save(client, "group_batch_timeout", gwid, await _first_run(client, gwid))
+
+
 async def main() -> None:
     only_new = "--new" in sys.argv[1:]
     only_groups = "--groups" in sys.argv[1:]
     only_cut = "--group-cut" in sys.argv[1:]
+    only_batch_cut = "--batch-group-timeout" in sys.argv[1:]
     only_13 = "--issue13" in sys.argv[1:]
     issue27 = [a.removeprefix("--issue27=") for a in sys.argv[1:] if a.startswith("--issue27=")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -364,6 +380,9 @@ async def main() -> None:
                 if only_cut:
                     await record_group_cut(client)
                     return
+                if only_batch_cut:
+                    await record_batch_group_timeout(client)
+                    return
                 if only_13:
                     await record_issue13(client)
                     return
@@ -373,6 +392,7 @@ async def main() -> None:
                 await record_issue13(client)
                 await record_groups(client)
                 await record_group_cut(client)
+                await record_batch_group_timeout(client)
             finally:
                 worker.request_stop()
                 await asyncio.wait_for(task, 30)
