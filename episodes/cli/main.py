@@ -255,9 +255,9 @@ def fork_cmd(
 ) -> None:
     """Branches of an episode (`ID.f<K>.<i>`): each replays its first K turns exactly
     (no model call for them), then goes on live."""
-    from episodes.cli.fork import fork_command
+    from episodes.cli.fork import failed_line, fork_command
 
-    common.run(
+    results = common.run(
         fork_command(
             workflow_id,
             cfg=cfg,
@@ -267,6 +267,8 @@ def fork_cmd(
             policy_version=policy_version,
         )
     )
+    if line := failed_line(results):
+        common.fail(line, code=1)
 
 
 app.command()(park)

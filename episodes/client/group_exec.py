@@ -41,13 +41,13 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
-from episodes.client.dispatch import cancel_episode, dispatch_spec, failed
+from episodes.client.dispatch import cancel_episode, dispatch_spec, failed, failed_result
 from episodes.client.groups import VERSION_POLL_S, Group
 from episodes.client.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.types.group import GroupInput, GroupResult, group_workflow_id, member_id
-from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
+from episodes.types.results import EpisodeResult, Task, is_infra_failure
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
@@ -181,18 +181,10 @@ async def _run_group(
             results = out.results
         except WorkflowFailureError as e:
             why = failed(g.wid, e)
+            took = time.monotonic() - began
             results = [
-                EpisodeResult(
-                    workflow_id=member_id(g.wid, s),
-                    task_id=g.task.id,
-                    sample=s,
-                    env=spec.env,
-                    spec_name=spec.name,
-                    termination=WORKFLOW_FAILED,
-                    error=why.detail if why.config_error else str(why),
-                    turns=0,
-                    duration_s=time.monotonic() - began,
-                    config_error=why.config_error,
+                failed_result(spec, g.task, s, why, took).model_copy(
+                    update={"workflow_id": member_id(g.wid, s)}
                 )
                 for s in range(spec.samples)
             ]
