@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
 from episodes.cli.common import console, progress_bar, summary_table
-from episodes.client import EpisodesClient
 from episodes.client.config import Config
 from episodes.client.connect import connect_config
-from episodes.types.results import EpisodeResult
+from episodes.client.fork import branch_ended, start_branches
+from episodes.types.results import WORKFLOW_FAILED, EpisodeResult
 
 
 async def fork_command(
@@ -23,11 +24,17 @@ async def fork_command(
     out: Path | None,
     policy_version: int | None = None,
 ) -> list[EpisodeResult]:
-    """Start the branches, wait for them (one progress bar), write their results."""
+    """Start the branches, wait for them (one progress bar), write their results (a
+    branch whose workflow failed: a `workflow_failed` result, `failed_line` says it)."""
     client = await connect_config(cfg)
-    episodes = EpisodesClient(client, task_queue=cfg.settings.task_queue)
-    handles = await episodes.fork(
-        workflow_id, at_turn=at_turn, samples=samples, policy_version=policy_version
+    began = time.monotonic()
+    parent, handles = await start_branches(
+        client,
+        cfg.settings.task_queue,
+        workflow_id,
+        at_turn=at_turn,
+        samples=samples,
+        policy_version=policy_version,
     )
     results: list[EpisodeResult] = []
     with contextlib.ExitStack() as stack:
@@ -36,8 +43,9 @@ async def fork_command(
             bar = progress.add_task(
                 f"fork {workflow_id} at turn {at_turn}", total=len(handles), last=""
             )
-            for done in asyncio.as_completed([h.result() for h in handles]):
-                result = await done
+            ended = [branch_ended(h, parent, began) for h in handles]
+            for done in asyncio.as_completed(ended):
+                result, _ = await done
                 results.append(result)
                 if sink:
                     sink.write(result.model_dump_json() + "\n")
@@ -47,3 +55,18 @@ async def fork_command(
     results.sort(key=lambda r: r.workflow_id)
     console.print(summary_table(results, title=f"{workflow_id}: {len(results)} branches"))
     return results
+
+
+def failed_line(results: list[EpisodeResult]) -> str | None:
+    """The one line `episodes fork` ends with when a branch's workflow failed, else None."""
+    failed = [r for r in results if r.termination == WORKFLOW_FAILED]
+    if not failed:
+        return None
+    first = failed[0]
+    why = ((first.error or "").strip().splitlines() or ["no detail"])[0]
+    more = f" (and {len(failed) - 1} more branch(es))" if len(failed) > 1 else ""
+    return (
+        f"branch {first.workflow_id} failed{more}: {why}; `episodes show "
+        f"{first.workflow_id}` shows what it did, the same command runs the failed "
+        "branches again"
+    )

@@ -42,8 +42,9 @@ async def run_spec(
 
     # Everything that can be wrong with the spec is found before anything starts.
     spec = groups_spec(load_spec(path), True, oversample)
-    # Oversampling cuts stragglers, skipping drops groups: both stream whole groups.
-    grouped = bool(spec.oversample or spec.skip_zero_variance)
+    # Oversampling cuts stragglers, skipping and `group_timeout_s` drop groups: each
+    # streams whole groups.
+    grouped = bool(spec.oversample or spec.skip_zero_variance or spec.group_timeout_s)
     check_env_ref(spec.env)
     dispatch_spec(spec, policy_version)  # a version needs a model: say so before starting
     tasks = spec.load_tasks()
@@ -90,6 +91,18 @@ async def run_spec(
                         progress.update(bar, completed=done, last=last)
                     else:
                         progress.update(bar, advance=1, last=last)
+                # Groups dropped or never started (past a budget) yield nothing: the bar
+                # ends full at what came out, and says what did not.
+                if grouped:
+                    done = tally["groups"] + episodes.zero_variance_skipped
+                    tally["dropped"] = episodes.groups_dropped
+                    tally["not started"] = bar_total - done - tally["dropped"]
+                    note = missing_note(tally)
+                else:
+                    done = len(results)
+                    note = episodes_note(bar_total - done, episodes.budget_exhausted)
+                if note:
+                    progress.update(bar, completed=done, total=done, last=note)
         except asyncio.CancelledError:
             # The user's Ctrl-C: the stream cancelled the episodes still running (they
             # end `cancelled`, boxes released). One line, not a traceback.
@@ -107,7 +120,8 @@ async def run_spec(
         if episodes.budget_exhausted:
             console.print(budget_line(episodes.budget_exhausted, len(results), total))
         if grouped:
-            console.print(groups_line(tally, episodes.zero_variance_skipped), highlight=False)
+            line = groups_line(tally, episodes.zero_variance_skipped, episodes.budget_exhausted)
+            console.print(line, highlight=False)
         for line in failure_lines(results):
             console.print(line, highlight=False, soft_wrap=True)
         if out:
@@ -132,16 +146,41 @@ async def members(
         await groups.aclose()  # cancels the episodes still running
 
 
-def groups_line(tally: Counter[str], skipped: int) -> str:
-    """What `episodes run` says of the groups it streamed."""
+def groups_line(tally: Counter[str], skipped: int, budget: str | None = None) -> str:
+    """What `episodes run` says of the groups it streamed (and of those it did not)."""
     line = f"groups: {tally['groups']}"
     if tally["partial"]:
         line += f" ({tally['partial']} partial, cut at group_timeout_s)"
     if skipped:
         line += f", {skipped} zero-variance skipped (all scored the same)"
+    if tally["dropped"]:
+        line += f"; {tally['dropped']} dropped at group_timeout_s (group_on_timeout: drop)"
+    if tally["not started"]:
+        why = " (budget reached)" if budget else ""
+        line += f"; {tally['not started']} not started{why}"
     if tally["cut"]:
         line += f"; {tally['cut']} straggler episode(s) cut (cancelled, never exported)"
     return line
+
+
+def missing_note(tally: Counter[str]) -> str:
+    """Beside the groups bar when it ends: the groups that did not come out, or ''."""
+    dropped, waiting = tally["dropped"], tally["not started"]
+    n = dropped + waiting
+    if n <= 0:
+        return ""
+    groups = f"{n} group{'s' if n > 1 else ''}"
+    if dropped and waiting:
+        return f"{groups}: {dropped} dropped / {waiting} not started"
+    return f"{groups} {'dropped' if dropped else 'not started'}"
+
+
+def episodes_note(missing: int, budget: str | None) -> str:
+    """Beside the episodes bar when it ends short: why, or ''."""
+    if missing <= 0:
+        return ""
+    why = "not started (budget reached)" if budget else "cut or dropped with their group"
+    return f"{missing} episode{'s' if missing > 1 else ''} {why}"
 
 
 async def _settle(client: Client, batch_id: str, timeout_s: float = 15.0) -> None:

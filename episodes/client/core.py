@@ -64,6 +64,9 @@ class EpisodesClient(ReplayMethods):
         self.budget_exhausted: BudgetName | None = None
         # Groups the last groups stream did not yield (`skip_zero_variance`).
         self.zero_variance_skipped = 0
+        # Groups the last groups stream dropped at `group_timeout_s` (`group_on_timeout:
+        # drop`), not yielded either.
+        self.groups_dropped = 0
 
     @classmethod
     async def connect(

@@ -19,10 +19,13 @@ advantages among the branches only.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes.errors import EpisodeFailed, EpisodesError
@@ -64,7 +67,7 @@ async def parent_input(client: Client, workflow_id: str) -> EpisodeInput:
     raise EpisodesError(f"no episode {workflow_id!r}")
 
 
-async def fork_episode(
+async def start_branches(
     client: Client,
     task_queue: str,
     workflow_id: str,
@@ -72,9 +75,11 @@ async def fork_episode(
     at_turn: int,
     samples: int = 1,
     policy_version: int | None = None,
-) -> list[WorkflowHandle[object, EpisodeResult]]:
+) -> tuple[EpisodeInput, list[WorkflowHandle[object, EpisodeResult]]]:
     """Start `samples` branches of `workflow_id` at `at_turn` (or attach to the ones
-    already started under their ids); their handles, in branch order."""
+    already started under their ids, running or closed; a failed one starts anew): the
+    parent's input (read once) and the branches' handles, in branch order."""
+    from episodes.client.dispatch import dispatch_spec
     from episodes.client.history import recorded_turns
 
     if samples < 1:
@@ -82,19 +87,14 @@ async def fork_episode(
     if at_turn < 0:
         raise EpisodesError(f"fork: at_turn must be 0 or more, not {at_turn}")
     parent = await parent_input(client, workflow_id)
-    spec = parent.spec
-    if at_turn >= spec.max_turns:
+    if at_turn >= parent.spec.max_turns:
         raise EpisodesError(
             f"fork: at_turn {at_turn} leaves no turn to run (the spec's max_turns is "
-            f"{spec.max_turns}); fork at an earlier turn"
+            f"{parent.spec.max_turns}); fork at an earlier turn"
         )
     # The parent must have recorded the turns the branches replay (it may still run).
     await recorded_turns(client, workflow_id, at_turn)
-    if policy_version is not None:
-        if spec.model is None:
-            raise EpisodesError("fork: policy_version given, but the episode has no model")
-        model = spec.model.model_copy(update={"policy_version": policy_version})
-        spec = spec.model_copy(update={"model": model})
+    spec = dispatch_spec(parent.spec, policy_version)
     batch = fork_batch_id(workflow_id, at_turn)
     handles = []
     for i in range(samples):
@@ -105,11 +105,12 @@ async def fork_episode(
                 "fork": ForkOrigin(workflow_id=workflow_id, at_turn=at_turn, branch=i),
             }
         )
-        handles.append(
-            await client.start_workflow(
+        wid = branch_id(workflow_id, at_turn, i)
+        try:
+            handle = await client.start_workflow(
                 contract.EPISODE_WORKFLOW,
                 inp,
-                id=branch_id(workflow_id, at_turn, i),
+                id=wid,
                 task_queue=task_queue,
                 result_type=EpisodeResult,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
@@ -119,8 +120,48 @@ async def fork_episode(
                 priority=task_priority(spec),
                 static_summary=f"fork of {workflow_id} at turn {at_turn} · branch {i}",
             )
-        )
+        except WorkflowAlreadyStartedError:  # it completed: its result stands
+            handle = client.get_workflow_handle(wid, result_type=EpisodeResult)
+        handles.append(handle)
+    return parent, handles
+
+
+async def fork_episode(
+    client: Client,
+    task_queue: str,
+    workflow_id: str,
+    *,
+    at_turn: int,
+    samples: int = 1,
+    policy_version: int | None = None,
+) -> list[WorkflowHandle[object, EpisodeResult]]:
+    """`start_branches`: the branches' handles, in branch order."""
+    _, handles = await start_branches(
+        client,
+        task_queue,
+        workflow_id,
+        at_turn=at_turn,
+        samples=samples,
+        policy_version=policy_version,
+    )
     return handles
+
+
+async def branch_ended(
+    handle: WorkflowHandle[object, EpisodeResult], parent: EpisodeInput, began: float
+) -> tuple[EpisodeResult, bool]:
+    """The branch's result once it ended (a failed workflow: a `workflow_failed` result,
+    not a raise; `began`: the fork's start, monotonic) and whether it ended for an
+    infrastructure reason."""
+    from episodes.client.dispatch import await_result, failed_result
+
+    try:
+        result = await await_result(handle)
+    except EpisodeFailed as e:
+        took = time.monotonic() - began
+        failed = failed_result(parent.spec, parent.task, parent.sample, e, took)
+        return failed, is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed)
+    return result, is_infra_failure(result.termination)
 
 
 async def fork_group(
@@ -132,18 +173,14 @@ async def fork_group(
     samples: int = 1,
     policy_version: int | None = None,
 ) -> Group:
-    """`fork_episode`, then the branches as one `Group` (in branch order) once all ended.
-    A branch that ended for an infrastructure reason, or whose workflow failed, makes the
-    group `failed` (no retries here: fork again to run it anew)."""
-    import asyncio
-    import time
-
-    from episodes.client.dispatch import await_result, failed_result
+    """`start_branches`, then the branches as one `Group` (in branch order) once all
+    ended. A branch that ended for an infrastructure reason, or whose workflow failed,
+    makes the group `failed` (no retries here: fork again to run it anew)."""
     from episodes.client.groups import Group
     from episodes.client.history import fetch_transcript
 
     began = time.monotonic()
-    handles = await fork_episode(
+    parent, handles = await start_branches(
         client,
         task_queue,
         workflow_id,
@@ -151,18 +188,7 @@ async def fork_group(
         samples=samples,
         policy_version=policy_version,
     )
-    parent = await parent_input(client, workflow_id)
-
-    async def ended(handle: WorkflowHandle[object, EpisodeResult]) -> tuple[EpisodeResult, bool]:
-        try:
-            result = await await_result(handle)
-        except EpisodeFailed as e:
-            took = time.monotonic() - began
-            failed = failed_result(parent.spec, parent.task, parent.sample, e, took)
-            return failed, is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed)
-        return result, is_infra_failure(result.termination)
-
-    outcomes = await asyncio.gather(*(ended(h) for h in handles))
+    outcomes = await asyncio.gather(*(branch_ended(h, parent, began) for h in handles))
     why = next(
         (
             f"{r.workflow_id}: {r.termination} ({(r.error or 'no detail')[:300]})"

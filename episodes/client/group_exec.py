@@ -119,7 +119,7 @@ async def stream_group_workflows(
     groups = max(1, limit // (spec.samples + spec.oversample))
     running: dict[asyncio.Task[tuple[list[EpisodeResult], bool]], _Run] = {}
     model = spec.model is not None
-    ec.zero_variance_skipped = 0
+    ec.zero_variance_skipped = ec.groups_dropped = 0
     spent = Spending(spec.budget)  # past the budget no group starts (ec.budget_exhausted)
     try:
         while True:
@@ -157,6 +157,7 @@ async def stream_group_workflows(
                     ec.budget_exhausted = ec.budget_exhausted or spent.add(r)
                 group = _group(ec, name, g, results, infra, model=model)
                 if group.partial and spec.group_on_timeout == "drop":
+                    ec.groups_dropped += 1
                     continue
                 if spec.skip_zero_variance and group.zero_variance:
                     ec.zero_variance_skipped += 1

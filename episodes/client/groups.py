@@ -29,7 +29,8 @@ re-attaches to the members that ended, counts them again and stops where it stop
 Stragglers: with the spec's `group_timeout_s`, a group not complete that long after it
 was dispatched has its running members cancelled (their episodes end `cancelled`) and
 is yielded `partial` with the members that ended, or dropped (`group_on_timeout:
-drop`). Either way the short episodes win: the docs say so.
+drop`; `EpisodesClient.groups_dropped` counts them). Either way the short episodes
+win: the docs say so.
 
 Oversampling: with the spec's `oversample: k` (or `run_batch(oversample=k)`) each group
 runs `samples + k` members (samples `0 .. samples+k-1`) and is yielded once `samples`
@@ -192,7 +193,7 @@ async def stream_groups(
         _State(i, t.id, [Member(t, s) for s in range(size)], need=spec.samples)
         for i, t in enumerate(spec.load_tasks())
     ]
-    ec.zero_variance_skipped = 0
+    ec.zero_variance_skipped = ec.groups_dropped = 0
     queue: deque[tuple[_State, Member]] = deque((g, m) for g in states for m in g.members)
     running: dict[asyncio.Task[Outcome], tuple[_State, Member]] = {}
     # Dispatched and not yielded yet: about `limit / samples` groups, whatever the batch.
@@ -254,7 +255,9 @@ async def stream_groups(
                     # Past its time: cut the rest, yield what ended (or drop it).
                     await stop(g, "group_timeout")
                     del active[i]
-                    if spec.group_on_timeout == "partial" and (group := out(g, partial=True)):
+                    if spec.group_on_timeout == "drop":
+                        ec.groups_dropped += 1
+                    elif group := out(g, partial=True):
                         yield group
             while len(running) < limit and queue:
                 g, m = queue.popleft()
@@ -300,7 +303,9 @@ async def stream_groups(
             for g in sorted(finished, key=lambda g: g.index):
                 del active[g.index]
                 if g.exhausted:  # as that run left it: partial, or dropped
-                    if spec.group_on_timeout == "partial" and (group := out(g, partial=True)):
+                    if spec.group_on_timeout == "drop":
+                        ec.groups_dropped += 1
+                    elif group := out(g, partial=True):
                         yield group
                     continue
                 await stop(g, "straggler")  # its spares (`oversample`) still running

@@ -133,7 +133,8 @@ class EpisodeSpec(Model):
     group_timeout_s: Seconds | None = None
     """Groups: a group not complete this long after it was dispatched has its running
     members cancelled and is yielded partial (`group.partial`, the members that ended)
-    or, with `group_on_timeout: drop`, not at all. None: groups wait for every member."""
+    or, with `group_on_timeout: drop`, not at all. None: groups wait for every member.
+    `episodes run` streams groups when it is set."""
     group_on_timeout: Literal["partial", "drop"] = "partial"
     oversample: int = Field(default=0, ge=0, le=1024)
     """Groups: run `samples + oversample` members of each group and yield it once

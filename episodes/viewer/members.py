@@ -17,6 +17,15 @@ from episodes.viewer.visibility import row
 
 async def member_row(client: Client, workflow_id: str) -> dict[str, Any] | None:
     """The member's row, or None when the id names no member of an existing group."""
+    found = await member_view(client, workflow_id)
+    return found[0] if found else None
+
+
+async def member_view(
+    client: Client, workflow_id: str
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The member's row and its transcript (`load_member`'s dict: the group's history
+    read once for both), or None when the id names no member of an existing group."""
     parsed = parse_member(workflow_id)
     if parsed is None:
         return None
@@ -41,14 +50,20 @@ async def member_row(client: Client, workflow_id: str) -> dict[str, Any] | None:
         )
     else:
         out.update(termination=None, side=side(None), reward=None, turns=len(data["turns"]))
-    return out
+    return out, data
 
 
 async def member_progress(
-    client: Client, meta: dict[str, Any], since: int, limit: int
+    client: Client,
+    meta: dict[str, Any],
+    since: int,
+    limit: int,
+    data: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A running member's turns from `since` on: its group's latest heartbeat."""
-    data = await load_member(client, meta["id"], max_turns=None, tolerant=True)
+    """A running member's turns from `since` on: its group's latest heartbeat (`data`:
+    the member as `member_view` read it; None: read now)."""
+    if data is None:
+        data = await load_member(client, meta["id"], max_turns=None, tolerant=True)
     turns = (data or {}).get("turns", [])[since : since + limit]
     return {
         "episode": meta,

@@ -142,18 +142,30 @@ class Episodes:
         self._cached = cached
 
     async def describe(self, workflow_id: str) -> dict[str, Any]:
+        return (await self._describe(workflow_id))[0]
+
+    async def _describe(self, workflow_id: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """The episode's row; for a group's member also its transcript, read with the
+        row from the group's history (a member's page and poll read it once)."""
         try:
             desc = await self.client.get_workflow_handle(workflow_id).describe()
         except RPCError as e:
             if e.status == RPCStatusCode.NOT_FOUND:
-                from episodes.viewer.members import member_row
+                from episodes.viewer.members import member_view
 
-                member = await member_row(self.client, workflow_id)  # a group's member?
+                member = await member_view(self.client, workflow_id)  # a group's member?
                 if member is not None:
                     return member
                 raise NotFound(f"no episode {workflow_id!r}") from None
             raise
-        return row(desc)
+        return row(desc), None
+
+    async def _read(self, workflow_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The episode's row and its transcript."""
+        meta, data = await self._describe(workflow_id)
+        if data is None:
+            data = await self.transcript(workflow_id, closed=meta["status"] != "running")
+        return meta, data
 
     async def transcript(self, workflow_id: str, closed: bool) -> dict[str, Any]:
         """The decoded transcript (tolerantly); closed ones from the cache."""
@@ -180,8 +192,7 @@ class Episodes:
 
     async def page(self, workflow_id: str, offset: int = 0, limit: int = 50) -> dict[str, Any]:
         """The episode's header and turns [offset, offset+limit), clipped."""
-        meta = await self.describe(workflow_id)
-        data = await self.transcript(workflow_id, closed=meta["status"] != "running")
+        meta, data = await self._read(workflow_id)
         turns = data["turns"]
         offset = max(0, offset)
         result = data.get("result")
@@ -209,8 +220,7 @@ class Episodes:
 
     async def part(self, workflow_id: str, turn: int, part: str) -> Any:
         """One part of one turn, whole (the list views' "load full")."""
-        meta = await self.describe(workflow_id)
-        data = await self.transcript(workflow_id, closed=meta["status"] != "running")
+        _, data = await self._read(workflow_id)
         if part == "first_message":
             return clip((data.get("session") or {}).get("first_message"), None, None)
         turns = data["turns"]
@@ -222,13 +232,13 @@ class Episodes:
         """What a running episode did from turn `since` on (the `progress` query); the
         turns it no longer holds in its answer (more than its `last`) come from history."""
         handle = self.client.get_workflow_handle(workflow_id)
-        meta = await self.describe(workflow_id)
+        meta, member = await self._describe(workflow_id)
         if meta["status"] != "running":
             return {"episode": meta, "closed": True, "turns": [], "since": since}
         if "group" in meta:  # a group's member: its group's latest heartbeat
             from episodes.viewer.members import member_progress
 
-            out = await member_progress(self.client, meta, since, limit)
+            out = await member_progress(self.client, meta, since, limit, member)
             return {**out, "turns": [turn_view(t) for t in out["turns"]]}
         try:
             p: EpisodeProgress = await handle.query(
