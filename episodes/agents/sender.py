@@ -184,7 +184,10 @@ class Sender:
                 r.release()
                 raise
             if resp is not None and resp.status not in (429, 503) and resp.status < 500:
-                r.succeeded(loop.time() - sent_at)  # to the answer's head
+                if 200 <= resp.status < 300:
+                    r.succeeded(loop.time() - sent_at)  # to the answer's head
+                else:  # the harness's mistake: not a latency sample (fleet.py)
+                    r.answered()
                 if not read:
                     _held.set(r)
                     return resp, b"", attempts
