@@ -41,12 +41,55 @@ def text_depth(text: bytes | bytearray | str) -> int:
 
 
 def text_too_deep(text: bytes | bytearray | str, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True if JSON `text` nests deeper than `limit` (cheap when it has few brackets)."""
+    """True if JSON `text` nests deeper than `limit` (`text_depth`'s answer).
+
+    Cheap when it has few brackets (counted); else, for the usual text (no bracket in a
+    string), answered from the brackets alone (`_shallow`) instead of cutting out every
+    string; measured by `text_depth` when that cannot tell (or says too deep)."""
     if isinstance(text, str):
-        opens = text.count("[") + text.count("{")
+        if text.count("[") + text.count("{") <= limit:
+            return False
+        data = text.encode("utf-8", "surrogatepass")
     else:
-        opens = text.count(b"[") + text.count(b"{")
-    return opens > limit and text_depth(text) > limit
+        if text.count(b"[") + text.count(b"{") <= limit:
+            return False
+        data = bytes(text)
+    # A True from `_shallow` is exact on any bytes; a False only on valid JSON.
+    return _shallow(data, limit) is not True and text_depth(data) > limit
+
+
+_MARKS = b'"[]{}'
+_NOT_MARKS = bytes(b for b in range(256) if b not in _MARKS)
+_FOLD = bytes.maketrans(b"{}", b"[]")
+
+
+def _shallow(data: bytes, limit: int) -> bool | None:
+    """Whether JSON `data` nests no deeper than `limit` (as `text_depth` measures it), or
+    None when a string of it may hold a bracket (or the brackets do not pair up): then
+    ask `text_depth`.
+
+    Without a bracket in any string, the brackets outside strings are all the brackets:
+    escapes are dropped (as `text_depth` does), then everything but quotes and brackets
+    (`translate`); every string is then an empty pair of quotes (none left once `""`
+    pairs are removed), and the brackets left nest as deep as the text does: innermost
+    pairs removed per pass (`replace`: all the leaves of the tree they make), one pass
+    per level."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = data.translate(None, _NOT_MARKS)
+    if b'"' in marks.replace(b'""', b""):
+        return None
+    brackets = marks.replace(b'"', b"").translate(_FOLD)
+    for _ in range(limit):
+        if not brackets:
+            return True
+        fewer = brackets.replace(b"[]", b"")
+        if len(fewer) == len(brackets):
+            return None  # unbalanced: measured exactly
+        brackets = fewer
+    if not brackets:
+        return True
+    return False if b"[]" in brackets else None
 
 
 def value_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:

@@ -9,8 +9,6 @@ calling with token data, `json` was most of the worker's CPU per call).
 - `encoded_size`: the bytes a value takes as compact JSON (`pydantic_core.to_json`,
   UTF-8, as the record is stored), for the budgets; ~5x faster than measuring
   `json.dumps`, which pads separators and escapes non-ASCII.
-- `too_deep`: `text_too_deep`, its answer for the usual text (no bracket in a string)
-  from the brackets alone (`stream._shallow`) instead of cutting out every string.
 """
 
 from __future__ import annotations
@@ -19,10 +17,6 @@ import json
 from typing import Any
 
 import pydantic_core
-
-from episodes.agents.stream import _shallow
-from episodes.json_depth import text_too_deep
-from episodes.types.tuning import MAX_JSON_DEPTH
 
 
 def loads(raw: bytes | str) -> Any:
@@ -37,8 +31,3 @@ def encoded_size(value: Any) -> int:
         return len(pydantic_core.to_json(value, fallback=str))
     except ValueError:  # deeper than pydantic_core recurses: the standard library's measure
         return len(json.dumps(value, default=str))
-
-
-def too_deep(raw: bytes) -> bool:
-    """`text_too_deep(raw)` (a True from `_shallow` is exact on any bytes)."""
-    return _shallow(raw, MAX_JSON_DEPTH) is not True and text_too_deep(raw)

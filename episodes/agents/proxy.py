@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from episodes.agents.conversation import Conversations
-from episodes.agents.fastjson import loads, too_deep
+from episodes.agents.fastjson import loads
 from episodes.agents.net import tcp_listener
 from episodes.agents.proxy_record import (
     Callback,
@@ -232,7 +232,7 @@ class ModelProxy:
             resp, raw, attempts = await self._sender.send(sent, read=True)
         except Exhausted as e:
             return await self._fail(request, sent, started, str(e))
-        if too_deep(raw):
+        if text_too_deep(raw):
             # Neither parsed nor recorded nor passed on: the call failed (`model_error`).
             why = too_deep_message("the upstream's answer")
             return await self._fail(request, sent, started, f"model call failed: {why}")
