@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import ssl
 from typing import Any
 
@@ -121,7 +122,7 @@ class Sender:
         self.route = Route(self._spec)
         shared: Upstream | None = None
         for r in self.route.replicas:
-            via = await asyncio.to_thread(_env_proxy, r.chat_url)
+            via = await _proxy_for(r.chat_url)
             if via:  # behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies)
                 self._clients[r.chat_url] = AiohttpUpstream(_tls_context(), via)
             else:
@@ -290,6 +291,30 @@ async def _release_client() -> None:
         return
     del _clients[loop]
     await client.close()
+
+
+# What decides an upstream's proxy: aiohttp's `get_env_proxy_for_url` reads urllib's
+# `getproxies()` for these schemes, NO_PROXY, and netrc for the proxy's credentials.
+_PROXY_ENV = (
+    *(
+        n
+        for s in ("http", "https", "ws", "wss", "no")
+        for n in (f"{s}_proxy", f"{s.upper()}_PROXY")
+    ),
+    "NETRC",
+    "REQUEST_METHOD",
+)
+_env_proxies: dict[tuple[str, tuple[str | None, ...]], dict[str, Any]] = {}
+
+
+async def _proxy_for(url: str) -> dict[str, Any]:
+    """`_env_proxy(url)`, looked up (in a thread: netrc is a file) once per process and
+    URL while the environment's proxy variables stay as they are, not per session."""
+    key = (url, tuple(map(os.environ.get, _PROXY_ENV)))
+    via = _env_proxies.get(key)
+    if via is None:
+        via = _env_proxies[key] = await asyncio.to_thread(_env_proxy, url)
+    return via
 
 
 def _env_proxy(url: str) -> dict[str, Any]:
