@@ -35,12 +35,13 @@ def test_text_too_deep_is_text_depth_past_the_limit_on_json_and_on_any_bytes():
 
 def test_the_usual_text_is_measured_without_cutting_out_its_strings(monkeypatch):
     measured: list[object] = []
+    real = json_depth._depth
 
-    def spy(text: object) -> int:
-        measured.append(text)
-        return text_depth(text)  # type: ignore[arg-type]
+    def spy(marks: bytes) -> int:
+        measured.append(marks)
+        return real(marks)
 
-    monkeypatch.setattr(json_depth, "text_depth", spy)
+    monkeypatch.setattr(json_depth, "_depth", spy)
     chunk = {"choices": [{"delta": {"content": 'a word, \\"quoted\\"'}, "logprobs": [[1]]}]}
     usual = json.dumps([[[chunk]]] * 50)
     assert not text_too_deep(usual.encode(), 8) and not text_too_deep(usual, 8)
