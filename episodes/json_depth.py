@@ -14,8 +14,9 @@ from typing import Any
 
 from episodes.types.tuning import MAX_JSON_DEPTH
 
-_BRACKETS = b"[]{}"
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in _BRACKETS)
+_MARKS = b'"[]{}'
+_NOT_MARKS = bytes(b for b in range(256) if b not in _MARKS)
+_FOLD = bytes.maketrans(b"{}", b"[]")
 _STEP = [0] * 256
 for _open in b"[{":
     _STEP[_open] = 1
@@ -26,27 +27,74 @@ for _close in b"]}":
 def text_depth(text: bytes | bytearray | str) -> int:
     """The deepest nesting of arrays and objects in JSON `text` (exact for valid JSON).
 
-    Strings are cut out first, then the brackets left are summed as +1/-1, all in C
-    loops (`bytes.replace`, `split`, `translate`, `accumulate`): a 16 MiB packet costs
-    less than parsing it. Escapes go first: backslashes pair up left to right inside a
-    string (`\\\\`), and a backslash left before a quote escapes it; the quotes left
-    then alternate in and out of strings, so every other piece is outside them.
+    Escapes go first: backslashes pair up left to right inside a string (`\\\\`), and a
+    backslash left before a quote escapes it. Then everything but quotes and brackets
+    (`translate`): the quotes left alternate in and out of strings, so every other piece
+    between them is outside, and its brackets are summed as +1/-1. All in C loops
+    (`bytes.replace`, `translate`, `split`, `accumulate`): a 16 MiB packet costs less
+    than parsing it.
     """
-    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
-    if b"\\" in data:
-        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    outside = b"".join(data.split(b'"')[::2])
-    brackets = outside.translate(None, _NOT_BRACKETS)
-    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+    return _depth(_marks(_bytes(text)))
 
 
 def text_too_deep(text: bytes | bytearray | str, limit: int = MAX_JSON_DEPTH) -> bool:
-    """True if JSON `text` nests deeper than `limit` (cheap when it has few brackets)."""
-    if isinstance(text, str):
-        opens = text.count("[") + text.count("{")
-    else:
-        opens = text.count(b"[") + text.count(b"{")
-    return opens > limit and text_depth(text) > limit
+    """True if JSON `text` nests deeper than `limit` (`text_depth`'s answer).
+
+    From its quotes and brackets alone (`_marks`, one `translate`): cheap when it has
+    few brackets (counted); else, for the usual text (no bracket in a string), answered
+    from the brackets alone (`_within`) without cutting out the strings; measured as
+    `text_depth` does when that cannot tell (or says too deep)."""
+    marks = _marks(_bytes(text))
+    if marks.count(b"[") + marks.count(b"{") <= limit:
+        return False
+    # A True from `_within` is exact on any bytes; a False only on valid JSON.
+    return _within(marks, limit) is not True and _depth(marks) > limit
+
+
+def _bytes(text: bytes | bytearray | str) -> bytes:
+    return text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
+
+
+def _marks(data: bytes) -> bytes:
+    """The quotes and brackets of `data`, escaped quotes (and escaped backslashes)
+    dropped: all `text_depth` looks at, in order."""
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return data.translate(None, _NOT_MARKS)
+
+
+def _depth(marks: bytes) -> int:
+    outside = b"".join(marks.split(b'"')[::2])
+    return max(accumulate(map(_STEP.__getitem__, outside)), default=0)
+
+
+def _shallow(data: bytes, limit: int) -> bool | None:
+    """`_within` on JSON `data` (for tests)."""
+    return _within(_marks(data), limit)
+
+
+def _within(marks: bytes, limit: int) -> bool | None:
+    """Whether the text of `marks` nests no deeper than `limit` (as `text_depth`
+    measures it), or None when a string of it may hold a bracket (or the brackets do
+    not pair up): then ask `_depth`.
+
+    Without a bracket in any string, the brackets outside strings are all the brackets:
+    every string is an empty pair of quotes (the quotes pair up left to right as
+    `count` finds `""`), and the brackets left nest as deep as the text does: innermost pairs removed per
+    pass (`replace`: all the leaves of the tree they make), one pass per level."""
+    if 2 * marks.count(b'""') != marks.count(b'"'):  # some quote is not in a `""` pair
+        return None
+    brackets = marks.translate(_FOLD, b'"')
+    for _ in range(limit):
+        if not brackets:
+            return True
+        fewer = brackets.replace(b"[]", b"")
+        if len(fewer) == len(brackets):
+            return None  # unbalanced: measured exactly
+        brackets = fewer
+    if not brackets:
+        return True
+    return False if b"[]" in brackets else None
 
 
 def value_too_deep(value: Any, limit: int = MAX_JSON_DEPTH) -> bool:

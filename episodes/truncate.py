@@ -34,7 +34,14 @@ log = logging.getLogger(__name__)
 
 
 def json_size(value: Any) -> int:
-    return len(json.dumps(value, ensure_ascii=False, default=str).encode("utf-8"))
+    """The bytes `value` takes as compact UTF-8 JSON (as the record is stored; anything
+    else measured by its str()): the measure of the caps here and of a session's event
+    budget. pydantic_core's `to_json`, ~5x faster than measuring `json.dumps`."""
+    try:
+        return len(pydantic_core.to_json(value, fallback=str))
+    except ValueError:  # deeper than pydantic_core recurses: the standard library's
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
+        return len(text.encode("utf-8", "surrogatepass"))
 
 
 def cap(value: Any, max_bytes: int, *, reason: str | None = None) -> tuple[Any, int]:

@@ -6,11 +6,8 @@ calling with token data, `json` was most of the worker's CPU per call).
   faster on an answer with token data). What jiter refuses, `json.loads` decides: a lone
   surrogate escape, UTF-16 or a byte-order mark, invalid text (its error, as before).
   Depth is the callers' to check first (`episodes.json_depth`), as it was.
-- `encoded_size`: the bytes a value takes as compact JSON (`pydantic_core.to_json`,
-  UTF-8, as the record is stored), for the budgets; ~5x faster than measuring
-  `json.dumps`, which pads separators and escapes non-ASCII.
-- `too_deep`: `text_too_deep`, its answer for the usual text (no bracket in a string)
-  from the brackets alone (`stream._shallow`) instead of cutting out every string.
+- `encoded_size`: `episodes.truncate.json_size` (its old name here), the bytes a value
+  takes as compact UTF-8 JSON, for the budgets.
 """
 
 from __future__ import annotations
@@ -20,9 +17,9 @@ from typing import Any
 
 import pydantic_core
 
-from episodes.agents.stream import _shallow
-from episodes.json_depth import text_too_deep
-from episodes.types.tuning import MAX_JSON_DEPTH
+from episodes.truncate import json_size as encoded_size
+
+__all__ = ["encoded_size", "loads"]
 
 
 def loads(raw: bytes | str) -> Any:
@@ -30,15 +27,3 @@ def loads(raw: bytes | str) -> Any:
         return pydantic_core.from_json(raw)
     except ValueError:
         return json.loads(raw)
-
-
-def encoded_size(value: Any) -> int:
-    try:
-        return len(pydantic_core.to_json(value, fallback=str))
-    except ValueError:  # deeper than pydantic_core recurses: the standard library's measure
-        return len(json.dumps(value, default=str))
-
-
-def too_deep(raw: bytes) -> bool:
-    """`text_too_deep(raw)` (a True from `_shallow` is exact on any bytes)."""
-    return _shallow(raw, MAX_JSON_DEPTH) is not True and text_too_deep(raw)

@@ -122,13 +122,19 @@ class Replica:
     # -- outcomes -------------------------------------------------------------------------
 
     def succeeded(self, rtt: float | None = None) -> None:
-        """A call answered, its head `rtt` seconds after it was sent (its place still
+        """A call answered 2xx, its head `rtt` seconds after it was sent (its place still
         held: `in_flight` counts it)."""
+        self.answered()
+        self.adaptive.succeeded(rtt, self.in_flight)
+        self._wake()
+
+    def answered(self) -> None:
+        """A call answered with the caller's own mistake (a 4xx other than 429): the
+        upstream is up, but the answer says nothing of its load. Not a latency sample:
+        quick rejections would pull the baseline down and real calls would look queued."""
         self.served += 1
         self.failures = self.ejections = 0
         self.ejected_until = 0.0
-        self.adaptive.succeeded(rtt, self.in_flight)
-        self._wake()
 
     def throttle(self, sent_at: float) -> None:
         """A 429 / 503: halve the limit, once per wave of calls."""

@@ -23,6 +23,9 @@ one, queues the calls past `places`, and reports each call's outcome here.
   round of calls (Gradient2 grows by a queue-size term instead; the additive increase
   keeps one rule for recovering from both signals).
 
+Only 2xx answers reach `succeeded`: a 4xx other than 429 is the caller's mistake,
+often answered at once, and says nothing of the server's load (`Replica.answered`).
+
 Always 1 <= limit <= ceiling (the upstream's `max_concurrency`).
 
 Two limits of the latency signal, said where the fleet is documented

@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from episodes.agents.conversation import Conversations
-from episodes.agents.fastjson import loads, too_deep
+from episodes.agents.fastjson import loads
 from episodes.agents.net import tcp_listener
 from episodes.agents.proxy_record import (
     Callback,
@@ -229,13 +229,15 @@ class ModelProxy:
 
     async def _plain(self, request: Request, sent: dict[str, Any], started: float) -> None:
         try:
-            resp, raw, attempts = await self._sender.send(sent, read=True)
+            call = await self._sender.send(sent, read=True)
         except Exhausted as e:
-            return await self._fail(request, sent, started, str(e))
-        if too_deep(raw):
+            return await self._fail(request, sent, started, str(e), e.upstream)
+        resp, raw = call.resp, call.raw
+        if text_too_deep(raw):
             # Neither parsed nor recorded nor passed on: the call failed (`model_error`).
             why = too_deep_message("the upstream's answer")
-            return await self._fail(request, sent, started, f"model call failed: {why}")
+            failed = f"model call failed: {why}"
+            return await self._fail(request, sent, started, failed, call.upstream)
         ctype = resp.headers.get("content-type", "application/json")
         try:
             answer = loads(raw)
@@ -246,7 +248,8 @@ class ModelProxy:
             sent,
             answer,
             started,
-            attempts,
+            call.attempts,
+            call.upstream,
             stream=False,
             status=resp.status,
             error=error,
@@ -256,17 +259,19 @@ class ModelProxy:
 
     async def _streamed(self, request: Request, sent: dict[str, Any], started: float) -> None:
         try:
-            resp, _, attempts = await self._sender.send(sent, read=False)
+            call = await self._sender.send(sent, read=False)
         except Exhausted as e:
-            return await self._fail(request, sent, started, str(e))
+            return await self._fail(request, sent, started, str(e), e.upstream)
+        resp = call.resp
         if resp.status >= 300:  # a 4xx the harness caused: pass it through
             try:
                 raw = await self._sender.read_closing(resp)
             finally:
-                self._sender.release()  # fleet.py: its place under the limit
+                call.release()  # fleet.py: its place under the limit
             await self._record(
-                sent, error_text(raw), started, attempts, stream=True, status=resp.status
-            )
+                sent, error_text(raw), started, call.attempts, call.upstream,
+                stream=True, status=resp.status,
+            )  # fmt: skip
             ctype = resp.headers.get("content-type", "application/json")
             return request.respond(resp.status, raw, ctype)
         request.start_stream()
@@ -308,7 +313,7 @@ class ModelProxy:
         finally:
             request.on_writable(None)
             resp.close()
-            self._sender.release()  # fleet.py: its place under the limit
+            call.release()  # fleet.py: its place under the limit
         whole = b"".join(received)
         received.clear()
         chunks, too_deep = stream_chunks(whole)
@@ -326,7 +331,8 @@ class ModelProxy:
             sent,
             response,
             started,
-            attempts,
+            call.attempts,
+            call.upstream,
             stream=True,
             error=str(broke) if broke else harness_error(gone, slow, self.spec.timeout_s),
             raw=raw_to_record(whole, response, stream=True) if self.spec.replay_bytes else None,
@@ -341,7 +347,12 @@ class ModelProxy:
         await notify(self.on_failure, err)
 
     async def _fail(
-        self, request: Request, sent: dict[str, Any], started: float, message: str
+        self,
+        request: Request,
+        sent: dict[str, Any],
+        started: float,
+        message: str,
+        upstream: str | None,
     ) -> None:
         err = ModelError(message)
         await self._report(err)
@@ -350,6 +361,7 @@ class ModelProxy:
             None,
             started,
             self.spec.retries + 1,
+            upstream,
             stream=bool(sent.get("stream")),
             status=502,
             error=message,
@@ -362,13 +374,13 @@ class ModelProxy:
         response: Any,
         started: float,
         attempts: int,
+        served_by: str | None,
         *,
         stream: bool,
         status: int = 200,
         error: str | None = None,
         raw: str | None = None,
     ) -> None:
-        served_by = self._sender.served_name
         record = call_record(
             self.conversations, self.spec, served_by, sent, response, started, attempts,
             stream=stream, status=status, error=error, raw=raw,

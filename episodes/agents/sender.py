@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
 import ssl
-from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -53,13 +53,43 @@ def error_text(raw: bytes) -> str:
 
 
 class Exhausted(Exception):
-    pass
+    """The call could not be served; `served_by`: the replica of its last attempt."""
+
+    def __init__(self, message: str, served_by: Replica | None = None) -> None:
+        super().__init__(message)
+        self.served_by = served_by
+
+    @property
+    def upstream(self) -> str | None:
+        """The replica's name, as records show it."""
+        return None if self.served_by is None else self.served_by.name
 
 
-# Per request (each is its own task): the upstream that served its call, and the place
-# under that upstream's limit its stream holds until `Sender.release()`.
-_served: ContextVar[Replica | None] = ContextVar("episodes_served_by", default=None)
-_held: ContextVar[Replica | None] = ContextVar("episodes_held", default=None)
+class Sent:
+    """A call's answer: the response, its body if read, the attempts it took and the
+    replica that served it. An unread answer holds its place under that replica's
+    limit until `release()` (once; later calls are no-ops), whichever task calls it."""
+
+    __slots__ = ("_held", "attempts", "raw", "replica", "resp")
+
+    def __init__(
+        self, resp: Response, raw: bytes, attempts: int, replica: Replica, *, held: bool
+    ) -> None:
+        self.resp = resp
+        self.raw = raw
+        self.attempts = attempts
+        self.replica = replica
+        self._held = held
+
+    @property
+    def upstream(self) -> str:
+        """The replica's name, as records show it."""
+        return self.replica.name
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self.replica.release()
 
 
 class Sender:
@@ -92,7 +122,7 @@ class Sender:
         self.route = Route(self._spec)
         shared: Upstream | None = None
         for r in self.route.replicas:
-            via = await asyncio.to_thread(_env_proxy, r.chat_url)
+            via = await _proxy_for(r.chat_url)
             if via:  # behind the environment's HTTP(S)_PROXY: aiohttp (it speaks to proxies)
                 self._clients[r.chat_url] = AiohttpUpstream(_tls_context(), via)
             else:
@@ -115,34 +145,15 @@ class Sender:
         if own:
             await _release_client()
 
-    @property
-    def served_by(self) -> Replica | None:
-        """The upstream of the call this task sent last (a harness may send calls at
-        once: each request is its own task)."""
-        return _served.get()
-
-    @property
-    def served_name(self) -> str | None:
-        served = _served.get()
-        return None if served is None else served.name
-
-    def release(self) -> None:
-        """The stream of the call this task sent last was forwarded: its place under
-        the upstream's limit is free (once; later calls are no-ops)."""
-        held = _held.get()
-        if held is not None:
-            _held.set(None)
-            held.release()
-
-    async def send(self, body: dict[str, Any], *, read: bool) -> tuple[Response, bytes, int]:
-        """POST upstream: (response, body if `read`, attempts), or Exhausted.
+    async def send(self, body: dict[str, Any], *, read: bool) -> Sent:
+        """POST upstream: the answer (`Sent`), or Exhausted.
 
         The session's replica (fleet.py) is tried `retries` + 1 times on 5xx, timeouts
         and connection errors, with exponential backoff; when it gives up or is ejected
         the call moves to another replica (its attempts counted afresh). 429 / 503 (and
         the wait for a place under a replica's limit) are not charged to `retries` for
         `max_throttle_s` in all: the call waits (`Retry-After` honoured) and tries again.
-        Not `read`: the caller forwards the body, then calls `release()`.
+        Not `read`: the caller forwards the body, then calls `Sent.release()`.
         """
         assert self.route is not None
         loop = asyncio.get_running_loop()
@@ -151,24 +162,26 @@ class Sender:
         attempts = charged = throttles = 0
         throttle_left = self._spec.max_throttle_s
         last = "no attempt made"
-        on: Replica | None = None
+        on: Replica | None = None  # the replica the attempts are charged to
+        tried: Replica | None = None  # the replica of the last attempt
         while True:
             if self._closed:  # (after a backoff too) a closed route would stick again
-                raise Exhausted("model call not sent: the session is closed")
+                raise Exhausted("model call not sent: the session is closed", tried)
             r = self.route.pick(given_up)
             if r is None:
                 where = f" on {len(given_up)} upstreams" if len(given_up) > 1 else ""
                 raise Exhausted(
-                    self.scrub(f"model call failed after {attempts} attempt(s){where}: {last}")
+                    self.scrub(f"model call failed after {attempts} attempt(s){where}: {last}"),
+                    tried,
                 )
             if r is not on:
                 on, charged = r, 0
             queued = loop.time()
-            await self._acquire(r)
+            await self._acquire(r, tried)
             throttle_left -= loop.time() - queued
             attempts += 1
             sent_at = loop.time()
-            _served.set(r)
+            tried = r
             delay = min(self.backoff_s * 2**charged, self.max_backoff_s)
             refused = False
             try:
@@ -184,15 +197,17 @@ class Sender:
                 r.release()
                 raise
             if resp is not None and resp.status not in (429, 503) and resp.status < 500:
-                r.succeeded(loop.time() - sent_at)  # to the answer's head
+                if 200 <= resp.status < 300:
+                    r.succeeded(loop.time() - sent_at)  # to the answer's head
+                else:  # the harness's mistake: not a latency sample (fleet.py)
+                    r.answered()
                 if not read:
-                    _held.set(r)
-                    return resp, b"", attempts
+                    return Sent(resp, b"", attempts, r, held=True)
                 try:
                     raw = await self.read_closing(resp)
                 finally:
                     r.release()
-                return resp, raw, attempts
+                return Sent(resp, raw, attempts, r, held=False)
             r.release()
             if resp is not None:
                 raw = await self.read_closing(resp)
@@ -224,7 +239,7 @@ class Sender:
                 continue
             await asyncio.sleep(delay)
 
-    async def _acquire(self, r: Replica) -> None:
+    async def _acquire(self, r: Replica, tried: Replica | None) -> None:
         """A place under `r`'s limit; a call still waiting when the session closes is
         cancelled, one handed its place as it closed gives it back (Exhausted)."""
         task = asyncio.current_task()
@@ -236,7 +251,7 @@ class Sender:
             self._queued.discard(task)
         if self._closed:
             r.release()
-            raise Exhausted("model call not sent: the session closed while it waited")
+            raise Exhausted("model call not sent: the session closed while it waited", tried)
 
     async def read_closing(self, resp: Response) -> bytes:
         try:
@@ -276,6 +291,30 @@ async def _release_client() -> None:
         return
     del _clients[loop]
     await client.close()
+
+
+# What decides an upstream's proxy: aiohttp's `get_env_proxy_for_url` reads urllib's
+# `getproxies()` for these schemes, NO_PROXY, and netrc for the proxy's credentials.
+_PROXY_ENV = (
+    *(
+        n
+        for s in ("http", "https", "ws", "wss", "no")
+        for n in (f"{s}_proxy", f"{s.upper()}_PROXY")
+    ),
+    "NETRC",
+    "REQUEST_METHOD",
+)
+_env_proxies: dict[tuple[str, tuple[str | None, ...]], dict[str, Any]] = {}
+
+
+async def _proxy_for(url: str) -> dict[str, Any]:
+    """`_env_proxy(url)`, looked up (in a thread: netrc is a file) once per process and
+    URL while the environment's proxy variables stay as they are, not per session."""
+    key = (url, tuple(map(os.environ.get, _PROXY_ENV)))
+    via = _env_proxies.get(key)
+    if via is None:
+        via = _env_proxies[key] = await asyncio.to_thread(_env_proxy, url)
+    return via
 
 
 def _env_proxy(url: str) -> dict[str, Any]:

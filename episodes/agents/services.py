@@ -27,11 +27,11 @@ from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from episodes.agents.fastjson import encoded_size
 from episodes.errors import HarnessStartFailed, ModelError, SpecError
 from episodes.harness.budget import BudgetExceeded, StreamBudget
 from episodes.json_depth import text_too_deep
 from episodes.runtimes.base import Runtime, RuntimeProcess
+from episodes.truncate import json_size
 from episodes.types.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -241,7 +241,7 @@ class AgentServices:
             return  # not kept: the session ends at this turn anyway
         try:
             # As recorded (request and response included): what the worker holds for it.
-            self.budget.charge(encoded_size(event))
+            self.budget.charge(json_size(event))
         except BudgetExceeded as e:
             self._forget_calls()
             self.breached(e.detail)

@@ -11,6 +11,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
+try:  # the worker's. The in-box LLM harness has this module and the stdlib alone
+    # (scripts/build-image.sh) and uses `SseParser` and `assemble` only.
+    from episodes.agents.fastjson import loads as _loads  # json.loads, faster
+    from episodes.json_depth import text_too_deep
+    from episodes.types.tuning import MAX_JSON_DEPTH
+except ImportError:
+
+    def _loads(raw: bytes | str) -> Any:
+        return json.loads(raw)
+
 
 class SseParser:
     """Incremental `data:` payloads of an SSE stream (events end with a blank line).
@@ -47,13 +57,11 @@ def stream_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
     `parse_chunks(SseParser().feed(raw))`, in a few C calls for the usual stream.
 
     The usual stream is events of one `data: ` line each (the last may be `[DONE]`): its
-    payloads are joined into one JSON array by one `replace`, checked for depth without
-    splitting out its strings (`_shallow`), and parsed by one `json.loads`. Anything
+    payloads are joined into one JSON array by one `replace`, checked for depth (from
+    its brackets alone when no string holds one: `text_too_deep`), and parsed by one
+    `fastjson.loads`. Anything
     else (comments, multi-line events, CRs, a payload that is not JSON on its own) takes
     the general path."""
-    from episodes.json_depth import text_too_deep
-    from episodes.types.tuning import MAX_JSON_DEPTH
-
     if raw.startswith(b"data: ") and raw.endswith(b"\n\n") and b"\r" not in raw:
         inner = raw[6:-2]
         if inner.endswith(b"\n\ndata: [DONE]"):
@@ -61,10 +69,7 @@ def stream_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
         events = inner.count(b"\n\ndata: ") + 1
         if inner.count(b"\n") == 2 * (events - 1) and inner != b"[DONE]":
             joined = b"[" + inner.replace(b"\n\ndata: ", b",") + b"]"
-            shallow = _shallow(joined, MAX_JSON_DEPTH + 1)
-            if shallow is None:  # a string holds brackets: measured exactly
-                shallow = not text_too_deep(joined, MAX_JSON_DEPTH + 1)
-            if shallow:
+            if not text_too_deep(joined, MAX_JSON_DEPTH + 1):
                 try:
                     values = _loads(joined)
                 except ValueError:
@@ -74,57 +79,8 @@ def stream_chunks(raw: bytes) -> tuple[list[dict[str, Any]], bool]:
     return parse_chunks(SseParser().feed(raw))
 
 
-def _loads(data: bytes) -> Any:
-    """`json.loads`, by pydantic_core where it is installed (the worker; the in-box
-    harness has the stdlib alone): `episodes.agents.fastjson.loads`."""
-    try:
-        from episodes.agents.fastjson import loads
-    except ImportError:
-        return json.loads(data)
-    return loads(data)
-
-
-_MARKS = b'"[]{}'
-_NOT_MARKS = bytes(b for b in range(256) if b not in _MARKS)
-_FOLD = bytes.maketrans(b"{}", b"[]")
-
-
-def _shallow(data: bytes, limit: int) -> bool | None:
-    """Whether JSON `data` nests no deeper than `limit` (as `text_depth` measures it), or
-    None when a string of it may hold a bracket (or the brackets do not pair up): then
-    ask `text_depth`.
-
-    Without a bracket in any string, the brackets outside strings are all the brackets:
-    escapes are dropped (as `text_depth` does), then everything but quotes and brackets
-    (`translate`); every string is then an empty pair of quotes (none left once `""`
-    pairs are removed), and the brackets left nest as deep as the text does: innermost
-    pairs removed per pass (`replace`: all the leaves of the tree they make), one pass
-    per level."""
-    if b"\\" in data:
-        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    marks = data.translate(None, _NOT_MARKS)
-    if b'"' in marks.replace(b'""', b""):
-        return None
-    brackets = marks.replace(b'"', b"").translate(_FOLD)
-    for _ in range(limit):
-        if not brackets:
-            return True
-        fewer = brackets.replace(b"[]", b"")
-        if len(fewer) == len(brackets):
-            return None  # unbalanced: measured exactly
-        brackets = fewer
-    if not brackets:
-        return True
-    return False if b"[]" in brackets else None
-
-
 def parse_chunks(payloads: list[str]) -> tuple[list[dict[str, Any]], bool]:
     """(the JSON chunks among SSE payloads, whether one nests too deep to parse)."""
-    # Here, not at the top: the in-box LLM harness imports this module with the
-    # stdlib alone (scripts/build-image.sh copies it without the rest of the package).
-    from episodes.json_depth import text_too_deep
-    from episodes.types.tuning import MAX_JSON_DEPTH
-
     kept = [p for p in payloads if p.strip() != "[DONE]"]
     joined = "[" + ",".join(kept) + "]"
     if not text_too_deep(joined, MAX_JSON_DEPTH + 1):
@@ -150,11 +106,6 @@ def chunks_of(payloads: list[str]) -> list[dict[str, Any]]:
     array's own depth is checked here: payloads that do not close their brackets add up
     (fifty `[`x100 payloads would nest 5,000 deep together and blow `json`'s recursion).
     """
-    # Here, not at the top: the in-box LLM harness imports this module with the
-    # stdlib alone (scripts/build-image.sh copies it without the rest of the package).
-    from episodes.json_depth import text_too_deep
-    from episodes.types.tuning import MAX_JSON_DEPTH
-
     kept = [p for p in payloads if p.strip() != "[DONE]"]
     joined = "[" + ",".join(kept) + "]"
     values = None

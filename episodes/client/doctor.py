@@ -9,12 +9,8 @@ never printed: only whether they are set.
 from __future__ import annotations
 
 import asyncio
-import importlib.metadata
-import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
@@ -33,33 +29,33 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes.client.config import Config
+from episodes.client.doctor_local import (
+    HARNESS_IMAGE,
+    Check,
+    check_payloads,
+    check_runtime,
+    short_error,
+)
 from episodes.search_attributes import CLI_TYPES
 
+__all__ = [
+    "HARNESS_IMAGE",
+    "RUNTIMES",
+    "Check",
+    "check_fleet",
+    "check_payloads",
+    "check_runtime",
+    "open_client",
+    "run_checks",
+    "setup",
+]
+
 RUNTIMES = ("subprocess", "docker", "modal", "prime")
-HARNESS_IMAGE = "episodes-harness:latest"
 INDEXED = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "Double": IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
     "Int": IndexedValueType.INDEXED_VALUE_TYPE_INT,
 }
-
-
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    fix: str = ""
-    required: bool = True
-
-    @property
-    def failed(self) -> bool:
-        return self.required and not self.ok
-
-    def line(self) -> str:
-        mark = "✓" if self.ok else ("✗" if self.required else "·")
-        fix = f" — fix: {self.fix}" if self.fix and not self.ok else ""
-        return f"{mark} {self.name}: {self.detail}{fix}"
 
 
 async def open_client(cfg: Config, timeout_s: float = 8.0) -> Client | Check:
@@ -73,7 +69,7 @@ async def open_client(cfg: Config, timeout_s: float = 8.0) -> Client | Check:
             Client.connect(address, data_converter=pydantic_data_converter, **kwargs), timeout_s
         )
     except Exception as e:
-        first = _short(e)
+        first = short_error(e)
         return Check(
             "server",
             False,
@@ -81,17 +77,6 @@ async def open_client(cfg: Config, timeout_s: float = 8.0) -> Client | Check:
             "start one (`episodes dev`) or set --address / TEMPORAL_ADDRESS / a profile"
             " (Cloud: TEMPORAL_API_KEY or --tls-cert/--tls-key)",
         )
-
-
-def _short(e: BaseException) -> str:
-    text = str(e) or type(e).__name__
-    if "Connection refused" in text or "ConnectionRefused" in text:
-        return "connection refused"
-    if "dns error" in text.lower():
-        return "the host name does not resolve"
-    if isinstance(e, TimeoutError):
-        return "no answer in time"
-    return text.splitlines()[0][:160]
 
 
 async def check_namespace(client: Client) -> Check:
@@ -165,155 +150,6 @@ async def check_workers(client: Client, task_queue: str) -> Check:
     return Check("workers", True, f"{len(names)} polling {task_queue!r}: {', '.join(names[:5])}")
 
 
-def _sandbox_limits() -> str:
-    """How this worker's sandboxes hold their limits (docs/containment.md#limits)."""
-    from episodes.runtimes import cgroup, seccomp
-
-    how = cgroup.available() or "rlimits (no cgroup: memory per process, no CPU quota)"
-    filt = "a seccomp filter" if seccomp.program() is not None else "no seccomp (no libseccomp)"
-    return f"limits by {how}, {filt}"
-
-
-def check_runtime(name: str, required: bool) -> Check:
-    label = f"runtime {name}"
-    if name == "subprocess":
-        from episodes.runtimes.sandbox import sandbox_problem
-
-        problem = sandbox_problem()
-        if problem is not None:
-            fix = (
-                "apt-get install bubblewrap (and allow user namespaces), or run only "
-                "trusted harnesses with harness.runtime.isolation: none"
-            )
-            return Check(label, False, f"isolation none only: {problem}", fix, required)
-        return Check(
-            label,
-            True,
-            f"sandbox (bwrap) and isolation none; sandbox {_sandbox_limits()}",
-            required=required,
-        )
-    if name == "docker":
-        try:
-            from episodes.runtimes.docker_engine import shared_client
-
-            api = shared_client().api
-            api.ping()
-        except Exception as e:
-            first = (str(e).splitlines() or [type(e).__name__])[0][:160]
-            return Check(
-                label,
-                False,
-                f"no Docker engine answers ({first})",
-                "start Docker, or give the worker the engine socket "
-                "(docker-compose.docker-runtime.yml)",
-                required,
-            )
-        try:
-            api.inspect_image(HARNESS_IMAGE)
-        except Exception:
-            return Check(
-                label,
-                False,
-                f"engine up, image {HARNESS_IMAGE} missing",
-                "scripts/build-image.sh on the worker's host",
-                required,
-            )
-        return Check(label, True, f"engine up, image {HARNESS_IMAGE} present", required=required)
-    dist = {"modal": "modal", "prime": "prime-sandboxes"}[name]
-    try:
-        version = importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return Check(
-            label, False, f"{dist} not installed", f"pip install 'episodes[{name}]'", required
-        )
-    try:
-        if name == "modal":
-            from modal.config import config
-
-            creds = bool(config.get("token_id") and config.get("token_secret"))
-            how = "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or `modal token new`)"
-        else:
-            import prime_sandboxes
-
-            creds = bool(prime_sandboxes.Config().api_key)
-            how = "set PRIME_API_KEY (or `prime login`)"
-    except Exception as e:
-        return Check(
-            label, False, f"{dist} {version} fails to load: {type(e).__name__}", "", required
-        )
-    if not creds:
-        return Check(label, False, f"{dist} {version}, no credentials", how, required)
-    return Check(label, True, f"{dist} {version}, credentials set", required=required)
-
-
-async def check_payloads() -> list[Check]:
-    from episodes.errors import PayloadsConfigError
-    from episodes.payloads.config import LocalStorage, S3Storage
-    from episodes.payloads.config import payloads_config_from_env as from_env
-
-    try:
-        cfg = from_env()
-    except PayloadsConfigError as e:
-        return [Check("payloads", False, str(e), "fix the variable it names")]
-    out = []
-    enc = cfg.encryption
-    if enc.type == "aes-gcm":
-        n = len(enc.load_keys())
-        out.append(Check("payload encryption", True, f"aes-gcm, {n} key(s) (values not shown)"))
-    s = cfg.storage
-    if isinstance(s, LocalStorage):
-        out.append(await asyncio.to_thread(_check_local, s.path))
-    elif isinstance(s, S3Storage):
-        out.append(await _check_s3(s))
-    else:
-        out.append(
-            Check(
-                "blob store", True, "none configured (payloads stay in the history)", required=False
-            )
-        )
-    return out
-
-
-def _check_local(path: Path) -> Check:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path, prefix=".doctor-"):
-            pass
-    except OSError as e:
-        return Check(
-            "blob store",
-            False,
-            f"local {path}: not writable ({e.strerror})",
-            "EPISODES_PAYLOADS_PATH must be a directory the worker can write",
-        )
-    return Check("blob store", True, f"local {path} writable")
-
-
-async def _check_s3(s: object) -> Check:
-    bucket = getattr(s, "bucket", "?")
-    try:
-        import aioboto3
-
-        session = aioboto3.Session()
-        kwargs = {
-            "endpoint_url": getattr(s, "endpoint_url", None),
-            "region_name": getattr(s, "region", None),
-        }
-        async with session.client("s3", **{k: v for k, v in kwargs.items() if v}) as s3:
-            await asyncio.wait_for(s3.head_bucket(Bucket=bucket), 10)
-    except ImportError:
-        return Check("blob store", False, "s3 needs aioboto3", "pip install 'episodes[s3]'")
-    except Exception as e:
-        first = (str(e).splitlines() or [type(e).__name__])[0][:160]
-        return Check(
-            "blob store",
-            False,
-            f"s3 bucket {bucket!r} not reachable: {first}",
-            "check the bucket, EPISODES_S3_ENDPOINT_URL and the AWS credentials",
-        )
-    return Check("blob store", True, f"s3 bucket {bucket!r} reachable")
-
-
 async def check_fleet(client: Client) -> list[Check]:
     """Priority and fairness keys (batches sharing a fleet), tried on a probe queue."""
     from episodes.client.doctor_fleet import probe_fleet
@@ -321,7 +157,7 @@ async def check_fleet(client: Client) -> list[Check]:
     try:
         priority, fairness = await probe_fleet(client)
     except Exception as e:
-        detail = f"could not probe: {_short(e)}"
+        detail = f"could not probe: {short_error(e)}"
         return [Check("priority", False, detail, required=False)]
     unsure = "the probe got no answer (a queue with several partitions mixes it up)"
     return [

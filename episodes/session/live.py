@@ -34,6 +34,7 @@ from episodes.session.launch import (
     upstream_key,
 )
 from episodes.session.restore import restore_session
+from episodes.session.verdict import disarm, ended
 from episodes.truncate import fit_result
 from episodes.types.results import (
     ScoreResult,
@@ -52,20 +53,6 @@ if TYPE_CHECKING:
 
 # "No message given": the env's pending message is sent (None is a valid message).
 _PENDING: Any = object()
-
-
-# Kinds only the session's own services record (the model proxy, the tool bridge).
-_SERVICE_KINDS = frozenset({"model_call", "tool_call"})
-
-
-def _disarm(event: Any) -> Any:
-    """A harness event shaped like a service's record keeps its data under
-    `harness:<kind>`. Hazard: the harness is untrusted, and trainers build samples from
-    `model_call` records; a forged one would put made-up tokens in the training data.
-    In place, so the driver's copy (matched by identity below) is the same object."""
-    if isinstance(event, dict) and event.get("kind") in _SERVICE_KINDS:
-        event["kind"] = f"harness:{event['kind']}"
-    return event
 
 
 class LiveSession:
@@ -259,7 +246,7 @@ class LiveSession:
             events: list[Any] = []
 
             async def harness_event(event: Any) -> None:
-                _disarm(event)
+                disarm(event)
                 events.append(event)
                 if on_event is not None:
                     await call(on_event, event)
@@ -277,38 +264,13 @@ class LiveSession:
             # Events the driver recorded without passing them on (ACP's permission
             # decisions); by identity, in one pass: a turn may stream thousands.
             seen = {id(e) for e in events}
-            extra = [_disarm(e) for e in record.events if id(e) not in seen]
+            extra = [disarm(e) for e in record.events if id(e) not in seen]
             record = record.model_copy(update={"events": events + extra})
-            full_reply = record.reply
-            if self.services.breach is not None:
-                # Whatever the driver saw (the harness stopped under it): the breach.
-                error = f"protocol error in turn {n}: {self.services.breach}"
-                result = TurnResult(
-                    record=record.model_copy(
-                        update={"error": error, "error_type": "protocol_error"}
-                    ),
-                    observation=StepOutcome(done=True),
-                    termination="protocol_error",
-                )
-            elif model_failure is not None:
-                # The harness saw a failed model call; however it answered, the episode
-                # cannot go on as the trainer meant it: `model_error`, with the reason.
-                result = TurnResult(
-                    record=record.model_copy(update={"error": record.error or str(model_failure)}),
-                    observation=StepOutcome(done=True),
-                    termination="model_error",
-                )
-            elif record.error_type and record.error_type != "harness_error":
-                # Crashed, timed out, broke the protocol: the driver stopped the harness.
-                result = TurnResult(
-                    record=record,
-                    observation=StepOutcome(done=True),
-                    termination=record.error_type,
-                )
-            else:
+            result = ended(n, record, self.services.breach, model_failure)
+            if result is None:
                 # A reply, or an `error` packet (that turn failed, the harness runs on):
                 # the env says what comes next.
-                result = await self._step_env(record, full_reply)
+                result = await self._step_env(record, record.reply)
             result = fit_result(
                 self.scrubber.model(result),
                 mode=self.spec.record,

@@ -38,4 +38,22 @@ def test_long_error_text_is_cut() -> None:
 
 
 def test_cap_keeps_fitting_values() -> None:
-    assert cap([1, 2], 100) == ([1, 2], 6)
+    assert cap([1, 2], 100) == ([1, 2], 5)  # "[1,2]": compact, as stored
+
+
+def test_sizes_are_the_compact_utf8_json_the_budgets_charge_one_measure() -> None:
+    """One measure for the record's caps and the session's event budget
+    (episodes/agents/fastjson.py used to keep its own, compact where this one padded)."""
+    import json
+
+    from episodes.agents import fastjson
+
+    event = {"kind": "model_call", "request": {"messages": [{"content": "héllo, wörld"}]}}
+    compact = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()
+    assert json_size(event) == len(compact)
+    assert fastjson.encoded_size(event) == json_size(event)
+    deep: object = "x"
+    for _ in range(400):  # deeper than pydantic_core serialises: measured all the same
+        deep = {"é": [deep]}
+    text = json.dumps(deep, separators=(",", ":"), ensure_ascii=False).encode()
+    assert json_size(deep) == fastjson.encoded_size(deep) == len(text)

@@ -138,3 +138,49 @@ async def test_rising_latency_lowers_the_limit_and_every_call_still_succeeds(str
     assert failures == []
     assert len(calls) == 12 + 3 * SESSIONS
     assert all(c["status"] == 200 and c["attempts"] == 1 for c in calls)
+
+
+async def test_quick_4xx_answers_do_not_pull_the_latency_baseline_down():
+    """A 400 is the harness's mistake, answered at once: not a latency sample (a flood of
+    them once dragged the baseline to ~0, and the next real call looked like queueing)."""
+    real_s = 0.2  # every 2xx answer's head comes at least this late
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        if body["messages"][0]["content"] == "bad":
+            return web.json_response({"error": {"message": "bad request"}}, status=400)
+        await asyncio.sleep(real_s)
+        message = {"role": "assistant", "content": "ok"}
+        return web.json_response(
+            {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+             "choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}
+        )  # fmt: skip
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    sock = tcp_listener()
+    await web.SockSite(runner, sock).start()
+    base_url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    spec = ModelSpec(upstreams=[UpstreamSpec(base_url=base_url, max_concurrency=2)], model="m")
+    calls: list = []
+    try:
+        async with ModelProxy(spec, on_call=calls.append, backoff_s=0.01) as proxy:
+            c = client_of(proxy)
+            adaptive = proxy._sender.route.replicas[0].adaptive  # type: ignore[union-attr]
+            for _ in range(12):  # the baseline: real calls, one at a time
+                assert await ask(c, stream=False) == "ok"
+            for _ in range(60):  # the harness's mistakes, answered at once
+                with pytest.raises(openai.BadRequestError):
+                    await c.chat.completions.create(
+                        model="x", messages=[{"role": "user", "content": "bad"}]
+                    )
+            for _ in range(3):
+                assert await ask(c, stream=False) == "ok"
+            assert adaptive.latency_cuts == 0
+            assert adaptive.long_rtt.value >= real_s  # each sample took that long at least
+            assert adaptive.long_rtt.count == 15  # the 2xx answers only
+    finally:
+        await runner.cleanup()
+    assert [c["status"] for c in calls] == [200] * 12 + [400] * 60 + [200] * 3

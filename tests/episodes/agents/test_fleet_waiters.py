@@ -69,8 +69,9 @@ async def test_a_call_backing_off_when_its_sender_closes_does_not_route_again():
         call = asyncio.ensure_future(sender.send({"model": "m", "messages": []}, read=True))
         assert await wait_until(lambda: replica.backing_off == 1, timeout=10)
         await sender.close()
-        with pytest.raises(Exhausted, match="session is closed"):
+        with pytest.raises(Exhausted, match="session is closed") as failed:
             await asyncio.wait_for(call, 10)
+        assert failed.value.upstream == replica.name  # its last attempt's (the 429)
         assert (replica.sessions, replica.in_flight, replica.waiting) == (0, 0, 0)
 
 
@@ -127,3 +128,29 @@ async def _ask(proxy: ModelProxy) -> str:
     finally:
         await c.close()
     return answer.choices[0].message.content or ""
+
+
+async def test_an_unread_answer_names_its_replica_and_frees_its_place_from_any_task():
+    """`send` hands back the call's replica and its place (once held in per-task context
+    variables: another task read no replica and freed nothing, the place stayed taken)."""
+    async with ScriptedUpstream(policy=echo_policy) as up:
+        sender = Sender(_one_at_a_time(up), None, "s-handed", 0.01, 0.1)
+        await sender.start()
+        assert sender.route is not None
+        (replica,) = sender.route.replicas
+        try:
+            call = await asyncio.create_task(
+                sender.send({"model": "m", "messages": []}, read=False)
+            )
+            assert call.upstream == replica.name and call.attempts == 1
+            assert replica.in_flight == 1  # held while the answer is forwarded
+            await sender.read_closing(call.resp)
+            call.release()
+            call.release()  # once
+            assert (replica.in_flight, replica.waiting) == (0, 0)
+            read = await sender.send({"model": "m", "messages": []}, read=True)
+            assert read.raw and read.upstream == replica.name and replica.in_flight == 0
+            read.release()  # a read answer holds nothing
+            assert replica.in_flight == 0
+        finally:
+            await sender.close()

@@ -234,3 +234,40 @@ async def test_behind_an_environment_proxy_streams_go_through_aiohttp(monkeypatc
             assert await _stream_text(http, proxy) == "one two"
     (record,) = calls
     assert _content(record) == "one two" and "error" not in record
+
+
+async def test_the_environment_proxy_is_looked_up_once_per_upstream_not_per_session(monkeypatch):
+    """Each session's start looked up the environment's proxy for each of its upstreams
+    (a thread hop, and netrc read when a proxy is set): now once per upstream URL while
+    the proxy variables stay as they are; set one and the next session goes through it."""
+    import secrets
+
+    import aiohttp.helpers
+
+    from episodes.agents.upstream_aiohttp import AiohttpUpstream
+
+    looked: list[str] = []
+    real = aiohttp.helpers.get_env_proxy_for_url
+
+    def spy(url):  # type: ignore[no-untyped-def]
+        looked.append(str(url))
+        return real(url)
+
+    monkeypatch.setattr(aiohttp.helpers, "get_env_proxy_for_url", spy)
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    spec = ModelSpec(base_url=f"http://127.0.0.1:9/{secrets.token_hex(4)}/v1", model="m")
+    senders = [sender.Sender(spec, None, f"s-{i}", 0.01, 0.1) for i in range(4)]
+    try:
+        for s in senders[:3]:
+            await s.start()
+        assert len(looked) == 1
+        assert not any(isinstance(c, AiohttpUpstream) for c in senders[0]._clients.values())
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+        await senders[3].start()
+        assert len(looked) == 2
+        assert [type(c) for c in senders[3]._clients.values()] == [AiohttpUpstream]
+    finally:
+        for s in senders:
+            await s.close()

@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from episodes.agents.stream import SseParser, _shallow, parse_chunks, stream_chunks
-from episodes.json_depth import text_depth
+from episodes.agents.stream import SseParser, parse_chunks, stream_chunks
+from episodes.json_depth import _shallow, text_depth
 from episodes.types.tuning import MAX_JSON_DEPTH
 
 
