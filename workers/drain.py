@@ -46,6 +46,7 @@ class DrainState:
         self.draining = False
         self.drain_timeout_s = 0.0
         self.provisioning = 0  # provisions running now (a drain waits for them)
+        self.at_once = False  # stopped without waiting out the drain (a second signal)
         self._abandoned: asyncio.Event | None = None
 
     @property
@@ -58,6 +59,12 @@ class DrainState:
     def abandon(self) -> None:
         self.abandoned.set()
 
+    def why(self) -> str:
+        """Why live sessions were abandoned, for their errors and the worker's last line."""
+        if self.at_once:
+            return "it was stopped at once (a second stop signal), not drained"
+        return f"its drain timeout ({self.drain_timeout_s:g} s) passed"
+
     def refused(self, what: str) -> ApplicationError:
         # Retryable: the server hands the next attempt to another worker.
         return ApplicationError(
@@ -69,8 +76,7 @@ class DrainState:
         if what not in _SESSION_ACTIVITIES:
             return self.refused(what)  # a provision, a batch's await: another worker does it
         return ApplicationError(
-            f"worker {self.worker_id} stopped: its drain timeout "
-            f"({self.drain_timeout_s:g} s) passed with {what} still running; "
+            f"worker {self.worker_id} stopped: {self.why()} with {what} still running; "
             "the session was abandoned",
             type=contract.SESSION_NOT_FOUND,
             non_retryable=True,

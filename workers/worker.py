@@ -237,6 +237,7 @@ class EpisodeWorker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stop_now.wait(), min(0.1, max(0.0, deadline - now)))
         left = self.registry.entries()
+        self.drain.at_once = self._stop_now.is_set()
         if left:
             self.abandoned = [e.session.session_id for e in left]
             log.warning(

@@ -62,9 +62,7 @@ async def run_worker(cfg: Config) -> None:
         )
         log.info("worker %s started (max %d sessions)", w.worker_id, s.max_sessions)
         await w.run()
-        gone = (
-            f"; abandoned {len(w.abandoned)} session(s) at the drain timeout" if w.abandoned else ""
-        )
+        gone = f"; abandoned {len(w.abandoned)} session(s): {w.drain.why()}" if w.abandoned else ""
         common.console.print(
             f"worker stopped; every live harness was stopped{gone}", highlight=False
         )

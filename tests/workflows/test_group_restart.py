@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 
@@ -18,6 +20,7 @@ from episodes.client.connect import connect
 from episodes.client.history import load_transcript
 from episodes.errors import EpisodesError
 from episodes.types.group import member_id
+from tests.conftest import ROOT
 from tests.support.envs import ENDLESS
 from tests.support.helpers import pid_alive, spec, wait_until
 from tests.workflows.test_restart import _harnesses, _pairs, _worker
@@ -25,6 +28,7 @@ from tests.workflows.test_restart import _harnesses, _pairs, _worker
 pytestmark = pytest.mark.timeout(300)
 
 SAMPLES, TURNS = 3, 30
+SKEWED = ROOT / "tests" / "support" / "skewed_worker.py"
 
 
 async def _holder(client, gwid: str) -> str | None:
@@ -148,13 +152,31 @@ async def test_a_lost_group_worker_without_restarts_ends_members_worker_lost(dev
                 proc.wait()
 
 
+def _skewed_worker(address: str, queue: str, skew_s: float) -> subprocess.Popen:
+    """A worker whose group activities' clock runs `skew_s` ahead (tests/support)."""
+    argv = [sys.executable, str(SKEWED), str(skew_s), "worker", "--address", address]
+    return subprocess.Popen(
+        [*argv, "--task-queue", queue],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 async def test_group_timeout_s_holds_across_a_lost_worker(dev_server) -> None:
     """A group that never ends by itself, its worker killed mid-group: the retry on the
-    other worker restores every member and, at `group_timeout_s` (counted from the
-    group's first scheduling), cuts them (`cut: group_timeout`) with every turn
-    recorded once; the group comes out partial with no member that ended."""
+    other worker keeps the deadline of the group's first scheduling (not its own) and,
+    past it, cuts every member (`cut: group_timeout`) without restoring it, each with
+    the turns its last heartbeat recorded, once; the group comes out partial with no
+    member that ended. Nothing is timed: the timeout (600 s) is far beyond the first
+    worker's run, and the second worker's group clock runs 598 s ahead, so its first
+    reading is past the first scheduling's deadline (the retry comes at least the
+    3 s heartbeat timeout after it) and 2 s short of a deadline counted from the
+    retry's own scheduling."""
+    timeout_s, skew_s = 600.0, 598.0
     queue = f"gtimeout-{uuid.uuid4().hex[:6]}"
-    procs = [_worker(dev_server.address, queue) for _ in range(2)]
+    first = _worker(dev_server.address, queue)
+    procs = [first]
     client = await connect(dev_server.address)
     ec = EpisodesClient(client, task_queue=queue)
     try:
@@ -166,27 +188,30 @@ async def test_group_timeout_s_holds_across_a_lost_worker(dev_server) -> None:
             samples=2,
             on_worker_lost="restart",
             worker_lost_timeout_s=3,
-            group_timeout_s=45,  # generous: the kill and the restore come well before
+            group_timeout_s=timeout_s,
         )
         gwid = f"{s.name}.t0.g"
         running = asyncio.create_task(_run(ec, s, s.name))
-        assert await wait_until(lambda: _all_past(client, gwid, 3, samples=2), timeout=40)
+        assert await wait_until(lambda: _all_past(client, gwid, 3, samples=2), timeout=120)
         identity = await _holder(client, gwid)
-        assert identity is not None
-        [holder] = [w for w in procs if f"-{w.pid}-" in identity]
-        os.kill(holder.pid, signal.SIGKILL)
-        holder.wait()
+        assert identity is not None and f"-{first.pid}-" in identity, identity
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        recorded = [
+            len((await load_transcript(client, member_id(gwid, i)))["turns"]) for i in (0, 1)
+        ]
+        procs.append(_skewed_worker(dev_server.address, queue, skew_s))
         group = await asyncio.wait_for(running, 150)
         assert group.partial and group.results == [] and group.failed is None
         assert group.cut == [member_id(gwid, i) for i in range(2)]
-        for wid in group.cut:
+        for wid, turns in zip(group.cut, recorded, strict=True):
             data = await load_transcript(client, wid)
             r = data["result"]
-            assert (r["termination"], r["cut"], r["restarts"]) == ("cancelled", "group_timeout", 1)
-            assert r["turns_replayed"] >= 3 and r["turns"] >= r["turns_replayed"]
+            assert (r["termination"], r["cut"]) == ("cancelled", "group_timeout")
+            # Cut before its restore began: no fresh harness, no replay.
+            assert (r["restarts"], r["turns_replayed"], r["turns"]) == (0, 0, turns), r
             assert [t["record"]["turn"] for t in data["turns"]] == list(range(r["turns"]))
-        [survivor] = [w for w in procs if w is not holder]
-        assert await wait_until(lambda: not _harnesses(survivor), timeout=15)
+        assert await wait_until(lambda: not _harnesses(procs[1]), timeout=15)
     finally:
         for proc in procs:
             if proc.poll() is None:

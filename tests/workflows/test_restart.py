@@ -83,7 +83,11 @@ def _pairs(transcript: dict) -> list[tuple]:
     return [(t["record"]["message"], t["record"]["reply"]) for t in transcript["turns"]]
 
 
-async def test_restart_replays_on_another_worker_and_matches_a_clean_run(dev_server) -> None:
+async def test_restart_replays_on_another_worker_and_matches_a_clean_run(
+    dev_server, worker
+) -> None:
+    """The clean run goes at the same time, on the session's in-process worker (its own
+    queue): the kill cannot reach it."""
     queue = f"restart-{uuid.uuid4().hex[:6]}"
     procs = [_worker(dev_server.address, queue) for _ in range(2)]
     client = await connect(dev_server.address)
@@ -96,12 +100,12 @@ async def test_restart_replays_on_another_worker_and_matches_a_clean_run(dev_ser
             on_worker_lost="restart",
             worker_lost_timeout_s=3,
         )
-        clean = await _start(client, queue, s, f"{s.name}.clean", 6)
-        assert (await asyncio.wait_for(clean.result(), 60)).restarts == 0
+        clean = await _start(client, "episodes-test", s, f"{s.name}.clean", 6)
         # Killed in a continued run (6 turns per run): the restore reads every run.
         handle = await _start(client, queue, s, f"{s.name}.killed", 6)
         holder, harnesses, killed_at = await _kill_holder(handle, procs, 15)
         result = await asyncio.wait_for(handle.result(), 120)
+        assert (await asyncio.wait_for(clean.result(), 60)).restarts == 0
         took = time.monotonic() - killed_at
         assert (result.termination, result.turns, result.restarts) == ("max_turns", 40, 1)
         assert result.turns_replayed >= 12 and result.replay_divergences == 0

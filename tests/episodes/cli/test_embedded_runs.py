@@ -29,6 +29,7 @@ from tests.support.worker_procs import cli_env
 
 pytestmark = pytest.mark.slow
 
+CHAOS_HARNESS = ROOT / "tests" / "support" / "harnesses" / "chaos_harness.py"
 WIDE = {"COLUMNS": "400"}  # rich wraps at 80 columns off a terminal
 
 
@@ -242,12 +243,25 @@ async def test_runs_of_one_checkout_share_no_server_and_a_rerun_goes_on(tmp_path
     """One database has one server: a second run of the same checkout while the first
     holds it is one line (before: it reused the server and died with a traceback when
     the first ended). A run killed mid-way and run again goes on where it stopped: the
-    new worker polls the checkout's queue, the one the left episodes wait on."""
-    spec = yaml.safe_load((ROOT / "examples" / "guess-number.yaml").read_text())
-    spec["samples"] = 40
+    new worker polls the checkout's queue, the one the left episodes wait on. The
+    first run is mid-way by construction: task `a` ends, the others' harnesses hold
+    their answer while the file `hold` exists (removed before the last run)."""
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    tasks = {t: [f"{t}:0" if t == "a" else f"{t}:0:held"] for t in "abcd"}
+    spec = {
+        "name": "held",
+        "env": "script",
+        "tasks": [{"id": t, "data": {"messages": m, "expected": m}} for t, m in tasks.items()],
+        "harness": {
+            "command": ["{python}", str(CHAOS_HARNESS), "log", f"hold={hold}"],
+            "runtime": {"type": "subprocess", "isolation": "none"},  # it reads `hold`
+        },
+        "turn_timeout_s": 600,
+        "worker_lost_timeout_s": 3,
+    }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
-    total = 4 * 40
     first_out = tmp_path / "r1.jsonl"
     first = subprocess.Popen(
         [sys.executable, "-m", "episodes.cli.main", "run", str(path), "--out", str(first_out)],
@@ -265,7 +279,8 @@ async def test_runs_of_one_checkout_share_no_server_and_a_rerun_goes_on(tmp_path
     finally:
         first.kill()
         first.wait(30)
-    assert len(first_out.read_text().splitlines()) < total  # it was stopped half-way
+    assert [r["task_id"] for r in results(first_out)] == ["a"]  # it was stopped half-way
+    hold.unlink()
     code, out, err = await episodes(tmp_path, "run", str(path), "--out", "r3.jsonl", timeout=600)
     assert code == 0, out + err
-    assert len(results(tmp_path / "r3.jsonl")) == total
+    assert sorted(r["task_id"] for r in results(tmp_path / "r3.jsonl")) == sorted(tasks)

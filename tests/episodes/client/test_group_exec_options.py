@@ -7,10 +7,13 @@ member's calls, so "a straggler" is the test's doing, not timing)."""
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
 
 from episodes import contract
 from episodes import search_attributes as sa
@@ -18,6 +21,7 @@ from episodes.agents.chat_template import ChatTemplate
 from episodes.agents.scripted import ScriptedUpstream, echo_policy, kv_policy
 from episodes.client import EpisodesClient
 from episodes.client.history import load_transcript
+from episodes.types.group import group_workflow_id
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import parse_spec
 from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
@@ -139,29 +143,77 @@ async def test_oversampled_group_workflows_cut_the_straggler(client, worker) -> 
     assert await wait_until(lambda: worker.groups.members == 0, timeout=30)
 
 
-async def test_a_group_workflow_past_group_timeout_s_is_cut(client, worker) -> None:
+class _ActivityClock:
+    """`activities.group`'s wall clock, moved on by `group_timeout_s` once the test says
+    so (`jump`): the `run_group` activity reads it only when a member ends, so the
+    reading after the last member that ends is past the deadline (never real time:
+    the timeout is long), and nothing else can end first."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s, self.jumped = timeout_s, False
+
+    def time(self) -> float:
+        return time.time() + (self.timeout_s if self.jumped else 0.0)
+
+    @staticmethod
+    def monotonic() -> float:
+        return time.monotonic()
+
+
+async def test_a_group_workflow_past_group_timeout_s_is_cut(client, worker, monkeypatch) -> None:
     """Task `slow`'s member s1 never gets a model answer: at `group_timeout_s` the
     group workflow cuts it (`cut: group_timeout`) and the group comes out partial
     with the member that ended or, with `drop`, not at all; the other group is whole.
-    Both choices run at once (each waits out the timeout)."""
-    release = asyncio.Event()
-    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, gate=_gate(".slow.g.s1", release))
+    Both choices run at once. Member s0 of `slow` is held until both `quick` groups
+    ended and the activity's clock has moved past the deadline: its end is the
+    `slow` activity's next reading, the cut comes right after it, whatever the load."""
+    from activities import group as group_activity
+
+    timeout_s = 600.0  # never reached in real time: the clock's jump passes it
+    clock = _ActivityClock(timeout_s)
+    monkeypatch.setattr(group_activity, "time", clock)
+    hold_s0 = asyncio.Event()
+    never = asyncio.Event()
+
+    async def gate(request: dict) -> None:
+        session = request["headers"].get("X-Session-ID", "")
+        if ".slow.g.s1" in session:
+            await never.wait()
+        elif ".slow.g.s0" in session:
+            await hold_s0.wait()
+
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, gate=gate)
     async with up:
         specs = {}
         for on_timeout in ("partial", "drop"):
-            # Generous: the other members finish in seconds; the cut waits this long.
             data = _kv(up.base_url, {"quick": {"a": "1"}, "slow": {"z": "9"}})
-            data.update(group_timeout_s=40, group_on_timeout=on_timeout)
+            data.update(group_timeout_s=timeout_s, group_on_timeout=on_timeout)
             specs[on_timeout] = parse_spec(data)
 
         async def run(s: Any) -> list[Any]:
             ec = EpisodesClient(client, task_queue=QUEUE)
             return [g async for g in ec.run_batch(s, groups=True, execution="group", concurrency=4)]
 
+        async def release() -> None:
+            async def quick_ended() -> bool:
+                ids = [group_workflow_id(s.name, "quick") for s in specs.values()]
+                try:
+                    descs = [await client.get_workflow_handle(i).describe() for i in ids]
+                except RPCError:  # not started yet
+                    return False
+                return all(d.status == WorkflowExecutionStatus.COMPLETED for d in descs)
+
+            assert await wait_until(quick_ended, timeout=STEP)
+            clock.jumped = True
+            hold_s0.set()
+
         try:
-            partial, drop = await asyncio.gather(run(specs["partial"]), run(specs["drop"]))
+            partial, drop, _ = await asyncio.gather(
+                run(specs["partial"]), run(specs["drop"]), release()
+            )
         finally:
-            release.set()
+            hold_s0.set()
+            never.set()
     for on_timeout, groups in (("partial", partial), ("drop", drop)):
         s = specs[on_timeout]
         by_task = {g.task_id: g for g in groups}

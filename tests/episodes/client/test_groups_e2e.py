@@ -157,11 +157,46 @@ async def test_a_model_upstream_that_gives_up_is_rerun_by_batches_and_groups(cli
     assert g.results[0].workflow_id == f"{s.name}-client.ab.s0.r1"
 
 
-async def test_a_group_past_group_timeout_s_is_cut(client, worker) -> None:
+class _GroupClock:
+    """`episodes.client.groups`' clock, in the test's hands: it stands still (no group
+    gets older) until `need` members ended (the wrapped `run_member` returned), then
+    reads past `group_timeout_s` from the second reading on in each run_batch's task:
+    that loop has taken in every member that ended by then (its `asyncio.wait` in
+    between returns every finished one). So the cut comes after the members that end
+    and before nothing else: whatever the machine's load, and without waiting it out."""
+
+    def __init__(self, need: int, timeout_s: float) -> None:
+        self.need, self.timeout_s, self.ended = need, timeout_s, 0
+        self.readings: dict[Any, int] = {}
+
+    def monotonic(self) -> float:
+        if self.ended < self.need:
+            return 0.0
+        task = asyncio.current_task()
+        self.readings[task] = n = self.readings.get(task, 0) + 1
+        return 0.0 if n < 2 else self.timeout_s + 1
+
+    def counting(self, run_member: Any) -> Any:
+        async def run(*args: Any, **kwargs: Any) -> Any:
+            outcome = await run_member(*args, **kwargs)
+            self.ended += 1
+            return outcome
+
+        return run
+
+
+async def test_a_group_past_group_timeout_s_is_cut(client, worker, monkeypatch) -> None:
     """Task `slow`'s second member never gets a model answer: at `group_timeout_s` it is
     cancelled and its group comes out partial (the member that ended) or, with `drop`,
-    not at all; the other group is whole. Both choices run at once (each waits out
-    the timeout)."""
+    not at all; the other group is whole. Both choices run at once. The groups'
+    clock (`_GroupClock`) passes the timeout once the three other members of each
+    batch ended: the straggler is the only one left, by construction."""
+    from episodes.client import groups
+
+    timeout_s = 30.0
+    clock = _GroupClock(need=6, timeout_s=timeout_s)
+    monkeypatch.setattr(groups, "time", clock)
+    monkeypatch.setattr(groups, "run_member", clock.counting(groups.run_member))
     release = asyncio.Event()
     up = ScriptedUpstream(
         policy=kv_policy, key=UPSTREAM_KEY, gate=_straggler_gate(".slow.s1", release)
@@ -169,9 +204,8 @@ async def test_a_group_past_group_timeout_s_is_cut(client, worker) -> None:
     async with up:
         specs = {}
         for on_timeout in ("partial", "drop"):
-            # Generous: the other members finish in seconds; the cut waits this long.
             data = _kv(up.base_url, {"quick": {"a": "1"}, "slow": {"z": "9"}})
-            data.update(group_timeout_s=40, group_on_timeout=on_timeout)
+            data.update(group_timeout_s=timeout_s, group_on_timeout=on_timeout)
             specs[on_timeout] = parse_spec(data)
 
         async def run(s: Any) -> list[Any]:
@@ -182,9 +216,9 @@ async def test_a_group_past_group_timeout_s_is_cut(client, worker) -> None:
             partial, drop = await asyncio.gather(run(specs["partial"]), run(specs["drop"]))
         finally:
             release.set()
-    for on_timeout, groups in (("partial", partial), ("drop", drop)):
+    for on_timeout, groups_ in (("partial", partial), ("drop", drop)):
         s = specs[on_timeout]
-        by_task = {g.task_id: g for g in groups}
+        by_task = {g.task_id: g for g in groups_}
         quick = by_task["quick"]
         assert not quick.partial and [r.termination for r in quick.results] == ["env_done"] * 2
         h = client.get_workflow_handle(f"{s.name}.slow.s1", result_type=EpisodeResult)

@@ -5,12 +5,13 @@ hostile ones. Stdlib and the harness SDK only, so it also runs in the Docker ima
 Run by file path: `python chaos_harness.py MODE [key=value ...]`; `tag=...` is ignored
 (the tests put a unique tag in the argv to find their processes by command line).
 Modes:
-  log delay=S dir=D start=T
+  log delay=S dir=D start=T hold=H
                       sleep T seconds before saying ready (a slow start); echo each
                       message after S seconds; with `dir`, first append
                       {"turn", "message", "pid"} as a JSON line to D/<key>.log, where
                       <key> is the message up to its first ':' (the task id). A message
-                      ending in ':hang' is never answered.
+                      ending in ':hang' is never answered; one ending in ':held' is
+                      answered once no file H exists.
   hog                 echo; at turn 1 allocate (and touch) memory until killed
   fork-bomb           echo; at turn 1 every process forks forever (retrying on EAGAIN)
   fill path=P         echo; at turn 1 write files in P (default /tmp) forever (retrying on
@@ -45,7 +46,7 @@ def sleep_forever() -> None:
         time.sleep(3600)
 
 
-def logging_echo(delay: float, folder: str | None):
+def logging_echo(delay: float, folder: str | None, hold: str | None = None):
     def handle(turn, message, emit):
         if folder is not None:
             key = str(message).split(":", 1)[0]
@@ -55,6 +56,9 @@ def logging_echo(delay: float, folder: str | None):
         time.sleep(delay)
         if isinstance(message, str) and message.endswith(":hang"):
             sleep_forever()
+        if hold is not None and isinstance(message, str) and message.endswith(":held"):
+            while os.path.exists(hold):
+                time.sleep(0.1)
         return message
 
     return handle
@@ -170,7 +174,7 @@ def main(argv: list[str]) -> None:
     opts = dict(arg.split("=", 1) for arg in argv[1:])
     if mode == "log":
         time.sleep(float(opts.get("start", "0")))
-        sdk.serve(logging_echo(float(opts.get("delay", "0")), opts.get("dir")))
+        sdk.serve(logging_echo(float(opts.get("delay", "0")), opts.get("dir"), opts.get("hold")))
     elif mode == "probe":
         sdk.serve(probe(opts))
     elif mode == "fill":

@@ -1,10 +1,12 @@
 """A worker SIGKILLed mid-way through a Harbor task (its oracle busy on the second step
 of the multi-step task) with `on_worker_lost: restart`: the episode is restored on the
 other worker (a fresh box; the recorded step replayed, its tests run again) and ends
-scored."""
+scored. The second step waits for a file in its box (the test kills the first worker
+while it waits, and creates the file in the restored box): nothing is timed."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import uuid
@@ -27,6 +29,8 @@ from tests.support.harbor.images import busybox_reason
 from tests.support.helpers import wait_until
 from tests.workers.test_worker_kill import _progress
 
+GO = "/tmp/episodes-test-go"
+
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.docker, pytest.mark.timeout(300)]
 
 
@@ -37,9 +41,10 @@ async def test_sigkill_mid_harbor_task_restarts_and_ends_scored(
     if reason:
         pytest.skip(reason)
     task = Path(shutil.copytree(TASKS / "multi-step", tmp_path / "multi-step"))
-    # The second step's solution sleeps: the kill lands while the oracle runs it.
+    # The second step's solution waits for this file in its box: the kill lands while
+    # the oracle runs it on A; in B's box the test creates it.
     toml = (task / "task.toml").read_text()
-    (task / "task.toml").write_text(toml + '\n[solution]\nenv = { SLOW_STEP = "20" }\n')
+    (task / "task.toml").write_text(toml + f'\n[solution]\nenv = {{ SLOW_STEP = "{GO}" }}\n')
     queue = f"harbor-kill-{uuid.uuid4().hex[:6]}"
     spec = parse_spec(
         {
@@ -50,20 +55,36 @@ async def test_sigkill_mid_harbor_task_restarts_and_ends_scored(
             "worker_lost_timeout_s": 3.0,
         }
     )
+    api, why = docker_api()
+    assert api is not None, why
     a = WorkerProc(chaos_server.address, queue, tmp_path / "a.log").start()
     b = WorkerProc(chaos_server.address, queue, tmp_path / "b.log")
     try:
         await a.ready()
         [wid] = await start_all(chaos_client, queue, spec)
 
-        async def second_step_running() -> bool:
+        async def on_a(turns: int) -> bool:
             p = await _progress(chaos_client, wid)
-            return p is not None and p.turns_done >= 1 and p.status == "running"
+            return p is not None and p.turns_done >= turns and p.status == "running"
 
-        assert await wait_until(second_step_running, timeout=180), a.text()[-3000:]
+        # Running on A (its box provisioned there): B may start, it takes nothing of it.
+        assert await wait_until(lambda: on_a(0), timeout=180), a.text()[-3000:]
         await b.start().ready()
+        assert await wait_until(lambda: on_a(1), timeout=180), a.text()[-3000:]
         a.signal(signal.SIGKILL)
         assert a.wait(10) == -signal.SIGKILL
+
+        def go_in_b() -> bool:
+            """The file the second step waits for, created in B's box once it runs."""
+            for cid in containers_of(api, b.worker_id):
+                with contextlib.suppress(Exception):
+                    run = api.exec_create(cid.lstrip("/"), ["touch", GO])
+                    api.exec_start(run["Id"])
+                    if api.exec_inspect(run["Id"])["ExitCode"] == 0:
+                        return True
+            return False
+
+        assert await wait_until(go_in_b, timeout=180, interval=0.2), b.text()[-3000:]
         closed = await wait_closed(chaos_client, [wid], timeout_s=200)
         assert wid in closed, b.text()[-3000:]
         result = (await results(chaos_client, [wid]))[wid]
