@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from episodes import contract
@@ -222,6 +222,21 @@ async def provisions(client: Client, wid: str) -> list[tuple[str, int, float]]:
             if scheduled.get(attrs.scheduled_event_id) == contract.PROVISION:
                 found.append((attrs.identity, attrs.attempt, ev.event_time.ToMicroseconds() / 1e6))
     return found
+
+
+async def lost_timeouts(client: Client, wid: str) -> int:
+    """How many of the episode's activities timed out as a lost worker's do: a missed
+    heartbeat, or no worker taking the session queue's task (both bounded by
+    `worker_lost_timeout_s`: the loss is found within about twice that)."""
+    n = 0
+    async for ev in client.get_workflow_handle(wid).fetch_history_events():
+        if ev.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT:
+            info = ev.activity_task_timed_out_event_attributes.failure.timeout_failure_info
+            n += info.timeout_type in (
+                TimeoutType.TIMEOUT_TYPE_HEARTBEAT,
+                TimeoutType.TIMEOUT_TYPE_SCHEDULE_TO_START,
+            )
+    return n
 
 
 async def assert_killed_and_survivor_leave_nothing(
