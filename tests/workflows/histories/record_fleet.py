@@ -2,7 +2,8 @@
 
     .venv/bin/python -m tests.workflows.histories.record_fleet [NAME ...]
 
-(NAMEs: only those histories; `interactive_park` is recorded by itself.)
+(NAMEs: only those histories; `interactive_park` and `park_cancel` are recorded by
+themselves.)
 
 - `batch_budget`: a batch workflow with a model-call budget, continuing as new after
   every 2 episodes, that reaches its budget in its second run and ends
@@ -14,6 +15,10 @@
 - `interactive_park`: an interactive session parked three times (patch
   `interactive-park-and-resume`): brought back by `resume`, then by its next step,
   then closed while parked (the record scored, no session brought back).
+- `episode_park_cancel`, `interactive_park_cancel` (`park_cancel`): an episode and an
+  interactive session cancelled while their park releases the session (a harness that
+  takes two `stop_timeout_s` to stop): patch `cancel-while-parking`, they end
+  `cancelled` and release again.
 
 Re-record only when a workflow's commands change on purpose.
 """
@@ -25,6 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from episodes import contract
@@ -36,8 +42,10 @@ from episodes.client.devserver import DevServer
 from episodes.types.io import BatchInput, EpisodeProgress
 from episodes.types.model import ModelSpec
 from episodes.types.priority import BatchBudget
+from episodes.types.results import EpisodeResult
 from tests.workflows.histories.record import QUEUE, _result, _save, _spec
 from workers.worker import EpisodeWorker, WorkerOptions
+from workflows.base import PARK_CANCEL_PATCH
 
 CHATTY = Path(__file__).resolve().parents[2] / "support" / "harnesses" / "chatty_harness.py"
 
@@ -80,6 +88,62 @@ async def record_interactive_park(client: Client) -> None:
     assert (result.termination, result.turns, result.restarts) == ("closed", 3, 0), result
     assert result.turns_replayed == 1 + 2, result
     await _save(client, "interactive_park", wid, session.handle.first_execution_run_id)
+
+
+# Echoes, then outlives the end of stdin and ignores SIGTERM: its release takes two
+# `stop_timeout_s` (then SIGKILL), the window the cancel is sent in.
+STUBBORN = (
+    "import signal, time; from episodes.harness import sdk; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "try:\n    sdk.serve(lambda t, m, e: m)\nfinally:\n    time.sleep(600)"
+)
+
+
+async def _cancel_while_releasing(client: Client, wid: str) -> EpisodeResult:
+    await _until(client, wid, "releasing")  # the park's release is running
+    handle = client.get_workflow_handle(wid, result_type=EpisodeResult)
+    await handle.cancel()
+    result = await handle.result()
+    assert result.termination == "cancelled", result
+    history = await handle.fetch_history()
+    patches = [
+        p.data
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        for d in e.marker_recorded_event_attributes.details.values()
+        for p in d.payloads
+    ]
+    assert any(PARK_CANCEL_PATCH.encode() in p for p in patches), "cancelled after the release"
+    return result
+
+
+async def record_park_cancel(client: Client) -> None:
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = _spec("park-cancel", command=["{python}", "-c", STUBBORN]).model_copy(
+        update={
+            "env": "tests.support.envs:Endless",
+            "env_args": {"delay_s": 0.3},
+            "max_turns": 50,
+        }
+    )
+    s = s.model_copy(update={"harness": s.harness.model_copy(update={"stop_timeout_s": 3.0})})
+    h = await ec.start_episode(s, s.tasks[0])
+    await _until(client, h.id, "running")
+    await ec.park(h.id)
+    await _cancel_while_releasing(client, h.id)
+    await _save(client, "episode_park_cancel", h.id, h.first_execution_run_id)
+
+    s = s.model_copy(update={"name": "ipark-cancel", "env": "script", "env_args": {}})
+    session = await ec.open_session(s, s.tasks[0])
+    await session.step("m0")
+    await session.park()
+    await _cancel_while_releasing(client, session.workflow_id)
+    await _save(
+        client,
+        "interactive_park_cancel",
+        session.workflow_id,
+        session.handle.first_execution_run_id,
+    )
 
 
 async def record_fleet(client: Client) -> None:
@@ -152,8 +216,10 @@ async def main(only: list[str]) -> None:
             try:
                 if only == ["interactive_park"]:
                     await record_interactive_park(client)
+                elif only == ["park_cancel"]:
+                    await record_park_cancel(client)
                 elif only:
-                    raise SystemExit(f"record only what? {only} (interactive_park)")
+                    raise SystemExit(f"record only what? {only} (interactive_park, park_cancel)")
                 else:
                     await record_fleet(client)
             finally:
