@@ -65,6 +65,10 @@ RESTORE_LOST_PATCH = "restore-failure-worker-lost"
 # (logged): the episode (or session) stayed parked until `max_parked_s`, then resumed
 # and ran on. Now the cancel ends it `cancelled` at once, the session released again.
 PARK_CANCEL_PATCH = "cancel-while-parking"
+# A cancel that came while a restore ran (a parked episode's resume, a restart, a
+# fork's replay) was taken for a failed restore: the episode ended `worker_lost` and
+# scored its record. Now it ends `cancelled`, unscored.
+RESTORE_CANCEL_PATCH = "cancel-while-restoring"
 
 
 class EpisodeBase(Scoring):
@@ -277,6 +281,10 @@ class EpisodeBase(Scoring):
                 ),
             )
         except ActivityError as e:
+            if is_cancelled_exception(e) and workflow.patched(RESTORE_CANCEL_PATCH):
+                # The run ends `cancelled`; a session the restore still brings up is
+                # stopped by its worker's reaper once the workflow has closed.
+                raise
             kind = provision_failure(e)
             if kind is None:
                 if not workflow.patched(RESTORE_LOST_PATCH):

@@ -18,7 +18,9 @@ themselves.)
 - `episode_park_cancel`, `interactive_park_cancel` (`park_cancel`): an episode and an
   interactive session cancelled while their park releases the session (a harness that
   takes two `stop_timeout_s` to stop): patch `cancel-while-parking`, they end
-  `cancelled` and release again.
+  `cancelled` and release again; `episode_resume_cancel`, `interactive_resume_cancel`:
+  cancelled while a resume's restore runs (a harness that takes 3 s to start): patch
+  `cancel-while-restoring`, they end `cancelled`, not `worker_lost`.
 
 Re-record only when a workflow's commands change on purpose.
 """
@@ -45,7 +47,7 @@ from episodes.types.priority import BatchBudget
 from episodes.types.results import EpisodeResult
 from tests.workflows.histories.record import QUEUE, _result, _save, _spec
 from workers.worker import EpisodeWorker, WorkerOptions
-from workflows.base import PARK_CANCEL_PATCH
+from workflows.base import PARK_CANCEL_PATCH, RESTORE_CANCEL_PATCH
 
 CHATTY = Path(__file__).resolve().parents[2] / "support" / "harnesses" / "chatty_harness.py"
 
@@ -99,8 +101,17 @@ STUBBORN = (
 )
 
 
-async def _cancel_while_releasing(client: Client, wid: str) -> EpisodeResult:
-    await _until(client, wid, "releasing")  # the park's release is running
+# Echoes, after a start of 3 s: a resume's restore takes that long.
+SLOW_START = (
+    "import time; from episodes.harness import sdk; "
+    "sdk.serve(lambda t, m, e: m, setup=lambda: time.sleep(3))"
+)
+
+
+async def _cancel_while(
+    client: Client, wid: str, status: str, patch: str = PARK_CANCEL_PATCH
+) -> EpisodeResult:
+    await _until(client, wid, status)  # the park's release (the resume's restore) runs
     handle = client.get_workflow_handle(wid, result_type=EpisodeResult)
     await handle.cancel()
     result = await handle.result()
@@ -113,7 +124,7 @@ async def _cancel_while_releasing(client: Client, wid: str) -> EpisodeResult:
         for d in e.marker_recorded_event_attributes.details.values()
         for p in d.payloads
     ]
-    assert any(PARK_CANCEL_PATCH.encode() in p for p in patches), "cancelled after the release"
+    assert any(patch.encode() in p for p in patches), f"cancelled after {status}"
     return result
 
 
@@ -130,20 +141,52 @@ async def record_park_cancel(client: Client) -> None:
     h = await ec.start_episode(s, s.tasks[0])
     await _until(client, h.id, "running")
     await ec.park(h.id)
-    await _cancel_while_releasing(client, h.id)
+    await _cancel_while(client, h.id, "releasing")
     await _save(client, "episode_park_cancel", h.id, h.first_execution_run_id)
 
     s = s.model_copy(update={"name": "ipark-cancel", "env": "script", "env_args": {}})
     session = await ec.open_session(s, s.tasks[0])
     await session.step("m0")
     await session.park()
-    await _cancel_while_releasing(client, session.workflow_id)
+    await _cancel_while(client, session.workflow_id, "releasing")
     await _save(
         client,
         "interactive_park_cancel",
         session.workflow_id,
         session.handle.first_execution_run_id,
     )
+
+    # Cancelled while the resume's restore runs (patch `cancel-while-restoring`).
+    harness = s.harness.model_copy(
+        update={"command": ["{python}", "-c", SLOW_START], "ready_timeout_s": 30.0}
+    )
+    s = s.model_copy(update={"name": "iresume-cancel", "harness": harness})
+    session = await ec.open_session(s, s.tasks[0])
+    await session.step("m0")
+    await session.park()
+    await _until(client, session.workflow_id, "parked")
+    await session.resume()
+    await _cancel_while(client, session.workflow_id, "restoring", RESTORE_CANCEL_PATCH)
+    await _save(
+        client,
+        "interactive_resume_cancel",
+        session.workflow_id,
+        session.handle.first_execution_run_id,
+    )
+    s = s.model_copy(
+        update={
+            "name": "resume-cancel",
+            "env": "tests.support.envs:Endless",
+            "env_args": {"delay_s": 0.3},
+        }
+    )
+    h = await ec.start_episode(s, s.tasks[0])
+    await _until(client, h.id, "running")
+    await ec.park(h.id)
+    await _until(client, h.id, "parked")
+    await ec.resume(h.id)
+    await _cancel_while(client, h.id, "restoring", RESTORE_CANCEL_PATCH)
+    await _save(client, "episode_resume_cancel", h.id, h.first_execution_run_id)
 
 
 async def record_fleet(client: Client) -> None:
