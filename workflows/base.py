@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, is_cancelled_exception
 
 from workflows.details import episode_details
 from workflows.failures import (
@@ -61,6 +61,14 @@ with workflow.unsafe.imports_passed_through():
 # Histories recorded before a restore that failed other than as an outcome (timed out,
 # its retries spent) ended the episode worker_lost (the workflow failed).
 RESTORE_LOST_PATCH = "restore-failure-worker-lost"
+# A cancel that came while a park released the session was taken for a failed release
+# (logged): the episode (or session) stayed parked until `max_parked_s`, then resumed
+# and ran on. Now the cancel ends it `cancelled` at once, the session released again.
+PARK_CANCEL_PATCH = "cancel-while-parking"
+# A cancel that came while a restore ran (a parked episode's resume, a restart, a
+# fork's replay) was taken for a failed restore: the episode ended `worker_lost` and
+# scored its record. Now it ends `cancelled`, unscored.
+RESTORE_CANCEL_PATCH = "cancel-while-restoring"
 
 
 class EpisodeBase(Scoring):
@@ -273,6 +281,10 @@ class EpisodeBase(Scoring):
                 ),
             )
         except ActivityError as e:
+            if is_cancelled_exception(e) and workflow.patched(RESTORE_CANCEL_PATCH):
+                # The run ends `cancelled`; a session the restore still brings up is
+                # stopped by its worker's reaper once the workflow has closed.
+                raise
             kind = provision_failure(e)
             if kind is None:
                 if not workflow.patched(RESTORE_LOST_PATCH):
@@ -297,8 +309,11 @@ class EpisodeBase(Scoring):
         self._set_details()
         return None
 
-    async def _release(self, ref: SessionRef) -> None:
-        """Always runs (also after cancellation); a failed release is logged, not fatal."""
+    async def _release(self, ref: SessionRef, *, parking: bool = False) -> None:
+        """Always runs (also after cancellation); a failed release is logged, not fatal.
+        `parking`: a park's release, which a cancel of the workflow cancels: that cancel
+        is raised (the caller ends the episode `cancelled` and releases again), not
+        absorbed as a failed release."""
         try:
             await workflow.execute_activity(
                 contract.release,
@@ -310,6 +325,8 @@ class EpisodeBase(Scoring):
                 summary="release",
             )
         except ActivityError as e:
+            if parking and is_cancelled_exception(e) and workflow.patched(PARK_CANCEL_PATCH):
+                raise
             # The worker's reaper stops sessions whose workflow has closed.
             workflow.logger.warning("release of %s failed: %s", ref.session_id, e)
 

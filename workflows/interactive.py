@@ -194,7 +194,9 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
         self._first_observation = self._ref.first_message
         self._status = "releasing"
         self._set_details()
-        await self._release(self._ref)
+        # A cancel while it runs is raised: the run ends `cancelled` and, `_ref` still
+        # set, releases the session again (a release is idempotent).
+        await self._release(self._ref, parking=True)
         self._ref, self._park = None, False
         self._status = "parked"
         self._set_details()

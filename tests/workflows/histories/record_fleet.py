@@ -2,7 +2,8 @@
 
     .venv/bin/python -m tests.workflows.histories.record_fleet [NAME ...]
 
-(NAMEs: only those histories; `interactive_park` is recorded by itself.)
+(NAMEs: only those histories; `interactive_park` and `park_cancel` are recorded by
+themselves.)
 
 - `batch_budget`: a batch workflow with a model-call budget, continuing as new after
   every 2 episodes, that reaches its budget in its second run and ends
@@ -14,6 +15,12 @@
 - `interactive_park`: an interactive session parked three times (patch
   `interactive-park-and-resume`): brought back by `resume`, then by its next step,
   then closed while parked (the record scored, no session brought back).
+- `episode_park_cancel`, `interactive_park_cancel` (`park_cancel`): an episode and an
+  interactive session cancelled while their park releases the session (a harness that
+  takes two `stop_timeout_s` to stop): patch `cancel-while-parking`, they end
+  `cancelled` and release again; `episode_resume_cancel`, `interactive_resume_cancel`:
+  cancelled while a resume's restore runs (a harness that takes 3 s to start): patch
+  `cancel-while-restoring`, they end `cancelled`, not `worker_lost`.
 
 Re-record only when a workflow's commands change on purpose.
 """
@@ -25,6 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from episodes import contract
@@ -36,8 +44,10 @@ from episodes.client.devserver import DevServer
 from episodes.types.io import BatchInput, EpisodeProgress
 from episodes.types.model import ModelSpec
 from episodes.types.priority import BatchBudget
+from episodes.types.results import EpisodeResult
 from tests.workflows.histories.record import QUEUE, _result, _save, _spec
 from workers.worker import EpisodeWorker, WorkerOptions
+from workflows.base import PARK_CANCEL_PATCH, RESTORE_CANCEL_PATCH
 
 CHATTY = Path(__file__).resolve().parents[2] / "support" / "harnesses" / "chatty_harness.py"
 
@@ -80,6 +90,103 @@ async def record_interactive_park(client: Client) -> None:
     assert (result.termination, result.turns, result.restarts) == ("closed", 3, 0), result
     assert result.turns_replayed == 1 + 2, result
     await _save(client, "interactive_park", wid, session.handle.first_execution_run_id)
+
+
+# Echoes, then outlives the end of stdin and ignores SIGTERM: its release takes two
+# `stop_timeout_s` (then SIGKILL), the window the cancel is sent in.
+STUBBORN = (
+    "import signal, time; from episodes.harness import sdk; "
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "try:\n    sdk.serve(lambda t, m, e: m)\nfinally:\n    time.sleep(600)"
+)
+
+
+# Echoes, after a start of 3 s: a resume's restore takes that long.
+SLOW_START = (
+    "import time; from episodes.harness import sdk; "
+    "sdk.serve(lambda t, m, e: m, setup=lambda: time.sleep(3))"
+)
+
+
+async def _cancel_while(
+    client: Client, wid: str, status: str, patch: str = PARK_CANCEL_PATCH
+) -> EpisodeResult:
+    await _until(client, wid, status)  # the park's release (the resume's restore) runs
+    handle = client.get_workflow_handle(wid, result_type=EpisodeResult)
+    await handle.cancel()
+    result = await handle.result()
+    assert result.termination == "cancelled", result
+    history = await handle.fetch_history()
+    patches = [
+        p.data
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+        for d in e.marker_recorded_event_attributes.details.values()
+        for p in d.payloads
+    ]
+    assert any(patch.encode() in p for p in patches), f"cancelled after {status}"
+    return result
+
+
+async def record_park_cancel(client: Client) -> None:
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    s = _spec("park-cancel", command=["{python}", "-c", STUBBORN]).model_copy(
+        update={
+            "env": "tests.support.envs:Endless",
+            "env_args": {"delay_s": 0.3},
+            "max_turns": 50,
+        }
+    )
+    s = s.model_copy(update={"harness": s.harness.model_copy(update={"stop_timeout_s": 3.0})})
+    h = await ec.start_episode(s, s.tasks[0])
+    await _until(client, h.id, "running")
+    await ec.park(h.id)
+    await _cancel_while(client, h.id, "releasing")
+    await _save(client, "episode_park_cancel", h.id, h.first_execution_run_id)
+
+    s = s.model_copy(update={"name": "ipark-cancel", "env": "script", "env_args": {}})
+    session = await ec.open_session(s, s.tasks[0])
+    await session.step("m0")
+    await session.park()
+    await _cancel_while(client, session.workflow_id, "releasing")
+    await _save(
+        client,
+        "interactive_park_cancel",
+        session.workflow_id,
+        session.handle.first_execution_run_id,
+    )
+
+    # Cancelled while the resume's restore runs (patch `cancel-while-restoring`).
+    harness = s.harness.model_copy(
+        update={"command": ["{python}", "-c", SLOW_START], "ready_timeout_s": 30.0}
+    )
+    s = s.model_copy(update={"name": "iresume-cancel", "harness": harness})
+    session = await ec.open_session(s, s.tasks[0])
+    await session.step("m0")
+    await session.park()
+    await _until(client, session.workflow_id, "parked")
+    await session.resume()
+    await _cancel_while(client, session.workflow_id, "restoring", RESTORE_CANCEL_PATCH)
+    await _save(
+        client,
+        "interactive_resume_cancel",
+        session.workflow_id,
+        session.handle.first_execution_run_id,
+    )
+    s = s.model_copy(
+        update={
+            "name": "resume-cancel",
+            "env": "tests.support.envs:Endless",
+            "env_args": {"delay_s": 0.3},
+        }
+    )
+    h = await ec.start_episode(s, s.tasks[0])
+    await _until(client, h.id, "running")
+    await ec.park(h.id)
+    await _until(client, h.id, "parked")
+    await ec.resume(h.id)
+    await _cancel_while(client, h.id, "restoring", RESTORE_CANCEL_PATCH)
+    await _save(client, "episode_resume_cancel", h.id, h.first_execution_run_id)
 
 
 async def record_fleet(client: Client) -> None:
@@ -152,8 +259,10 @@ async def main(only: list[str]) -> None:
             try:
                 if only == ["interactive_park"]:
                     await record_interactive_park(client)
+                elif only == ["park_cancel"]:
+                    await record_park_cancel(client)
                 elif only:
-                    raise SystemExit(f"record only what? {only} (interactive_park)")
+                    raise SystemExit(f"record only what? {only} (interactive_park, park_cancel)")
                 else:
                     await record_fleet(client)
             finally:
