@@ -129,6 +129,12 @@ class SyncEpisodesClient:
         return self.async_client.zero_variance_skipped
 
     @property
+    def groups_dropped(self) -> int:
+        """Groups the last groups stream dropped at `group_timeout_s` (`group_on_timeout:
+        drop`), not yielded either."""
+        return self.async_client.groups_dropped
+
+    @property
     def upstreams(self) -> list[UpstreamSpec] | None:
         """The fleet episodes are dispatched to (`run_batch`; None: the spec's)."""
         return self.async_client.upstreams
