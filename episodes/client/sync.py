@@ -135,6 +135,12 @@ class SyncEpisodesClient:
         return self.async_client.groups_dropped
 
     @property
+    def episodes_ran(self) -> int:
+        """Episodes the last stream saw end, yielded or not (a skipped or dropped
+        group's members too; stragglers cut are not counted)."""
+        return self.async_client.episodes_ran
+
+    @property
     def upstreams(self) -> list[UpstreamSpec] | None:
         """The fleet episodes are dispatched to (`run_batch`; None: the spec's)."""
         return self.async_client.upstreams
