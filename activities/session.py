@@ -9,31 +9,31 @@ interactive session's steps) and `release` run on that worker's own queue.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
 from typing import Any
 
 from temporalio import activity
-from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.exceptions import ApplicationError
 
 from activities import telemetry
 from activities.fleet_wait import wait_for_fleet
 from activities.logs import bind
+from activities.outcomes import (
+    as_outcome,
+    cancel_is_a_cancel,
+    heartbeat_until_cancelled,
+    opened,
+    out_of_order,
+    spec_error_type,
+    worker_fault,
+)
 from activities.recorder import TurnRecorder
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
 from episodes.envs import load_env
-from episodes.errors import (
-    BoxGone,
-    EnvironmentFailed,
-    HarnessFailure,
-    RuntimeUnavailable,
-    SpecError,
-    TurnOutOfOrder,
-)
+from episodes.errors import BoxGone, EnvironmentFailed, SpecError, TurnOutOfOrder
 from episodes.runtimes.worker_pools import WorkerPools
 from episodes.session.drive import RunAhead, TurnLoop
 from episodes.session.live import LiveSession, score_transcript
@@ -56,6 +56,9 @@ from episodes.types.spec import EpisodeSpec
 
 log = logging.getLogger("episodes.activities")
 _ENDED_KEPT = 4096
+# Moved to `activities.outcomes`; kept here for the old import path (bench/designs).
+_heartbeat_until_cancelled = heartbeat_until_cancelled
+__all__ = ["SessionActivities", "score_transcript_activity", "spec_error_type"]
 
 
 class SessionActivities:
@@ -89,16 +92,16 @@ class SessionActivities:
         await wait_for_fleet()  # a provision taken just as the model fleet filled
         # A box and a harness can take a while to start: beat, so a worker killed
         # mid-provision is noticed after the heartbeat timeout, not the start-to-close.
-        beat = asyncio.create_task(_heartbeat_until_cancelled(eager=False))
+        beat = asyncio.create_task(heartbeat_until_cancelled(eager=False))
         try:
             pool = None
             if inp.spec.reuse_key and self.pools is not None:
                 pool = await self.pools.get(inp.spec.pool)
             session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool)
-            with _cancel_is_a_cancel("provision", None):
-                first = await _opened(session)
+            with cancel_is_a_cancel("provision", None):
+                first = await opened(session)
         except BaseException as e:
-            if self.breaker is not None and _worker_fault(e):
+            if self.breaker is not None and worker_fault(e):
                 self.breaker.failure(e)
             raise
         finally:
@@ -121,19 +124,19 @@ class SessionActivities:
         # Beat from the start: a long history and a new box (a container, the harness's
         # ready) can take longer than the heartbeat timeout, and a restore that never
         # beats in time would time out on every attempt.
-        beat = asyncio.create_task(_heartbeat_until_cancelled())
+        beat = asyncio.create_task(heartbeat_until_cancelled())
         try:
             source = inp.source_workflow_id or inp.workflow_id  # a fork's: its parent's
             records = await recorded_turns(activity.client(), source, inp.turns)
             session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
-            first = await _opened(session)
+            first = await opened(session)
             if inp.source_workflow_id is None:
                 telemetry.record_restart("worker")
             try:
                 divergent, resumed = await session.restore(records)
             except BaseException as e:
                 await session.close(failed=True)
-                raise _as_outcome(e, session) from None
+                raise as_outcome(e, session) from None
         finally:
             beat.cancel()
         self.registry.add(session, inp.workflow_id, inp.run_id, waits_s=_waits(inp))
@@ -190,15 +193,15 @@ class SessionActivities:
     async def turn(self, inp: TurnInput) -> TurnResult:
         bind(session_id=inp.session_id, turn=inp.turn)
         session = self._session(inp.session_id)
-        beat = asyncio.create_task(_heartbeat_until_cancelled())
+        beat = asyncio.create_task(heartbeat_until_cancelled())
         try:
             override = {"message": inp.message} if inp.has_message else {}
-            with self.registry.in_use(inp.session_id), _cancel_is_a_cancel("turn", session):
+            with self.registry.in_use(inp.session_id), cancel_is_a_cancel("turn", session):
                 result = await session.turn(inp.turn, **override)
             _observe_turn(result)
             return result
         except TurnOutOfOrder as e:
-            raise _out_of_order(e) from None
+            raise out_of_order(e) from None
         finally:
             beat.cancel()
 
@@ -238,13 +241,13 @@ class SessionActivities:
 
         # Heartbeats go on through long turns and the score: their silence is the loss
         # signal. Their details (the turn in progress) show in the UI's pending activity.
-        beat = asyncio.create_task(_heartbeat_until_cancelled(lambda: {"turn": loop.next_turn}))
+        beat = asyncio.create_task(heartbeat_until_cancelled(lambda: {"turn": loop.next_turn}))
         try:
             # Busy for the reaper while the drive runs, between turns too (the recorder).
-            with self.registry.in_use(inp.session_id), _cancel_is_a_cancel("drive", session):
+            with self.registry.in_use(inp.session_id), cancel_is_a_cancel("drive", session):
                 result = await loop.run(release=release if inp.release else None, ahead=self._ahead)
         except TurnOutOfOrder as e:
-            raise _out_of_order(e) from None
+            raise out_of_order(e) from None
         finally:
             beat.cancel()
             recorder.close()
@@ -272,7 +275,7 @@ class SessionActivities:
             with self.registry.in_use(inp.session_id):
                 result = await session.score(inp.termination)
         except EnvironmentFailed as e:
-            raise _as_outcome(e, session) from None  # env_error: the workflow's outcome
+            raise as_outcome(e, session) from None  # env_error: the workflow's outcome
         if inp.termination is not None:
             telemetry.TERMINATIONS.labels(kind=inp.termination).inc()
         return result
@@ -317,81 +320,6 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
         raise ApplicationError(str(e), type=contract.ENV_ERROR, non_retryable=True) from None
 
 
-async def _opened(session: LiveSession) -> Any:
-    """Open the session; a harness or env that fails is the episode's outcome (typed,
-    not retried); a bad spec is not retried either."""
-    try:
-        return await session.open()
-    except BaseException as e:
-        outcome = {HarnessFailure: "harness_failure", SpecError: "spec_error"}
-        kind = next((v for k, v in outcome.items() if isinstance(e, k)), "error")
-        telemetry.PROVISIONS.labels(outcome=kind).inc()
-        raise _as_outcome(e, session) from None
-
-
-def _as_outcome(e: BaseException, session: LiveSession) -> BaseException:
-    """The error as it leaves the worker, scrubbed of the session's secrets (a harness
-    that echoes its environment to stderr puts them in its stderr tail)."""
-    message = session.scrub_error(e) if isinstance(e, Exception) else str(e)
-    if isinstance(e, HarnessFailure):
-        return ApplicationError(message, type=e.error_type, non_retryable=True)
-    if isinstance(e, EnvironmentFailed):
-        return ApplicationError(message, type=contract.ENV_ERROR, non_retryable=True)
-    if isinstance(e, SpecError):
-        # A configuration error: the episode's outcome, one line in this worker's log
-        # (BENIGN: the SDK does not log it again with a traceback).
-        log.warning("%s: configuration error: %s", session.session_id, message)
-        return ApplicationError(
-            message,
-            type=spec_error_type(e),
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
-        )
-    if isinstance(e, Exception) and message != str(e):
-        return ApplicationError(message, type=type(e).__name__)
-    return e
-
-
-def spec_error_type(e: SpecError) -> str:
-    """The failure type a spec error leaves the worker with: its class name when the
-    contract names it, else `SpecError` (a subclass an env or runtime adds is a
-    configuration error all the same)."""
-    name = type(e).__name__
-    return name if name in contract.SPEC_ERRORS else contract.SPEC_ERROR
-
-
-@contextlib.contextmanager
-def _cancel_is_a_cancel(what: str, session: LiveSession | None) -> Iterator[None]:
-    """A cancel the SDK would log as a failure with a traceback, as the quiet outcome it
-    is: the episode ended (cancelled) while `what` ran, so its workflow closed (the
-    server no longer knows the activity) or it released the session under the drive.
-    A cancel the server asked for, a worker shutting down, a timeout: the SDK's own."""
-    try:
-        yield
-    except asyncio.CancelledError:
-        details = activity.cancellation_details()
-        if details is not None and not details.not_found:
-            raise  # asked for, a shutdown, a timeout: the SDK reports it as it is
-        if details is None and not (session is not None and session.closed):
-            raise  # not a cancel of this activity, nor of its session: a bug, loud
-        raise ApplicationError(
-            f"{what}: the episode ended (its workflow closed or released the session) while it ran",
-            type=contract.SESSION_NOT_FOUND,
-            non_retryable=True,
-            category=ApplicationErrorCategory.BENIGN,
-        ) from None
-
-
-def _worker_fault(e: BaseException) -> bool:
-    """A provision failure that says this worker cannot run boxes at all: its runtime
-    is unavailable here (no engine, no SDK, no credentials). Not the episode's own
-    outcome (a harness that cannot start, a bad spec, the env's reset), not a box
-    error one spec may cause (a missing image: ImageMissing), not a cancel: counting
-    those would let one bad spec pause every worker of the fleet."""
-    kind = e.type if isinstance(e, ApplicationError) else type(e).__name__
-    return kind == RuntimeUnavailable.__name__
-
-
 class _ObservedLoop(TurnLoop):
     """The drive's loop with the worker's log context and turn metrics."""
 
@@ -405,25 +333,3 @@ class _ObservedLoop(TurnLoop):
 def _observe_turn(result: TurnResult) -> None:
     telemetry.TURN_SECONDS.observe(result.record.duration_ms / 1000)
     log.debug("turn %d: %.1f ms", result.record.turn, result.record.duration_ms)
-
-
-def _out_of_order(e: TurnOutOfOrder) -> ApplicationError:
-    return ApplicationError(str(e), type=contract.TURN_OUT_OF_ORDER, non_retryable=True)
-
-
-async def _heartbeat_until_cancelled(
-    details: Callable[[], Any] | None = None, *, eager: bool = True
-) -> None:
-    """Tell the server this worker still holds the session while the harness works.
-    Not `eager`: the first beat waits an interval (the heartbeat timeout runs from the
-    activity's start anyway), so a quick activity costs no heartbeat call."""
-    timeout = activity.info().heartbeat_timeout
-    interval = max(0.2, timeout.total_seconds() / 3) if timeout else 5.0
-    if not eager:
-        await asyncio.sleep(interval)
-    while True:
-        if details is None:
-            activity.heartbeat()
-        else:
-            activity.heartbeat(details())
-        await asyncio.sleep(interval)

@@ -118,7 +118,10 @@ async def run_spec(
         )
         console.print(summary_table(results, title=title))
         if episodes.budget_exhausted:
-            console.print(budget_line(episodes.budget_exhausted, len(results), total))
+            # Every episode that ran, a skipped or dropped group's too (not only those
+            # that came out), of what the spec asked for.
+            ran = episodes.episodes_ran
+            console.print(budget_line(episodes.budget_exhausted, ran, total))
         if grouped:
             line = groups_line(tally, episodes.zero_variance_skipped, episodes.budget_exhausted)
             console.print(line, highlight=False)

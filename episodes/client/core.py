@@ -67,6 +67,9 @@ class EpisodesClient(ReplayMethods):
         # Groups the last groups stream dropped at `group_timeout_s` (`group_on_timeout:
         # drop`), not yielded either.
         self.groups_dropped = 0
+        # Episodes the last stream saw end, yielded or not (a skipped or dropped
+        # group's members too; stragglers cut are not counted).
+        self.episodes_ran = 0
 
     @classmethod
     async def connect(
@@ -330,6 +333,7 @@ class EpisodesClient(ReplayMethods):
         # Counted from the results, so a restarted trainer re-attaching to the episodes
         # that finished counts them again and stops where it stopped.
         spent = Spending(spec.budget)
+        self.episodes_ran = 0
         try:
             while True:
                 while len(running) < limit and work and spent.reached is None:
@@ -345,6 +349,7 @@ class EpisodesClient(ReplayMethods):
                 for t in done:
                     running.pop(t)
                     result = t.result().result
+                    self.episodes_ran += 1
                     if spent.add(result):
                         self.budget_exhausted = spent.reached
                     yield result

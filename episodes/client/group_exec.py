@@ -119,7 +119,7 @@ async def stream_group_workflows(
     groups = max(1, limit // (spec.samples + spec.oversample))
     running: dict[asyncio.Task[tuple[list[EpisodeResult], bool]], _Run] = {}
     model = spec.model is not None
-    ec.zero_variance_skipped = ec.groups_dropped = 0
+    ec.zero_variance_skipped = ec.groups_dropped = ec.episodes_ran = 0
     spent = Spending(spec.budget)  # past the budget no group starts (ec.budget_exhausted)
     try:
         while True:
@@ -155,6 +155,7 @@ async def stream_group_workflows(
                 results, infra = t.result()
                 for r in results:  # a cut member spent too
                     ec.budget_exhausted = ec.budget_exhausted or spent.add(r)
+                    ec.episodes_ran += r.cut is None  # yielded or not
                 group = _group(ec, name, g, results, infra, model=model)
                 if group.partial and spec.group_on_timeout == "drop":
                     ec.groups_dropped += 1

@@ -193,7 +193,7 @@ async def stream_groups(
         _State(i, t.id, [Member(t, s) for s in range(size)], need=spec.samples)
         for i, t in enumerate(spec.load_tasks())
     ]
-    ec.zero_variance_skipped = ec.groups_dropped = 0
+    ec.zero_variance_skipped = ec.groups_dropped = ec.episodes_ran = 0
     queue: deque[tuple[_State, Member]] = deque((g, m) for g in states for m in g.members)
     running: dict[asyncio.Task[Outcome], tuple[_State, Member]] = {}
     # Dispatched and not yielded yet: about `limit / samples` groups, whatever the batch.
@@ -298,6 +298,7 @@ async def stream_groups(
                     g.settled += 1
                 else:
                     g.outcomes[m.sample] = o
+                    ec.episodes_ran += 1  # yielded or not (a skipped or dropped group)
                 if (g.complete or g.exhausted) and g not in finished:
                     finished.append(g)
             for g in sorted(finished, key=lambda g: g.index):

@@ -23,8 +23,8 @@ from temporalio.converter import DataConverter
 from episodes.client.core import EpisodesClient
 from episodes.client.dispatch import batch_id_arg
 from episodes.client.groups import Group
+from episodes.client.sync_group import SyncGroup
 from episodes.client.sync_session import SyncInteractiveSession, _LoopThread
-from episodes.training.samples import EpisodeSamples
 from episodes.types.group import Execution
 from episodes.types.model import UpstreamSpec
 from episodes.types.priority import BatchBudget, BudgetName
@@ -34,6 +34,7 @@ from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TURNS_PER_RUN
 
 T = TypeVar("T")
 _END = object()
+__all__ = ["SyncEpisodesClient", "SyncGroup", "SyncInteractiveSession"]
 
 
 class SyncEpisodesClient:
@@ -126,6 +127,18 @@ class SyncEpisodesClient:
     def zero_variance_skipped(self) -> int:
         """Groups the last groups stream did not yield (`skip_zero_variance`)."""
         return self.async_client.zero_variance_skipped
+
+    @property
+    def groups_dropped(self) -> int:
+        """Groups the last groups stream dropped at `group_timeout_s` (`group_on_timeout:
+        drop`), not yielded either."""
+        return self.async_client.groups_dropped
+
+    @property
+    def episodes_ran(self) -> int:
+        """Episodes the last stream saw end, yielded or not (a skipped or dropped
+        group's members too; stragglers cut are not counted)."""
+        return self.async_client.episodes_ran
 
     @property
     def upstreams(self) -> list[UpstreamSpec] | None:
@@ -340,61 +353,3 @@ class SyncEpisodesClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class SyncGroup:
-    """`Group` with a blocking `samples()`: a task's samples in a batch, every member ended."""
-
-    def __init__(self, loop: _LoopThread, group: Group) -> None:
-        self._loop = loop
-        self.async_group = group
-
-    @property
-    def group_id(self) -> str:
-        return self.async_group.group_id
-
-    @property
-    def batch(self) -> str:
-        return self.async_group.batch
-
-    @property
-    def task_id(self) -> str:
-        return self.async_group.task_id
-
-    @property
-    def policy_version(self) -> int | None:
-        return self.async_group.policy_version
-
-    @property
-    def results(self) -> list[EpisodeResult]:
-        return self.async_group.results
-
-    @property
-    def failed(self) -> str | None:
-        return self.async_group.failed
-
-    @property
-    def retried(self) -> int:
-        return self.async_group.retried
-
-    @property
-    def stale(self) -> int:
-        return self.async_group.stale
-
-    @property
-    def cut(self) -> list[str]:
-        return self.async_group.cut
-
-    @property
-    def zero_variance(self) -> bool:
-        return self.async_group.zero_variance
-
-    @property
-    def partial(self) -> bool:
-        return self.async_group.partial
-
-    def advantages(self, normalize_std: bool = False) -> list[float | None]:
-        return self.async_group.advantages(normalize_std)
-
-    def samples(self) -> list[EpisodeSamples]:
-        return self._loop.run(self.async_group.samples())

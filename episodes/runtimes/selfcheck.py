@@ -5,7 +5,8 @@
 
 or from a test suite: `await check(Subject(box, python=["python3"]))` for each of
 `SHARED_CHECKS` (they only run processes, so one started box may serve them all)
-and `FRESH_CHECKS` (each gets a fresh started box, which it may stop or break).
+and `FRESH_CHECKS` (each gets a fresh started box, which it may stop or break;
+they live in `selfcheck_fresh`).
 A check raises AssertionError saying what broke, or `Skipped`. No pytest needed.
 
 What every backend must do (and what callers may rely on):
@@ -41,6 +42,13 @@ from collections.abc import Callable
 from episodes.harness.protocol import PacketDecoder, encode, read_packet
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.selfcheck_box import BOX_CHECKS
+from episodes.runtimes.selfcheck_fresh import (
+    FRESH_CHECKS,
+    alive_is_false_after_the_box_died,
+    stop_ends_running_processes,
+    stop_is_finished_even_if_the_caller_is_cancelled,
+    stop_twice,
+)
 from episodes.runtimes.selfcheck_kit import (
     ECHO_HARNESS,
     IGNORE_TERM,
@@ -60,7 +68,18 @@ from episodes.runtimes.selfcheck_kit import (
     within,
 )
 
-__all__ = ["FRESH_CHECKS", "SHARED_CHECKS", "Check", "Skipped", "Subject", "run_checks"]
+__all__ = [
+    "FRESH_CHECKS",
+    "SHARED_CHECKS",
+    "Check",
+    "Skipped",
+    "Subject",
+    "alive_is_false_after_the_box_died",
+    "run_checks",
+    "stop_ends_running_processes",
+    "stop_is_finished_even_if_the_caller_is_cancelled",
+    "stop_twice",
+]
 
 
 # -- checks on a shared box --------------------------------------------------------------
@@ -264,62 +283,6 @@ SHARED_CHECKS: list[Check] = [
     cwd_default_is_writable_and_explicit_cwd_is_used,
     # The env's handle on its box, over the same interface (selfcheck_box).
     *BOX_CHECKS,
-]
-
-
-# -- checks that stop or break their box ---------------------------------------------------
-async def stop_twice(s: Subject) -> None:
-    if not await s.box.alive():
-        raise AssertionError("a started box is not alive()")
-    await within(s.box.stop())
-    await within(s.box.stop())
-    equal((s.box.stopped, await s.box.alive()), (True, False), "(stopped, alive()) after stop")
-    await raises(s.box.open_process(["true"]), RuntimeError, what="open_process() after stop()")
-
-
-async def stop_ends_running_processes(s: Subject) -> None:
-    proc = await within(s.box.open_process([*s.python, "-c", SLEEPER]))
-    equal(await read_line(proc.stdout), b"ready\n", "first line")
-    await within(s.box.stop())
-    equal(await within(proc.wait()), -9, "wait() of a process whose box was stopped")
-    equal(await within(proc.stdout.read()), b"", "stdout after stop()")
-
-
-async def alive_is_false_after_the_box_died(s: Subject) -> None:
-    if s.kill_box is None:
-        raise Skipped("a box cannot be killed from outside")
-    if not await s.box.alive():
-        raise AssertionError("a started box is not alive()")
-    await asyncio.to_thread(s.kill_box, s.box)
-    for _ in range(100):  # the kill lands asynchronously on some engines
-        if not await s.box.alive():
-            break
-        await asyncio.sleep(0.1)
-    else:
-        raise AssertionError("alive() is still True 10 s after the box was killed")
-    await within(s.box.stop())  # stopping a dead box is fine
-
-
-async def stop_is_finished_even_if_the_caller_is_cancelled(s: Subject) -> None:
-    proc = await within(s.box.open_process([*s.python, "-c", SLEEPER]))
-    equal(await read_line(proc.stdout), b"ready\n", "first line")
-    task = asyncio.ensure_future(s.box.stop())
-    await asyncio.sleep(0)
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    # No second stop() yet: the cancelled one alone must have ended the process.
-    equal(await within(proc.wait()), -9, "wait() after a cancelled stop()")
-    if await s.box.alive():
-        raise AssertionError("the box is alive() after a cancelled stop()")
-    await within(s.box.stop())
-
-
-FRESH_CHECKS: list[Check] = [
-    stop_twice,
-    stop_ends_running_processes,
-    alive_is_false_after_the_box_died,
-    stop_is_finished_even_if_the_caller_is_cancelled,
 ]
 
 

@@ -48,6 +48,19 @@ def test_the_sync_client_mirrors_every_public_method(async_cls: type, sync_cls: 
             assert _params(ours[name]) == _params(member), f"{name}: parameters differ"
 
 
+def test_the_sync_client_mirrors_the_async_clients_stream_state() -> None:
+    """What the async client sets in `__init__` for a trainer to read or set (the last
+    stream's counts, the policy version, the fleet) reads through the blocking client."""
+    async_client = EpisodesClient(object())  # type: ignore[arg-type]  # never called
+    state = {n for n in vars(async_client) if not n.startswith("_")} - {"client", "task_queue"}
+    assert {"groups_dropped", "zero_variance_skipped", "budget_exhausted"} <= state
+    client = SyncEpisodesClient(None, async_client)  # type: ignore[arg-type]  # no loop used
+    for name in sorted(state):
+        marker = object()
+        setattr(async_client, name, marker)
+        assert getattr(client, name) is marker, f"SyncEpisodesClient.{name} does not read through"
+
+
 def test_the_face_names_resolve() -> None:
     assert set(episodes.__all__) == set(episodes._FACE)
     for name in episodes.__all__:

@@ -107,6 +107,7 @@ async def test_zero_variance_group_workflows_are_flagged_or_skipped_and_counted(
         s, groups=True, execution="group", skip_zero_variance=True, batch_id=f"{s.name}-skip"
     )
     assert [g async for g in skip] == [] and ec.zero_variance_skipped == 3
+    assert ec.episodes_ran == 6  # the skipped groups' episodes ran all the same
 
 
 async def test_oversampled_group_workflows_cut_the_straggler(client, worker) -> None:

@@ -380,3 +380,4 @@ async def test_zero_variance_groups_are_counted_and_can_be_skipped(client, worke
     assert ec.zero_variance_skipped == 0
     skip = ec.run_batch(s, groups=True, skip_zero_variance=True, batch_id=f"{s.name}-skip")
     assert [g async for g in skip] == [] and ec.zero_variance_skipped == 2
+    assert ec.episodes_ran == 4  # the skipped groups' episodes ran all the same
