@@ -46,16 +46,17 @@ _lock = threading.Lock()
 _copies: dict[int, tuple[tuple[object, ...], str]] = {}
 
 
-def etc_binds() -> list[str]:
+def etc_binds(copy: bool = True) -> list[str] | None:
     """The bwrap arguments of a box's /etc. Copies the entries when this process has
-    no copy yet or one changed on the host (a few ms, once: call it off the loop the
-    first time, `etc_ready` says when it need not be)."""
+    no copy yet or one changed on the host (a few ms: off the event loop); with
+    `copy=False`, None then instead (so the event loop can ask first)."""
     mark = _fingerprint()
     with _lock:
         known = _copies.get(os.getpid())
         if known is None or known[0] != mark:
-            fresh = _copy()
-            _copies[os.getpid()] = (mark, fresh)
+            if not copy:
+                return None
+            _copies[os.getpid()] = (mark, _copy())
             if known is None:
                 atexit.register(_remove, os.getpid())
             else:
@@ -65,12 +66,6 @@ def etc_binds() -> list[str]:
     for name in BOUND:
         argv += ["--ro-bind-try", f"{ETC}/{name}", f"/etc/{name}"]
     return argv
-
-
-def etc_ready() -> bool:
-    """Whether `etc_binds` will not copy (so it may run on the event loop)."""
-    known = _copies.get(os.getpid())
-    return known is not None and known[0] == _fingerprint()
 
 
 def _fingerprint() -> tuple[object, ...]:

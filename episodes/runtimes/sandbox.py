@@ -148,8 +148,7 @@ class SandboxRuntime(AgentChannel, Runtime):
         # has no room for its mount point).
         etc: list[str] | None = None
         if not any(p == "/etc" or p.startswith("/etc/") for p in self.config.ro_paths):
-            etc = box_etc.etc_binds() if box_etc.etc_ready() else None
-            etc = etc or await asyncio.to_thread(box_etc.etc_binds)
+            etc = box_etc.etc_binds(copy=False) or await asyncio.to_thread(box_etc.etc_binds)
         # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
         rlimits = f"nproc={limits.processes},fsize={limits.disk}"
         if group is None:
@@ -308,7 +307,10 @@ class SandboxRuntime(AgentChannel, Runtime):
             proc.release()
         for d in (self.workdir if self._host_workdir else None, self._channel):
             if d is not None:
-                await asyncio.to_thread(shutil.rmtree, d, True)
+                try:
+                    os.rmdir(d)  # empty (a session without services): no thread hop
+                except OSError:
+                    await asyncio.to_thread(shutil.rmtree, d, True)
 
 
 def _option(argv: list[str], name: str) -> str | None:
