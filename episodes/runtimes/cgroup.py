@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,8 +126,32 @@ class BoxCgroup:
                 continue
             with contextlib.suppress(OSError, ValueError):
                 for pid in (d / "cgroup.procs").read_text().split():
-                    with contextlib.suppress(OSError):
-                        os.kill(int(pid), 9)
+                    _kill_member(int(pid), d.name)
+
+
+def _kill_member(pid: int, name: str) -> None:
+    """SIGKILLs `pid` if it is still in the cgroup `name`: held by a pidfd while that is
+    checked, so a pid freed and taken by another process since `cgroup.procs` was read
+    (pid_max can be 32768) is never signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return
+    try:
+        if _in_cgroup(pid, name):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _in_cgroup(pid: int, name: str) -> bool:
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return False
+    return any(line.rstrip("/").endswith("/" + name) for line in lines)
 
 
 def counter(d: Path | None, name: str, key: str) -> int:

@@ -161,8 +161,15 @@ class SubprocessProcess(RuntimeProcess):
         # them too, once. Signalling an old group later could hit a reused pgid.
         if self._swept:
             return
-        if self._proc.returncode is not None and sig == signal.SIGKILL:
-            self._swept = True
+        if self._proc.returncode is not None:
+            if os.path.exists(f"/proc/{self._pgid}"):
+                # The leader is reaped, yet a process has its pid: the id now leads
+                # another group (a process of another box, a `docker exec`'s). Never
+                # signal it: what ours left has already been orphaned to it.
+                self._swept = True
+                return
+            if sig == signal.SIGKILL:
+                self._swept = True
         try:
             os.killpg(self._pgid, sig)
         except ProcessLookupError:

@@ -273,3 +273,16 @@ def test_a_sigkilled_workers_plain_subprocess_workdirs_are_reaped(tmp_path, monk
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert reap_orphan_sandboxes() == 1
     assert not workdir.exists()
+
+
+async def test_a_box_cgroups_kill_signals_only_its_own_members():
+    """`BoxCgroup.kill` (v1) reads pids from `cgroup.procs` and signals them: a pid
+    freed and reused since the read belongs to another process, never signalled."""
+    other = await asyncio.create_subprocess_exec("sleep", "60")
+    try:
+        cgroup._kill_member(other.pid, "episodes-not-its-cgroup")
+        await asyncio.sleep(0.2)
+        assert other.returncode is None
+    finally:
+        other.kill()
+        await other.wait()

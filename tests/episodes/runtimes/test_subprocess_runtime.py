@@ -173,3 +173,23 @@ async def test_stop_finishes_when_its_caller_is_cancelled():
     assert proc.returncode == -signal.SIGKILL
     assert rt.workdir is not None and not os.path.exists(rt.workdir)
     assert_group_gone(proc.pid)
+
+
+async def test_a_reused_group_id_is_never_signalled(runtime):
+    """After a harness's leader exits, its group id is free: another process may lead a
+    group of that id (on a host with pid_max 32768, within seconds; a `docker exec`'s
+    process does). The last sweep must not SIGKILL it: the old code killed the other
+    box's harness (episodes ended `harness_crashed`, "killed by SIGKILL")."""
+    proc = await runtime.open_process(["/bin/true"], {})
+    assert await proc.wait() == 0
+    # Stand in for the reuse: another process leading its own group and session.
+    other = await asyncio.create_subprocess_exec("sleep", "60", start_new_session=True)
+    try:
+        proc._pgid = other.pid  # type: ignore[attr-defined]
+        await proc.kill()
+        await proc.terminate()
+        await asyncio.sleep(0.2)
+        assert other.returncode is None and os.path.exists(f"/proc/{other.pid}")
+    finally:
+        other.kill()
+        await other.wait()
