@@ -75,10 +75,6 @@ def clear() -> int:
     return sum(1 for g in groups if g.remove())
 
 
-def parked() -> int:
-    return len(_parked)
-
-
 def _forked() -> None:
     global _owner
     if os.getpid() != _owner:  # the parent's cgroups are the parent's
