@@ -44,6 +44,8 @@ from workers.worker import EpisodeWorker, WorkerOptions
 EAGER = os.environ.get("BENCH_EAGER_START", "1") != "0"
 # Episodes per workflow in the `grouped` variant (bench/designs/group.py).
 GROUP = int(os.environ.get("BENCH_GROUP", "10"))
+# Extra back-to-back pairs of the two in-process variants (their ratio is a target).
+PAIRS = int(os.environ.get("BENCH_PAIRS", "4"))
 TREE = False  # whether harness CPU counts the boxes' processes (`tree_cpu`)
 
 # name -> (workflow type, runs on the design worker?); None: in-process, no Temporal.
@@ -247,25 +249,37 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         async with running(current), running(design):
             for wf, on_design in VARIANTS.values():  # warm-up
                 await _batch(client, wf, q_design if on_design else q_current, 2, 2)
+
+            async def measure(name: str) -> None:
+                wf, on_design = VARIANTS[name]
+                cpu0 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
+                row = await _batch(
+                    client, wf, q_design if on_design else q_current, episodes, turns
+                )
+                cpu1 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
+                row["worker_cpu_s"] = cpu1[0] - cpu0[0]
+                row["server_cpu_s"] = cpu1[2] - cpu0[2]
+                row["harness_cpu_s"] = cpu1[1] - cpu0[1]
+                if TREE:  # the server is in the tree: not a harness's
+                    row["harness_cpu_s"] -= row["server_cpu_s"]
+                n = row.pop("episodes", episodes)  # `groups` runs whole groups
+                for part in ("worker", "harness", "server"):
+                    row[f"{part}_cpu_ms_per_episode"] = row[f"{part}_cpu_s"] * 1000 / n
+                for k, v in row.items():
+                    samples[name].setdefault(k, []).append(v)
+
             for r in range(repeats):
-                order = list(VARIANTS.items())
-                order = order[r % len(order) :] + order[: r % len(order)]
-                for name, (wf, on_design) in order:
-                    cpu0 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
-                    row = await _batch(
-                        client, wf, q_design if on_design else q_current, episodes, turns
-                    )
-                    cpu1 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
-                    row["worker_cpu_s"] = cpu1[0] - cpu0[0]
-                    row["server_cpu_s"] = cpu1[2] - cpu0[2]
-                    row["harness_cpu_s"] = cpu1[1] - cpu0[1]
-                    if TREE:  # the server is in the tree: not a harness's
-                        row["harness_cpu_s"] -= row["server_cpu_s"]
-                    n = row.pop("episodes", episodes)  # `groups` runs whole groups
-                    for part in ("worker", "harness", "server"):
-                        row[f"{part}_cpu_ms_per_episode"] = row[f"{part}_cpu_s"] * 1000 / n
-                    for k, v in row.items():
-                        samples[name].setdefault(k, []).append(v)
+                order = list(VARIANTS)
+                for name in order[r % len(order) :] + order[: r % len(order)]:
+                    await measure(name)
+            # The two in-process variants are a few seconds a batch, and what the same
+            # batch costs drifts by 20% or more within a minute on the 2-core VM this
+            # ran on: more pairs, back to back, each in the other order than the last,
+            # for `sandbox_vs_plain_in_process` (a target).
+            for r in range(PAIRS if not quick else 0):
+                pair = ["in_process", "in_process_plain"]
+                for name in pair if r % 2 else pair[::-1]:
+                    await measure(name)
     figures = {n: {k: spread(v) for k, v in row.items()} for n, row in samples.items()}
     base = figures["current"]["turns_per_s"]["median"]
     ratios = {
@@ -286,7 +300,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
     )
     print(
         f"throughput: {episodes} concurrent {turns}-turn echo episodes on one worker, "
-        f"{repeats} repeat(s), median [min..max]"
+        f"{repeats} repeat(s) (the in-process pair {PAIRS} more), median [min..max]"
     )
     rows = [
         [
@@ -334,6 +348,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         "episodes": episodes,
         "turns": turns,
         "repeats": repeats,
+        "in_process_pairs": repeats + (0 if quick else PAIRS),
         "load": [load_start, load()],
         "figures": figures,
         "ratios": ratios,

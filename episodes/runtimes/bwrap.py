@@ -167,8 +167,10 @@ def bwrap_argv(
     argv += [*(["--size", str(disk)] if disk is not None else []), "--tmpfs", "/tmp"]
     for host, box in _outermost([*_python_binds(), *((p, p) for p in ro_paths)]):
         argv += ["--ro-bind", host, box]
-    relay = str(Path(episodes.__file__).resolve().parent / "agents" / "relay.py")
-    argv += ["--ro-bind", relay, RELAY_IN_BOX, "--ro-bind", channel, CHANNEL_IN_BOX]
+    if agent is None:  # the compiled agent is its own relay (`SandboxRuntime.open_relay`)
+        relay = str(Path(episodes.__file__).resolve().parent / "agents" / "relay.py")
+        argv += ["--ro-bind", relay, RELAY_IN_BOX]
+    argv += ["--ro-bind", channel, CHANNEL_IN_BOX]
     if disk is not None:  # in the box's own sized /tmp: nothing of it on the host
         argv += ["--dir", workdir, "--chdir", workdir]
     else:

@@ -59,16 +59,31 @@ async def agent_binary() -> str | None:
     return await asyncio.to_thread(compiled)
 
 
+def _compilers() -> list[list[str]]:
+    """The compile commands to try, best first. musl's where there is one (`musl-gcc`,
+    Debian's musl-tools): glibc's start-up probes the CPU with some sixty `cpuid`s, and
+    on a virtual machine each traps to the hypervisor (~0.35 ms of a 0.45 ms exec here;
+    a box execs the agent twice, the launcher and the agent). Then `$CC` or `cc`,
+    linked statically where the C library's archive is there (no dynamic loader), else
+    as any program. An explicit `$CC` is tried before musl's."""
+    cc = os.environ.get("CC")
+    found = shutil.which(cc or "cc") or shutil.which("gcc")
+    musl = shutil.which("musl-gcc")
+    out = [[found, "-static"], [found]] if found else []
+    if musl:
+        out.insert(1 if cc and found else 0, [musl, "-static"])
+    return out
+
+
 def _compile() -> str | None:
-    cc = shutil.which(os.environ.get("CC") or "cc") or shutil.which("gcc")
-    if cc is None or not SOURCE.is_file():
+    compilers = _compilers()
+    if not compilers or not SOURCE.is_file():
         return None
     where = tempfile.mkdtemp(prefix=f"{box_dir_prefix()}agent-")
     out = os.path.join(where, "sandbox_init")
     done: subprocess.CompletedProcess[bytes] | None = None
-    # Linked statically where the C library's archive is there: two execs a box (the
-    # launcher, the agent) skip the dynamic loader; else as any program.
-    for static in (["-static"], []):
+    why = ""
+    for cc, *static in compilers:
         try:
             done = subprocess.run(
                 [cc, "-O2", *static, "-o", out, str(SOURCE)],

@@ -8,6 +8,7 @@ import ast
 import asyncio
 import errno
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -28,15 +29,46 @@ BUILTIN = {"__future__", "_ctypes", "_signal", "_socket", "ctypes", "os", "resou
 BUILTIN |= {"select", "sys", "time"}
 
 
-@pytest.fixture(params=["compiled", "python"])
+_BUILT: dict[str, str | None] = {}  # "musl" / "cc" -> the agent it compiled
+
+
+@pytest.fixture(params=["musl", "cc", "python"])
 def agent(request, monkeypatch) -> str:
-    if request.param == "compiled":
-        if shutil.which("cc") is None and shutil.which("gcc") is None:
-            pytest.skip("no C compiler on this worker")
-        monkeypatch.delenv("EPISODES_SANDBOX_AGENT", raising=False)
-    else:
+    """The box's agent: compiled with musl-gcc (what a worker that has it runs), with
+    `cc` against glibc, or the Python one."""
+    which = str(request.param)
+    if which == "python":
         monkeypatch.setenv("EPISODES_SANDBOX_AGENT", "python")
-    return str(request.param)
+        return which
+    monkeypatch.delenv("EPISODES_SANDBOX_AGENT", raising=False)
+    if which not in _BUILT:
+        compilers = [
+            c for c in sandbox_agent._compilers() if c[0].endswith("musl-gcc") == (which == "musl")
+        ]
+        if not compilers:
+            pytest.skip(f"no {'musl-gcc' if which == 'musl' else 'C compiler'} on this worker")
+        with monkeypatch.context() as m:
+            m.setattr(sandbox_agent, "_compilers", lambda: compilers)
+            m.setattr(sandbox_agent, "_compiled", {})
+            _BUILT[which] = sandbox_agent.compiled()
+        assert _BUILT[which] is not None, f"{compilers[0][0]} could not compile the agent"
+    monkeypatch.setattr(sandbox_agent, "_compiled", {os.getpid(): _BUILT[which]})
+    return "compiled"
+
+
+def test_musl_compiles_the_agent_where_the_worker_has_it(monkeypatch):
+    """musl's start has no `cpuid`s (each a hypervisor trap on a VM); an explicit $CC
+    still comes first."""
+    tools = {"cc": "/usr/bin/cc", "musl-gcc": "/usr/bin/musl-gcc", "clang": "/usr/bin/clang"}
+    monkeypatch.setattr(shutil, "which", lambda name: tools.get(name))
+    monkeypatch.delenv("CC", raising=False)
+    first = [c[0] for c in sandbox_agent._compilers()]
+    assert first == ["/usr/bin/musl-gcc", "/usr/bin/cc", "/usr/bin/cc"]
+    monkeypatch.setenv("CC", "clang")
+    assert [c[0] for c in sandbox_agent._compilers()][:2] == ["/usr/bin/clang", "/usr/bin/musl-gcc"]
+    del tools["musl-gcc"]
+    monkeypatch.delenv("CC")
+    assert sandbox_agent._compilers() == [["/usr/bin/cc", "-static"], ["/usr/bin/cc"]]
 
 
 async def _out(box: SandboxRuntime, argv: list[str], env: dict[str, str] | None = None, cwd=None):
