@@ -163,9 +163,9 @@ class SubprocessProcess(RuntimeProcess):
             return
         if self._proc.returncode is not None:
             if os.path.exists(f"/proc/{self._pgid}"):
-                # The leader is reaped, yet a process has its pid: the id now leads
-                # another group (a process of another box, a `docker exec`'s). Never
-                # signal it: what ours left has already been orphaned to it.
+                # The leader is reaped, yet a process has its pid. The kernel hands out
+                # no pid that is still a group's id, so ours are all gone and a group of
+                # that id is another's (another box's, a `docker exec`'s): never signal it.
                 self._swept = True
                 return
             if sig == signal.SIGKILL:

@@ -281,7 +281,8 @@ async def test_a_box_cgroups_kill_signals_only_its_own_members():
     other = await asyncio.create_subprocess_exec("sleep", "60")
     try:
         cgroup._kill_member(other.pid, "episodes-not-its-cgroup")
-        await asyncio.sleep(0.2)
+        with pytest.raises(TimeoutError):  # never ends: it was not signalled
+            await asyncio.wait_for(asyncio.shield(other.wait()), 1)
         assert other.returncode is None
     finally:
         other.kill()

@@ -188,7 +188,8 @@ async def test_a_reused_group_id_is_never_signalled(runtime):
         proc._pgid = other.pid  # type: ignore[attr-defined]
         await proc.kill()
         await proc.terminate()
-        await asyncio.sleep(0.2)
+        with pytest.raises(TimeoutError):  # never ends: it was not signalled
+            await asyncio.wait_for(asyncio.shield(other.wait()), 1)
         assert other.returncode is None and os.path.exists(f"/proc/{other.pid}")
     finally:
         other.kill()
