@@ -45,6 +45,12 @@ async def main() -> None:
     from episodes.runtimes.subprocess import SubprocessRuntime
     from episodes.types.model import ModelSpec
 
+    try:  # as `episodes worker` does once started (a checkout from before: untuned)
+        from workers.collector import tune_collector
+    except ImportError:
+        pass
+    else:
+        tune_collector()
     job = json.loads(sys.stdin.readline())
     n = job["sessions"]
     spec = ModelSpec(base_url=job["base_url"], model="m", token_data=job.get("token_data", False))

@@ -20,6 +20,7 @@ async def run_worker(cfg: Config) -> None:
     from episodes.agents.services import AgentServices
     from episodes.cli.embedded import NO_SANDBOX_HINT, check_sandbox, warn_no_sandbox
     from episodes.client.connect import connect_config
+    from workers.collector import tune_collector
     from workers.worker import EpisodeWorker, WorkerOptions
 
     s = cfg.settings
@@ -61,6 +62,7 @@ async def run_worker(cfg: Config) -> None:
             soft_wrap=True,
         )
         log.info("worker %s started (max %d sessions)", w.worker_id, s.max_sessions)
+        tune_collector()  # start-up is done: what it made is never walked again
         await w.run()
         gone = f"; abandoned {len(w.abandoned)} session(s): {w.drain.why()}" if w.abandoned else ""
         common.console.print(
