@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 _gc = {"s": 0.0, "t0": 0.0}
@@ -41,15 +42,16 @@ def _gc_timer(phase: str, info: dict) -> None:
 async def main() -> None:
     if os.environ.get("BENCH_GC_STATS"):  # costs ~1 us a collection: only when asked
         gc.callbacks.append(_gc_timer)
+    import episodes
     from episodes.agents.services import AgentServices
     from episodes.runtimes.subprocess import SubprocessRuntime
     from episodes.types.model import ModelSpec
 
-    try:  # as `episodes worker` does once started (a checkout from before: untuned)
+    # As `episodes worker` does once started; a checkout from before it did runs untuned
+    # (asked of its tree: an editable install may resolve `workers` to another).
+    if Path(episodes.__file__).parent.parent.joinpath("workers", "collector.py").exists():
         from workers.collector import tune_collector
-    except ImportError:
-        pass
-    else:
+
         tune_collector()
     job = json.loads(sys.stdin.readline())
     n = job["sessions"]
