@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 
+from episodes.agents.fastjson import dumps
 from episodes.agents.fleet import Replica, Route
 from episodes.agents.upstream import Response, Upstream, UpstreamError
 from episodes.agents.upstream_aiohttp import AiohttpUpstream
@@ -157,7 +158,7 @@ class Sender:
         """
         assert self.route is not None
         loop = asyncio.get_running_loop()
-        data = json.dumps(body).encode()
+        data = dumps(body)
         given_up: set[Replica] = set()
         attempts = charged = throttles = 0
         throttle_left = self._spec.max_throttle_s

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from episodes.agents.fastjson import encoded_size, loads
+from episodes.agents.fastjson import dumps, encoded_size, loads
 from episodes.agents.replay import raw_to_record
 
 values = st.recursive(
@@ -35,6 +35,24 @@ def _same(text: bytes) -> None:
 def test_loads_gives_what_json_loads_gives(value: Any) -> None:
     for text in (json.dumps(value), json.dumps(value, ensure_ascii=False, indent=1)):
         _same(text.encode("utf-8", "surrogatepass"))
+
+
+@given(values)
+def test_dumps_gives_what_json_dumps_gives_once_read(value: Any) -> None:
+    assert json.loads(dumps(value)) == json.loads(json.dumps(value))
+
+
+def test_dumps_writes_what_to_json_refuses_as_json_dumps_does() -> None:
+    for value in (
+        {"content": "x\ud800"},  # a lone surrogate, as json.loads lets through
+        {"temperature": float("nan"), "top_p": float("inf")},
+        {"n": 2**70},
+    ):
+        assert repr(json.loads(dumps(value))) == repr(json.loads(json.dumps(value)))
+    deep: Any = []
+    for _ in range(400):  # deeper than pydantic_core recurses
+        deep = [deep]
+    assert json.loads(dumps(deep)) == deep
 
 
 def test_loads_leaves_what_jiter_refuses_to_json_loads() -> None:
