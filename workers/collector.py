@@ -5,9 +5,9 @@
 A worker holds many long-lived objects (its imported modules and classes, the SDK's
 and pydantic's schemas, its live sessions) and makes many short-lived ones per model
 call and turn (requests, answers, records). CPython's default collects the youngest
-generation every 700 net container allocations, and each object that survives two
-of those (a request in flight at the time, say) is promoted to be walked again by
-every full collection. At 256 sessions calling their models through the proxy, that
+generation every 700 net container allocations; an object alive at one (a request
+in flight at the time, say) is promoted, and once alive at a middle collection too,
+is walked again by every full collection. At 256 sessions calling their models through the proxy, that
 was about a sixth of the worker's CPU (bench/README.md, issue 32).
 
 Two changes, each a process-wide choice, so made by the worker's own process (`episodes
@@ -18,8 +18,9 @@ in-process keeps its own settings):
   walks again (after one collection, so no garbage is kept forever);
 - the youngest generation collected every `young` net allocations (default 10,000
   instead of 700): rarer collections, and fewer short-lived objects promoted because
-  they happened to be alive at one. Reference cycles are still collected, a little
-  later; the memory they hold meanwhile is bounded by `young` containers.
+  they happened to be alive at one. Reference cycles are still collected, after at
+  most `young` more net container allocations instead of 700 (what a cycle holds
+  lives that much longer).
 """
 
 from __future__ import annotations
