@@ -7,8 +7,9 @@ and pydantic's schemas, its live sessions) and makes many short-lived ones per m
 call and turn (requests, answers, records). CPython's default collects the youngest
 generation every 700 net container allocations; an object alive at one (a request
 in flight at the time, say) is promoted, and once alive at a middle collection too,
-is walked again by every full collection. At 256 sessions calling their models through the proxy, that
-was about a sixth of the worker's CPU (bench/README.md, issue 32).
+is walked again by every full collection. At 256 sessions calling their models
+through the proxy, that was about a sixth of the worker's CPU (bench/README.md,
+issue 32).
 
 Two changes, each a process-wide choice, so made by the worker's own process (`episodes
 worker`), never by the library in a process of yours (a trainer running episodes
