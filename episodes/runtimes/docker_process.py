@@ -5,11 +5,18 @@ stream type, size); a reader thread splits them into two `process_io` streams, a
 stops reading (like a full pipe) while a stream holds too much unread data.
 
 Signals: the exec API cannot signal an exec, so each process is started through
-`sh -c 'echo $$ >&2; exec "$@"'`: its first stderr line is its pid inside the
-container, and since runc makes every exec a session leader that pid is also its
-session and process group. terminate()/kill() signal that tree (TREE_KILLER) in a
-second exec, which also works against a remote engine (a host pid would not); kill()
-after the leader exited sweeps what it left behind, once.
+`sh -c 'echo $$ >&2; "$@"; exit $?'`: its first stderr line is the shell's pid inside
+the container, and since runc makes every exec a session leader that pid is also the
+session and process group of the shell and the program. terminate()/kill() signal
+that tree (TREE_KILLER) in a second exec, which also works against a remote engine
+(a host pid would not); kill() after the leader exited sweeps what it left behind, once.
+
+The shell stays, as the program's parent, rather than exec'ing it: the parent of an
+exec'd process is `runc exec`, which exits as soon as the process has started, and
+Linux sends a process's PR_SET_PDEATHSIG when the thread that made it exits. A
+harness that asks to die with its parent (`sdk.serve` does, as docs/protocol.md
+advises) was SIGKILLed at start whenever it asked before runc had exited; its
+parent is now the shell, which lives exactly as long as it does.
 
 Exit codes: the engine reports a signalled exec as 128+n, like a shell does (see
 `process_io.exit_code`). A process whose container was removed under it reports -9.
@@ -34,8 +41,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Wraps every command: report the pid first (see above), then become the program.
-WRAPPER = ["/bin/sh", "-c", 'echo "$$" >&2; exec "$@"', "sh"]
+# Wraps every command: report the pid first, then run the program as the shell's
+# child and exit with its status (a signal's as 128+n); see above for why not exec.
+WRAPPER = ["/bin/sh", "-c", 'echo "$$" >&2; "$@"; exit $?', "sh"]
 _FRAME = struct.Struct(">BxxxL")
 _CHUNK = 64 * 1024
 # $1: signal name, $2: the exec's pid, which runc made a session (and group) leader.

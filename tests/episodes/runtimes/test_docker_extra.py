@@ -253,6 +253,30 @@ async def test_a_process_may_be_silent_longer_than_the_api_timeout(box: object) 
     assert await asyncio.wait_for(proc.wait(), T) == 0
 
 
+# Asks to die with its parent (as sdk.serve does), then says who that parent is and
+# lives on: it must not be SIGKILLed once `runc exec`, which started it, exits.
+_PDEATHSIG = """
+import ctypes, os, signal, time
+assert ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0) == 0
+print(os.getppid(), flush=True)
+time.sleep(1.0)
+print("alive", flush=True)
+"""
+
+
+async def test_a_program_is_the_child_of_its_wrapper_and_may_die_with_it(box: object) -> None:
+    """A program that set PR_SET_PDEATHSIG was SIGKILLed at start whenever it did so
+    before `runc exec` (its parent: the wrapper exec'd it) had exited, as Linux sends
+    it when the thread that made the process exits (CI: Harbor's busybox task,
+    `harness_crashed`, "killed by SIGKILL" in turn 0; the kernel's signal trace named
+    runc as the sender). Its parent must be the wrapper, in the box, for its life."""
+    proc = await box.open_process(["python3", "-c", _PDEATHSIG])
+    out = (await asyncio.wait_for(proc.stdout.read(), T)).decode().split()
+    assert await asyncio.wait_for(proc.wait(), T) == 0
+    # The old wrapper exec'd the program: its parent was outside the box (ppid 0).
+    assert out == [str(proc.pid), "alive"]
+
+
 async def test_output_that_comes_with_the_engines_upgrade_response_is_kept(
     box: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
