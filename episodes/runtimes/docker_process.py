@@ -5,9 +5,9 @@ stream type, size); a reader thread splits them into two `process_io` streams, a
 stops reading (like a full pipe) while a stream holds too much unread data.
 
 Signals: the exec API cannot signal an exec, so each process is started through
-`sh -c 'echo $$ >&2; "$@"; exit $?'`: its first stderr line is the shell's pid inside
-the container, and since runc makes every exec a session leader that pid is also the
-session and process group of the shell and the program. terminate()/kill() signal
+`sh -c 'trap : TERM; echo $$ >&2; "$@"; exit $?'` (WRAPPER): its first stderr line is
+the shell's pid inside the container, and since runc makes every exec a session
+leader that pid is also the session and process group of the shell and the program. terminate()/kill() signal
 that tree (TREE_KILLER) in a second exec, which also works against a remote engine
 (a host pid would not); kill() after the leader exited sweeps what it left behind, once.
 
@@ -16,7 +16,9 @@ exec'd process is `runc exec`, which exits as soon as the process has started, a
 Linux sends a process's PR_SET_PDEATHSIG when the thread that made it exits. A
 harness that asks to die with its parent (`sdk.serve` does, as docs/protocol.md
 advises) was SIGKILLed at start whenever it asked before runc had exited; its
-parent is now the shell, which lives exactly as long as it does.
+parent is now the shell, which lives exactly as long as it does: it traps SIGTERM
+(a handler, which the program does not inherit, unlike an ignored signal) and so
+outlives a program that ignores it; it exits with the program's status.
 
 Exit codes: the engine reports a signalled exec as 128+n, like a shell does (see
 `process_io.exit_code`). A process whose container was removed under it reports -9.
@@ -43,7 +45,7 @@ log = logging.getLogger(__name__)
 
 # Wraps every command: report the pid first, then run the program as the shell's
 # child and exit with its status (a signal's as 128+n); see above for why not exec.
-WRAPPER = ["/bin/sh", "-c", 'echo "$$" >&2; "$@"; exit $?', "sh"]
+WRAPPER = ["/bin/sh", "-c", 'trap : TERM; echo "$$" >&2; "$@"; exit $?', "sh"]
 _FRAME = struct.Struct(">BxxxL")
 _CHUNK = 64 * 1024
 # $1: signal name, $2: the exec's pid, which runc made a session (and group) leader.
