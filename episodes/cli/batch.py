@@ -14,9 +14,9 @@ from typing import Any
 
 from rich.table import Table
 
-from episodes.cli.common import console, live_progress, progress_bar
+from episodes.cli.common import console, err_console, live_progress, progress_bar
 from episodes.cli.embedded import client_for
-from episodes.cli.run import budget_line, config_error_lines, every_failed_lines
+from episodes.cli.run import budget_line, config_error_lines, every_failed_lines, reused_note
 from episodes.client.batches import (
     batch_input,
     episode_results,
@@ -56,6 +56,9 @@ async def run_spec_batch(
 
     async with contextlib.AsyncExitStack() as stack:
         client, ui_url, task_queue = await client_for(stack, cfg)
+        note = await reused_note(client, inp.batch or spec.name, given=batch is not None)
+        if note:
+            err_console.print(note, highlight=False, soft_wrap=True)
         handle = await start_batch(client, inp, task_queue=task_queue)
         console.print(f"batch workflow [bold]{handle.id}[/]", highlight=False, soft_wrap=True)
         ceiling = inp.concurrency or spec.concurrency

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from temporalio.client import Client
 
-from episodes.cli.common import console, live_progress, progress_bar, summary_table
+from episodes.cli.common import (
+    console,
+    err_console,
+    live_progress,
+    progress_bar,
+    summary_table,
+)
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
 from episodes.client.batches import episodes_query
@@ -58,6 +64,9 @@ async def run_spec(
         sink = stack.enter_context(out.open("w")) if out else None
         results: list[EpisodeResult] = []
         episodes = EpisodesClient(client, task_queue=task_queue)
+        note = await reused_note(client, batch or spec.name, given=batch is not None)
+        if note:
+            err_console.print(note, highlight=False, soft_wrap=True)
         tally: Counter[str] = Counter()
         kw: dict[str, Any] = dict(
             concurrency=concurrency, batch_id=batch, policy_version=policy_version, **(fleet or {})
@@ -184,6 +193,23 @@ def episodes_note(missing: int, budget: str | None) -> str:
         return ""
     why = "not started (budget reached)" if budget else "cut or dropped with their group"
     return f"{missing} episode{'s' if missing > 1 else ''} {why}"
+
+
+async def reused_note(client: Client, batch_id: str, *, given: bool) -> str:
+    """Before a run: one line when the batch id already has finished episodes, which are
+    attached to, not run again (a spec edited since would otherwise look ignored)."""
+    try:
+        query = f"{episodes_query(batch_id)} AND ExecutionStatus = 'Completed'"
+        n = (await client.count_workflows(query)).count
+    except Exception:  # an id visibility cannot hold, a server without our attributes
+        return ""
+    if not n:
+        return ""
+    where = f"batch {batch_id!r}" + ("" if given else " (the spec's name)")
+    return (
+        f"note: {where} has {n} finished episode{'s' if n > 1 else ''} from an earlier run: "
+        "they are reused, not run again; --batch-id NEW runs the spec afresh"
+    )
 
 
 async def _settle(client: Client, batch_id: str, timeout_s: float = 15.0) -> None:

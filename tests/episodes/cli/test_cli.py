@@ -87,6 +87,40 @@ async def test_run_end_to_end_then_show(tmp_path, dev_server, worker) -> None:
     assert "é✓" in stdout and "\\u00e9" not in stdout
 
 
+@pytest.mark.parametrize("mode", ["client", "on-server"])
+async def test_a_rerun_of_a_finished_batch_says_its_results_are_reused(
+    tmp_path, dev_server, client, worker, mode
+) -> None:
+    """Re-running a spec (say, after editing it) attaches to the batch id's finished
+    episodes: their results come back and nothing runs. Silent, that looked as if the
+    edit were ignored; the run says so, with what to do."""
+    from episodes.client.batches import episodes_query
+
+    name = f"again-{uuid.uuid4().hex[:6]}"
+    spec = write_spec(tmp_path, good_spec(name))
+    args = ["run", str(spec), "--address", dev_server.address, "--task-queue", "episodes-test"]
+    args += ["--on-server"] if mode == "on-server" else []
+    code, _, stderr = await episodes(*args)
+    assert code == 0, stderr
+    assert "note:" not in stderr
+    # Visibility is eventually consistent: wait until it shows all four finished.
+    query = f"{episodes_query(name)} AND ExecutionStatus = 'Completed'"
+    for _ in range(300):
+        if (await client.count_workflows(query)).count == 4:
+            break
+        await asyncio.sleep(0.1)
+    code, stdout, stderr = await episodes(*args)
+    assert code == 0, stderr
+    flat = " ".join(stderr.split())
+    assert f"note: batch '{name}' (the spec's name) has 4 finished episodes" in flat, stderr
+    assert "--batch-id NEW runs the spec afresh" in flat
+    assert "0.500" in stdout, stdout
+    # A new batch id is a new batch: nothing to say.
+    code, _, stderr = await episodes(*args, "--batch-id", f"{name}-2")
+    assert code == 0, stderr
+    assert "note:" not in stderr
+
+
 @pytest.mark.parametrize(
     ("mutate", "needle"),
     [
