@@ -3,10 +3,13 @@ the others complete, nothing is stuck and no harness outlives its worker."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import signal
 import time
 import uuid
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -31,7 +34,7 @@ from tests.support.helpers import wait_until
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.timeout(180)]
 
-EPISODES, TURNS, LOST_S = 40, 8, 3.0
+EPISODES, TURNS, HELD, LOST_S = 40, 8, 2, 3.0
 
 
 async def _progress(client, wid: str) -> EpisodeProgress | None:
@@ -40,26 +43,37 @@ async def _progress(client, wid: str) -> EpisodeProgress | None:
     return None
 
 
-async def _mid_flight_on(client, ids: list[str], worker_id: str, at_least: int) -> bool:
+async def _on_worker(client, wid: str, worker_id: str) -> str:
+    """Where the episode stands with the worker: `provisioning` (a provision of it in
+    flight there), `held` (its session is there, running, a turn or more done), `other`."""
+    desc = await client.get_workflow_handle(wid).describe()
+    for pa in desc.raw_description.pending_activities:
+        if pa.activity_type.name == contract.PROVISION and pa.last_worker_identity.startswith(
+            worker_id
+        ):
+            return "provisioning"
+    p = await _progress(client, wid)
+    held = p is not None and p.session is not None and p.session.worker_id == worker_id
+    return "held" if held and p.status == "running" and p.turns_done >= 1 else "other"
+
+
+async def _mid_flight_on(
+    client, ids: list[str], worker_id: str, at_least: int, seen: dict[str, int]
+) -> bool:
     """`at_least` episodes run turns on the worker and none is provisioning there (a
     provision in flight on the killed worker is retried on the other: see the test of
-    that below; here each episode's holder must be plain)."""
-    running = 0
-    for wid in ids:
-        desc = await client.get_workflow_handle(wid).describe()
-        for pa in desc.raw_description.pending_activities:
-            if pa.activity_type.name == contract.PROVISION and pa.last_worker_identity.startswith(
-                worker_id
-            ):
-                return False
-        p = await _progress(client, wid)
-        held = p is not None and p.session is not None and p.session.worker_id == worker_id
-        running += held and p.status == "running" and p.turns_done >= 1
-    return running >= at_least
+    that below; here each episode's holder must be plain). `seen`: the last count of each
+    state, for the failure's message."""
+    states = await asyncio.gather(*(_on_worker(client, wid, worker_id) for wid in ids))
+    seen.clear()
+    seen.update(Counter(states))
+    return seen.get("provisioning", 0) == 0 and seen.get("held", 0) >= at_least
 
 
-def _policy_spec(policy: str, name: str, tasks, command):
-    return script_spec(name, tasks, command, on_worker_lost=policy)
+def _policy_spec(policy: str, name: str, tasks, command, gate: Path):
+    # The default sandbox, with the gate's folder bound in: the harness reads the hold file.
+    runtime = {"type": "subprocess", "ro_paths": [str(gate)]}
+    return script_spec(name, tasks, command, on_worker_lost=policy, harness={"runtime": runtime})
 
 
 @pytest.mark.parametrize(
@@ -68,9 +82,17 @@ def _policy_spec(policy: str, name: str, tasks, command):
 )
 async def test_sigkill_one_of_two_workers_mid_batch(chaos_server, chaos_client, tmp_path, policy):
     queue, tag = f"kill-{uuid.uuid4().hex[:6]}", new_tag()
-    command = ["{python}", str(HARNESS), "log", "delay=1.0", f"tag={tag}"]
+    # Every episode waits at its turn HELD until the hold file goes: the kill finds A's
+    # episodes mid-flight however slow the machine (no window to hit).
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    hold = gate / "hold"
+    hold.touch()
+    command = ["{python}", str(HARNESS), "log", "delay=0.1", f"hold={hold}", f"tag={tag}"]
     tasks = {f"t{i:02d}": turns(f"t{i:02d}", TURNS) for i in range(EPISODES)}
-    spec = _policy_spec(policy, f"kill-{uuid.uuid4().hex[:6]}", tasks, command)
+    for messages in tasks.values():
+        messages[HELD] += ":held"
+    spec = _policy_spec(policy, f"kill-{uuid.uuid4().hex[:6]}", tasks, command, gate)
     spec = spec.model_copy(update={"worker_lost_timeout_s": LOST_S})
     # Half the batch each: a busy machine must not let one worker take it all.
     half = EPISODES // 2
@@ -80,10 +102,11 @@ async def test_sigkill_one_of_two_workers_mid_batch(chaos_server, chaos_client, 
         await a.ready()
         await b.ready()
         ids = await start_all(chaos_client, queue, spec)
-        # Mid-batch: A runs turns of many episodes (a busy machine may finish some early).
+        # Mid-batch: A holds many episodes, each waiting at its held turn.
+        seen: dict[str, int] = {}
         assert await wait_until(
-            lambda: _mid_flight_on(chaos_client, ids, a.worker_id, half // 2), timeout=90
-        )
+            lambda: _mid_flight_on(chaos_client, ids, a.worker_id, half // 2, seen), timeout=90
+        ), f"worker A never held {half // 2} episodes mid-flight; last seen: {seen}"
         on_a_now = a.children()
         b.children()
         assert on_a_now, "worker A should hold harnesses"
@@ -91,6 +114,7 @@ async def test_sigkill_one_of_two_workers_mid_batch(chaos_server, chaos_client, 
         killed = time.time()
         a.signal(signal.SIGKILL)
         assert a.wait(10) == -signal.SIGKILL
+        hold.unlink()  # B's episodes (and, restarted, A's) go on
         closed = await wait_closed(chaos_client, ids, timeout_s=90)
         assert len(closed) == EPISODES, f"stuck: {sorted(set(ids) - set(closed))}"
         by_id = await results(chaos_client, ids)
@@ -101,20 +125,20 @@ async def test_sigkill_one_of_two_workers_mid_batch(chaos_server, chaos_client, 
             holder[wid] = "A" if identity.startswith(a.worker_id) else "B"
         on_a = [w for w in ids if holder[w] == "A"]
         on_b = [w for w in ids if holder[w] == "B"]
-        before = [w for w in on_a if closed[w] <= killed]
+        before = [w for w in ids if closed[w] <= killed]
         hit = [w for w in on_a if closed[w] > killed]
         detect = sorted(round(closed[w] - killed, 2) for w in hit)
         counts = {
             t: sum(r.termination == t for r in by_id.values()) for t in ("env_done", "worker_lost")
         }
         print(
-            f"\nkill[{policy}]: {EPISODES} episodes, {len(on_a)} on A ({len(before)} done before "
-            f"the kill), {len(on_b)} on B; outcomes {counts}; kill -> close of A's "
+            f"\nkill[{policy}]: {EPISODES} episodes, {len(on_a)} on A, {len(on_b)} on B, "
+            f"{len(before)} done before the kill; outcomes {counts}; kill -> close of A's "
             f"{len(hit)}: min {detect[0] if detect else '-'} s, max {detect[-1] if detect else '-'} s"
         )
         assert hit, "the kill should hit episodes in flight"
         assert all(by_id[w].termination == "env_done" and by_id[w].reward == 1.0 for w in on_b)
-        assert all(by_id[w].termination == "env_done" for w in before)
+        assert not before, "the hold file should keep every episode mid-flight until the kill"
         if policy == "fail":
             assert all(by_id[w].termination == "worker_lost" for w in hit), by_id
             assert all("lost the session" in (by_id[w].error or "") for w in hit)
