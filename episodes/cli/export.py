@@ -12,6 +12,9 @@ without a result (still running, or its workflow failed: no baseline for the gro
 and an episode whose calls lack token data, are named, unless `--skip-incomplete`
 (then such a group is left out whole, such an episode alone, and it says how many); a
 batch in which no episode made a model call (no `model` in the spec) says so.
+Which groups are whole, and the advantages (`--estimator`, `--normalize-std`), are
+`episodes.training`'s, as a trainer computes them; `--skip-diverged` leaves out the
+episodes whose replay diverged (`replay_divergences`, a column of every row).
 Episodes a groups stream cut (`EpisodeResult.cut`: stragglers past a group's
 `samples` with `oversample`, or past `group_timeout_s`) belong to no group: left out.
 """
@@ -19,7 +22,6 @@ Episodes a groups stream cut (`EpisodeResult.cut`: stragglers past a group's
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
 from pathlib import Path
 
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
@@ -34,7 +36,9 @@ from episodes.client.group_history import group_members
 from episodes.client.history import load_transcript, transcript_of
 from episodes.contract import group_id
 from episodes.errors import EpisodesError
+from episodes.training.estimators import Estimator, diverged
 from episodes.training.export import Episode, check_out, export_rows, write_rows
+from episodes.training.groups import whole_groups
 from episodes.training.samples import no_model_calls, samples_of
 from episodes.types.attempts import member_id
 from episodes.types.results import EpisodeResult
@@ -51,6 +55,8 @@ async def export_batch(
     out: Path,
     normalize_std: bool,
     skip_incomplete: bool,
+    estimator: Estimator = "grpo",
+    skip_diverged: bool = False,
 ) -> None:
     check_out(out)
     client = await connect_config(cfg, data_converter=show_converter())
@@ -91,15 +97,23 @@ async def export_batch(
         )
     if done and not any(s.made_calls for _, s in done):
         fail(f"{no_model_calls(f'batch {batch}')}; nothing written", code=1)
-    rows = export_rows(batch, done, normalize_std=normalize_std)
+    rows = export_rows(
+        batch,
+        done,
+        normalize_std=normalize_std,
+        estimator=estimator,
+        include_diverged=not skip_diverged,
+    )
     if not rows:
         fail(f"batch {batch}: no complete episode left to export, nothing written", code=1)
     write_rows(rows, out)
     skipped = f", skipped {len(incomplete)} incomplete episode(s)" if incomplete else ""
     skipped += f", left out {cut} cut episode(s) (stragglers)" if cut else ""
+    gone = sum(1 for r, s in done if s.complete and diverged(r)) if skip_diverged else 0
+    skipped += f", left out {gone} episode(s) whose replay diverged" if gone else ""
     splits = sum(s.splits for _, s in done if s.complete)
     console.print(
-        f"{out}: {len(rows)} samples from {len(done) - len(incomplete)} episodes "
+        f"{out}: {len(rows)} samples from {len(done) - len(incomplete) - gone} episodes "
         f"({splits} split(s)){skipped}",
         highlight=False,
         soft_wrap=True,
@@ -112,19 +126,16 @@ def _whole_groups(
     loaded: list[Episode | None],
     skip_incomplete: bool,
 ) -> list[Episode]:
-    """The episodes of the groups whose every member has a result: a group with one
-    still running, or whose workflow failed, has no baseline. Without
-    `skip_incomplete` such a group fails the command (naming its members), with it the
-    group is left out whole, and said so."""
-    groups: dict[str, list[tuple[WorkflowExecution, Episode | None]]] = defaultdict(list)
-    for wf, episode in zip(found, loaded, strict=True):
-        task = wf.typed_search_attributes.get(sa.TASK) or member_id(wf.id)
-        groups[group_id(batch, task)].append((wf, episode))
-    partial = {
-        g: [_why(wf) for wf, e in members if e is None]
-        for g, members in sorted(groups.items())
-        if any(e is None for _, e in members)
-    }
+    """The episodes of the whole groups (`episodes.training.whole_groups`). Without
+    `skip_incomplete` a group missing a result fails the command (naming its members),
+    with it the group is left out whole, and said so."""
+
+    def group(member: tuple[WorkflowExecution, Episode | None]) -> str:
+        wf = member[0]
+        return group_id(batch, wf.typed_search_attributes.get(sa.TASK) or member_id(wf.id))
+
+    picked = whole_groups(zip(found, loaded, strict=True), group=group, ended=lambda m: bool(m[1]))
+    partial = {g: [_why(wf) for wf, _ in members] for g, members in picked.partial.items()}
     if partial:
         named = "; ".join(f"{g}: {', '.join(why)}" for g, why in list(partial.items())[:NAMED])
         more = f"; and {len(partial) - NAMED} more" if len(partial) > NAMED else ""
@@ -140,7 +151,7 @@ def _whole_groups(
             highlight=False,
             soft_wrap=True,
         )
-    return [e for g, members in groups.items() if g not in partial for _, e in members if e]
+    return [e for _, e in picked.members() if e]
 
 
 def _why(wf: WorkflowExecution) -> str:

@@ -217,13 +217,31 @@ def export_cmd(
         bool,
         typer.Option(help="Leave out episodes lacking token data instead of failing (exit 1)."),
     ] = False,
+    estimator: Annotated[
+        str, typer.Option(help="The advantage estimator: grpo (reward - group mean) or rloo.")
+    ] = "grpo",
+    skip_diverged: Annotated[
+        bool,
+        typer.Option(
+            help="Leave out episodes whose replay diverged; their group gets no advantage."
+        ),
+    ] = False,
 ) -> None:
     """Write a batch's training samples (token ids, mask, logprobs, reward, advantage)."""
     from episodes.cli.export import export_batch
+    from episodes.training.estimators import ESTIMATORS
 
+    if estimator not in ESTIMATORS:
+        common.fail(f"--estimator {estimator}: one of {', '.join(ESTIMATORS)}", code=2)
     common.run(
         export_batch(
-            batch, cfg=cfg, out=out, normalize_std=normalize_std, skip_incomplete=skip_incomplete
+            batch,
+            cfg=cfg,
+            out=out,
+            normalize_std=normalize_std,
+            skip_incomplete=skip_incomplete,
+            estimator=estimator,  # type: ignore[arg-type]
+            skip_diverged=skip_diverged,
         )
     )
 

@@ -68,7 +68,7 @@ from episodes.client.dispatch import (
 )
 from episodes.client.spending import Spending
 from episodes.errors import EpisodesError
-from episodes.training.export import advantages
+from episodes.training.estimators import Estimator, diverged, episode_advantages
 from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of
 from episodes.types.results import Cut, EpisodeResult, Transcript
 from episodes.types.spec import EpisodeSpec
@@ -126,19 +126,49 @@ class Group(BaseModel):
             return False
         return len(set(rewards)) == 1
 
-    def advantages(self, normalize_std: bool = False) -> list[float | None]:
-        """Per result: reward minus the group's mean reward, divided by the group's std
-        (+1e-4) with `normalize_std` (as `episodes export`). All None when the group
-        failed or any member has no reward: a baseline over part of a group is biased."""
+    def advantages(
+        self,
+        normalize_std: bool = False,
+        *,
+        estimator: Estimator = "grpo",
+        include_diverged: bool = True,
+    ) -> list[float | None]:
+        """Per result, its advantage as `episodes export` computes it
+        (`episodes.training.estimators`: `grpo`, reward minus the group's mean, divided
+        by its std + 1e-4 with `normalize_std`; or `rloo`). All None when the group
+        failed or any member has no reward (with `include_diverged=False`, also when a
+        member's replay diverged): a baseline over part of a group is biased."""
         if self.failed is not None:
             return [None] * len(self.results)
-        by_id = advantages(self.results, normalize_std=normalize_std)
+        by_id = episode_advantages(
+            self.results,
+            estimator=estimator,
+            normalize_std=normalize_std,
+            include_diverged=include_diverged,
+        )
         return [by_id[r.workflow_id] for r in self.results]
 
-    async def samples(self) -> list[EpisodeSamples]:
+    @property
+    def diverged(self) -> list[str]:
+        """The members whose replay (a restart, resume or fork) diverged from their record
+        (`EpisodeResult.replay_divergences`): `samples(include_diverged=False)` leaves
+        their samples out."""
+        return [r.workflow_id for r in self.results if diverged(r)]
+
+    async def samples(self, include_diverged: bool = True) -> list[EpisodeSamples]:
         """Per result, its training samples (`episodes.training.samples`), from the
         transcripts read back from history on first use. EpisodesError when the spec
-        has no `model`: no member made a model call, there is nothing to train on."""
+        has no `model`: no member made a model call, there is nothing to train on.
+        `include_diverged=False`: a member in `diverged` has no samples (an empty
+        `EpisodeSamples`, so the list stays one per result)."""
+        built = await self._all_samples()
+        if include_diverged:
+            return built
+        return [
+            EpisodeSamples() if diverged(r) else s for r, s in zip(self.results, built, strict=True)
+        ]
+
+    async def _all_samples(self) -> list[EpisodeSamples]:
         if self._samples is None:
             if self._fetch is None:
                 raise EpisodesError(f"group {self.group_id}: not from a client, no history")

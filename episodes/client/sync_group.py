@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from episodes.client.groups import Group
 from episodes.client.sync_session import _LoopThread
+from episodes.training.estimators import Estimator
 from episodes.training.samples import EpisodeSamples
 from episodes.types.results import EpisodeResult
 
@@ -61,8 +62,20 @@ class SyncGroup:
     def partial(self) -> bool:
         return self.async_group.partial
 
-    def advantages(self, normalize_std: bool = False) -> list[float | None]:
-        return self.async_group.advantages(normalize_std)
+    def advantages(
+        self,
+        normalize_std: bool = False,
+        *,
+        estimator: Estimator = "grpo",
+        include_diverged: bool = True,
+    ) -> list[float | None]:
+        return self.async_group.advantages(
+            normalize_std, estimator=estimator, include_diverged=include_diverged
+        )
 
-    def samples(self) -> list[EpisodeSamples]:
-        return self._loop.run(self.async_group.samples())
+    @property
+    def diverged(self) -> list[str]:
+        return self.async_group.diverged
+
+    def samples(self, include_diverged: bool = True) -> list[EpisodeSamples]:
+        return self._loop.run(self.async_group.samples(include_diverged))

@@ -1,14 +1,20 @@
 """A batch's samples as rows: one per sample, with the episode's reward and group advantage.
 
-    rows = export_rows("b1", episodes, normalize_std=False)    # [(EpisodeResult, EpisodeSamples)]
-    write_rows(rows, Path("b1.parquet"))                       # or .jsonl
+    rows = export_rows("b1", episodes)          # [(EpisodeResult, EpisodeSamples)]
+    write_rows(rows, Path("b1.parquet"))        # or .jsonl
 
 `group_id` is the batch and the task id: the samples of one task in a batch (GRPO's
-group). `advantage` = reward minus the group's mean reward; with `normalize_std`,
-divided by the group's sample standard deviation (+1e-4, so equal rewards give 0,
-not a division by zero). It is null for every member of a group in which any episode
-has no reward (an env error, a lost worker): a baseline over part of the group would
-be biased. Group members are the episodes given, incomplete ones included.
+group). `advantage` is the episode's within its group by the estimator asked
+(`episodes.training.estimators`: `grpo`, reward minus the group's mean, by default;
+`normalize_std` divides by the group's std): null for every member of a group in which
+any episode has no reward (an env error, a lost worker), the one rule for a missing
+reward. Group members are the episodes given, incomplete ones included (the caller
+picks whole groups: `episodes.training.groups`).
+
+`replay_divergences` is on every row: the episode's replayed turns whose request
+differed from the recorded one (a restart, resume or fork; 0 for most). With
+`include_diverged=False` an episode with any is left out, and its reward counts as
+missing in its group's advantages (`episodes.training.estimators`).
 
 Parquet (pyarrow, `pip install 'episodes[train]'`) with an explicit schema, so the
 file loads as it is in pandas and `datasets.load_dataset("parquet", data_files=...)`:
@@ -18,14 +24,13 @@ ids int32, mask int8, logprobs float64 (exactly what the upstream sent).
 from __future__ import annotations
 
 import json
-import statistics
-from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from episodes.contract import group_id
 from episodes.errors import EpisodesError
+from episodes.training.estimators import Estimator, diverged, episode_advantages
 from episodes.training.samples import EpisodeSamples
 from episodes.types.results import EpisodeResult
 
@@ -46,9 +51,9 @@ COLUMNS = (
     "completion_logprobs",
     "num_model_calls",
     "split_reason",
+    "replay_divergences",
 )
 FORMATS = (".parquet", ".jsonl")
-STD_EPSILON = 1e-4
 
 Episode = tuple[EpisodeResult, EpisodeSamples]
 
@@ -63,38 +68,28 @@ def check_out(path: Path) -> None:
         raise EpisodesError(f"--out {path}: no directory {path.parent}")
 
 
-def advantages(results: Sequence[EpisodeResult], *, normalize_std: bool) -> dict[str, float | None]:
-    """Each episode's advantage within its task's group, by workflow id (see module doc)."""
-    groups: dict[str, list[EpisodeResult]] = defaultdict(list)
-    for r in results:
-        groups[r.task_id].append(r)
-    out: dict[str, float | None] = {}
-    for members in groups.values():
-        rewards = [m.reward for m in members]
-        if any(r is None for r in rewards):
-            out.update((m.workflow_id, None) for m in members)
-            continue
-        values = [float(r) for r in rewards if r is not None]
-        mean = statistics.fmean(values)
-        scale = 1.0
-        if normalize_std:
-            scale = (statistics.stdev(values) if len(values) > 1 else 0.0) + STD_EPSILON
-        out.update(
-            (m.workflow_id, (v - mean) / scale) for m, v in zip(members, values, strict=True)
-        )
-    return out
-
-
 def export_rows(
-    batch: str, episodes: Sequence[Episode], *, normalize_std: bool = False
+    batch: str,
+    episodes: Sequence[Episode],
+    *,
+    normalize_std: bool = False,
+    estimator: Estimator = "grpo",
+    include_diverged: bool = True,
 ) -> list[dict[str, Any]]:
     """One row per sample of every complete episode given, in the episodes' order; an
-    episode a groups stream cut (`EpisodeResult.cut`) is in no group: never a row."""
+    episode a groups stream cut (`EpisodeResult.cut`) is in no group: never a row.
+    `include_diverged=False`: no row of an episode whose replay diverged (see the
+    module doc)."""
     episodes = [e for e in episodes if e[0].cut is None]
-    adv = advantages([r for r, _ in episodes], normalize_std=normalize_std)
+    adv = episode_advantages(
+        [r for r, _ in episodes],
+        estimator=estimator,
+        normalize_std=normalize_std,
+        include_diverged=include_diverged,
+    )
     rows = []
     for result, built in episodes:
-        if not built.complete:
+        if not built.complete or (not include_diverged and diverged(result)):
             continue
         for s in built.samples:
             rows.append(
@@ -115,6 +110,7 @@ def export_rows(
                     "completion_logprobs": s.completion_logprobs,
                     "num_model_calls": s.num_model_calls,
                     "split_reason": s.split_reason,
+                    "replay_divergences": result.replay_divergences,
                 }
             )
     return rows
@@ -154,6 +150,7 @@ def _schema(pa: Any) -> Any:
             ("completion_logprobs", pa.list_(pa.float64())),
             ("num_model_calls", pa.int64()),
             ("split_reason", pa.string()),
+            ("replay_divergences", pa.int64()),
         ]
     )
 

@@ -4,6 +4,8 @@ The rows come from `episodes.viewer.visibility` (one per episode: task, sample,
 termination, reward, turns, duration). What is computed here is what the batch page
 shows: counts by termination and by side (whose failure it was), a reward histogram,
 pass@k, per-task groups with advantages, duration and turn-count distributions.
+Which groups are whole and their advantages are `episodes.training`'s, as the export
+computes them (a group missing a reward shows none).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any, Literal
 
+from episodes.training.estimators import advantages
+from episodes.training.groups import whole_groups
 from episodes.types.attempts import final_attempts
 from episodes.types.metrics import pass_at_k, report_ks
 from episodes.types.results import (
@@ -108,9 +112,14 @@ def _started(row: dict[str, Any]) -> datetime | None:
 
 
 def batch_stats(rows: list[dict[str, Any]], threshold: float = 1.0) -> dict[str, Any]:
-    """The batch page's figures; sets `advantage` (reward minus its task's mean), `side`
+    """The batch page's figures; sets `advantage` (`episodes.training.advantages`), `side`
     and `final` (whether it is its (task, sample)'s final attempt) on each row in place."""
     final = latest_attempts(rows)
+    picked = whole_groups(
+        final,
+        group=lambda r: r.get("task") or "?",
+        ended=lambda r: r.get("termination") is not None,
+    )
     by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in final:
         by_task[r.get("task") or "?"].append(r)
@@ -129,9 +138,10 @@ def batch_stats(rows: list[dict[str, Any]], threshold: float = 1.0) -> dict[str,
         members.sort(key=lambda m: m.get("sample") or 0)
         rewards = [m["reward"] for m in members if m.get("reward") is not None]
         mean = statistics.fmean(rewards) if rewards else None
-        for m in members:
-            reward = m.get("reward")
-            m["advantage"] = None if reward is None or mean is None else reward - mean
+        whole = task in picked.whole  # one still running: no advantage yet
+        adv = advantages([m.get("reward") for m in members]) if whole else [None] * len(members)
+        for m, a in zip(members, adv, strict=True):
+            m["advantage"] = a
         done = [m for m in members if m.get("termination") is not None]
         passed = sum(1 for m in done if m.get("reward") is not None and m["reward"] >= threshold)
         if done:

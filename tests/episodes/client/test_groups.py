@@ -10,7 +10,7 @@ import pytest
 from episodes.client.dispatch import dispatch_spec
 from episodes.client.groups import Group
 from episodes.errors import EpisodesError
-from episodes.training.export import advantages
+from episodes.training import episode_advantages
 from episodes.types.results import (
     AGENT_TERMINATIONS,
     ENV_TERMINATIONS,
@@ -64,7 +64,7 @@ def _group(rewards: list[float | None], failed: str | None = None) -> Group:
 def test_advantages_are_the_exports() -> None:
     g = _group([1.0, 0.0, 0.5, 0.5])
     assert g.advantages() == [0.5, -0.5, 0.0, 0.0]
-    by_id = advantages(g.results, normalize_std=True)
+    by_id = episode_advantages(g.results, normalize_std=True)
     assert g.advantages(normalize_std=True) == [by_id[r.workflow_id] for r in g.results]
     assert g.advantages(normalize_std=True)[0] == pytest.approx(0.5 / (0.4082483 + 1e-4))
 

@@ -8,7 +8,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodes.errors import EpisodesError
-from episodes.training.export import COLUMNS, advantages, check_out, export_rows, write_rows
+from episodes.training import episode_advantages as advantages
+from episodes.training.export import COLUMNS, check_out, export_rows, write_rows
 from episodes.training.samples import EpisodeSamples, IncompleteCall, Sample
 from episodes.types.results import EpisodeResult
 
