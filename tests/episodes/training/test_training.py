@@ -163,6 +163,7 @@ async def test_export_writes_one_row_per_sample_with_exactly_the_columns(client,
         assert row["group_id"] == f"{batch}/{result.task_id}"
         assert (row["sample_index"], row["policy_version"], row["split_reason"]) == (0, 3, None)
         assert (row["reward"], row["advantage"], row["termination"]) == (1.0, 0.0, "env_done")
+        assert row["replay_divergences"] == 0  # never restarted: nothing replayed
         n = len(row["completion_ids"])
         assert len(row["completion_mask"]) == len(row["completion_logprobs"]) == n
     # The row is the sample built from that episode's history, exactly.
@@ -180,6 +181,16 @@ async def test_export_writes_one_row_per_sample_with_exactly_the_columns(client,
     assert code == 0, err
     lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
     assert sorted(lines, key=lambda r: r["episode_id"]) == rows
+
+    # The estimator by name, diverged episodes left out (none here): the same rows.
+    args = ("--estimator", "rloo", "--skip-diverged", *_addr(client))
+    code, stdout, err = await cli("export", batch, "--out", str(jsonl), *args)
+    assert code == 0, err
+    assert "3 samples from 3 episodes" in stdout and "diverged" not in stdout
+    lines = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert sorted(lines, key=lambda r: r["episode_id"]) == rows
+    code, _, err = await cli("export", batch, "--out", str(jsonl), "--estimator", "ppo")
+    assert code == 2 and "grpo, rloo" in err
 
 
 async def test_export_fails_closed_naming_an_episode_without_token_data(client, worker, tmp_path):
