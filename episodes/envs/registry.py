@@ -12,7 +12,7 @@ import importlib
 import sys
 from typing import Any
 
-from episodes.envs import stale
+import episodes.envs.stale as stale
 from episodes.envs.base import Environment
 from episodes.errors import EnvironmentLoadError
 

@@ -23,7 +23,7 @@ from urllib.parse import quote
 from aiohttp import web
 from temporalio.client import Client
 
-from episodes.viewer import visibility
+import episodes.viewer.visibility as visibility
 from episodes.viewer.hosts import host_check
 from episodes.viewer.pages import batch_view, first_view
 from episodes.viewer.search import MAX_EPISODES, MAX_HITS, search_batch

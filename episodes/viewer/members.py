@@ -1,5 +1,7 @@
 """The viewer's page of a group member (`episodes.types.group`): its group workflow's
-row, named and scored as the member, and its turns from the group's record."""
+row, named and scored as the member, and its turns from the group's record; and a
+batch's rows with its group workflows' members among them (`batch_rows`). Built on
+`episodes.viewer.visibility`'s rows, which know nothing of groups."""
 
 from __future__ import annotations
 
@@ -12,7 +14,15 @@ from episodes.client.group_history import group_members, load_member
 from episodes.types.group import GroupResult, parse_member
 from episodes.types.results import EpisodeResult
 from episodes.viewer.stats import side
-from episodes.viewer.visibility import row
+from episodes.viewer.visibility import MAX_ROWS, Filters, list_rows, row
+
+
+async def batch_rows(client: Client, batch: str) -> tuple[list[dict[str, Any]], bool]:
+    """A batch's episodes as the lists show them, and whether more matched than a list
+    call reads (`visibility.MAX_ROWS`)."""
+    rows, truncated = await list_rows(client, Filters(batch=batch).query(), MAX_ROWS)
+    # ... and the members of its group workflows (`execution: group`), by member id.
+    return rows + await group_member_rows(client, batch), truncated
 
 
 async def member_row(client: Client, workflow_id: str) -> dict[str, Any] | None:

@@ -18,7 +18,7 @@ from typing import Any
 from temporalio.client import Client
 
 from episodes.client.history import load_transcript
-from episodes.viewer.visibility import batch_rows
+from episodes.viewer.members import batch_rows
 
 MAX_EPISODES = 1_000
 MAX_HITS = 200

@@ -173,14 +173,6 @@ async def list_rows(client: Client, query: str, limit: int) -> tuple[list[dict[s
     return rows[:limit], len(rows) > limit
 
 
-async def batch_rows(client: Client, batch: str) -> tuple[list[dict[str, Any]], bool]:
-    from episodes.viewer.members import group_member_rows
-
-    rows, truncated = await list_rows(client, Filters(batch=batch).query(), MAX_ROWS)
-    # ... and the members of its group workflows (`execution: group`), by member id.
-    return rows + await group_member_rows(client, batch), truncated
-
-
 async def batches(client: Client, filters: Filters) -> dict[str, Any]:
     """Distinct batches among the latest episodes matching `filters`, with counts."""
     rows, truncated = await list_rows(client, filters.query(), INDEX_SCAN)

@@ -23,8 +23,8 @@ from episodes.client.sync import SyncEpisodesClient
 from episodes.errors import EpisodesError
 from episodes.types.group import GroupResult, parse_member
 from episodes.types.spec import parse_spec
+from episodes.viewer.members import batch_rows
 from episodes.viewer.transcripts import Episodes
-from episodes.viewer.visibility import batch_rows
 from tests.conftest import scripted_command
 from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
 from tests.episodes.cli.test_cli import episodes as cli
