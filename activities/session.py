@@ -56,8 +56,6 @@ from episodes.types.spec import EpisodeSpec
 
 log = logging.getLogger("episodes.activities")
 _ENDED_KEPT = 4096
-# Moved to `activities.outcomes`; kept here for the old import path (bench/designs).
-_heartbeat_until_cancelled = heartbeat_until_cancelled
 __all__ = ["SessionActivities", "score_transcript_activity", "spec_error_type"]
 
 

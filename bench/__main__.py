@@ -23,7 +23,6 @@ from typing import Any
 
 BENCHMARKS = {
     "overhead": "bench.turn_overhead",
-    "designs": "bench.designs.study",
     "respawn": "bench.respawn",
     "throughput": "bench.throughput",
     "box": "bench.box_cost",
@@ -58,17 +57,15 @@ def _get(d: Any, *path: str) -> Any:
 def targets(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Issue 5's targets, judged from this run's figures (None: not measured this run)."""
     out: dict[str, dict[str, Any]] = {}
-    designs = _get(results, "designs", "figures") or {}
-    names = _get(results, "designs", "designs") or {}
-    for key, fig in designs.items():
-        if key.startswith("floor") or key == "direct":
-            continue
-        median = fig["median"]["median"]
-        worst = fig["worst_bucket_p95"]
-        out[f"overhead[{names.get(key, key)}]"] = {
-            "target": "per-turn <= 5 ms median and p95 <= 10 ms in every turn-index bucket",
-            "value": f"median {median:.2f} ms, worst bucket p95 {worst:.2f} ms",
-            "met": median <= 5 and worst <= 10,
+    # Issue 5's per-turn target, on the shipped workflow (the turn-design study judged
+    # it per turn-index bucket of each prototype; bench/README.md keeps its figures).
+    turn = _get(results, "overhead", "figures", "temporal")
+    if turn and "median" in turn:
+        median, p95 = turn["median"]["median"], turn["p95"]["median"]
+        out["overhead[shipped]"] = {
+            "target": "per-turn <= 5 ms median and p95 <= 10 ms",
+            "value": f"median {median:.2f} ms, p95 {p95:.2f} ms",
+            "met": median <= 5 and p95 <= 10,
         }
     for key, fig in (_get(results, "throughput", "figures") or {}).items():
         tps = fig["turns_per_s"]["median"]
@@ -193,9 +190,6 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, one repeat")
     parser.add_argument("--repeats", type=int, default=None)
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument(
-        "--designs", default=None, help="designs benchmark only: keys to run, e.g. a,c32l,b"
-    )
     args = parser.parse_args(argv)
     names = args.names or [n for n in BENCHMARKS if n not in OPT_IN]
     unknown = [n for n in names if n not in BENCHMARKS]
@@ -209,8 +203,7 @@ async def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         try:
             module = importlib.import_module(BENCHMARKS[name])
-            extra = {"only": args.designs.split(",")} if name == "designs" and args.designs else {}
-            results[name] = await module.run(quick=args.quick, repeats=args.repeats, **extra)
+            results[name] = await module.run(quick=args.quick, repeats=args.repeats)
             results[name]["seconds"] = time.perf_counter() - t0
         except Exception as e:
             traceback.print_exc()

@@ -1,7 +1,9 @@
 """Throughput: 100 concurrent 10-turn episodes of a real harness on one worker.
 
 Every episode runs the echo reference harness as a real subprocess. Measured per
-design: episodes/s and turns/s from the first start to the last result, and the CPU
+variant (the shipped workflow's turn modes, group execution, and in-process without
+Temporal; the turn-design study's prototypes left with the study, bench/README.md):
+episodes/s and turns/s from the first start to the last result, and the CPU
 seconds spent by the worker process (this process: worker + the client starting
 episodes), by the harness processes, and by the Temporal server.
 """
@@ -29,8 +31,6 @@ from bench.common import (
     table,
     tree_cpu,
 )
-from bench.designs.models import GroupInput
-from bench.designs.worker import DesignWorker
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.local import run_episode_local
@@ -42,23 +42,17 @@ from workers.worker import EpisodeWorker, WorkerOptions
 
 # BENCH_EAGER_START=0 measures the lever off (the first workflow task dispatched).
 EAGER = os.environ.get("BENCH_EAGER_START", "1") != "0"
-# Episodes per workflow in the `grouped` variant (bench/designs/group.py).
-GROUP = int(os.environ.get("BENCH_GROUP", "10"))
 # Extra back-to-back pairs of the two in-process variants (their ratio is a target).
 PAIRS = int(os.environ.get("BENCH_PAIRS", "4"))
 TREE = False  # whether harness CPU counts the boxes' processes (`tree_cpu`)
 
-# name -> (workflow type, runs on the design worker?); None: in-process, no Temporal.
-VARIANTS: dict[str, tuple[str | None, bool]] = {
-    "current": ("TurnPerActivityEpisode", True),
-    "shipped": ("EpisodeWorkflow", False),
-    "c1s": ("UpdateLagEpisode", True),
-    "b": ("ChildLocalEpisode", True),
-    "turn_activity": ("EpisodeWorkflow:activity", False),
-    "grouped": ("GroupEpisodes", True),
-    "in_process": (None, False),
-    "in_process_plain": ("plain", False),
-    "groups": ("groups", False),
+# name -> workflow type (`:activity`: turn_mode activity); None: in-process, no Temporal.
+VARIANTS: dict[str, str | None] = {
+    "shipped": "EpisodeWorkflow",
+    "turn_activity": "EpisodeWorkflow:activity",
+    "in_process": None,
+    "in_process_plain": "plain",
+    "groups": "groups",
 }
 # The variants whose harness runs as a plain process group (`isolation: none`); every
 # other one runs it in the default sandbox.
@@ -69,11 +63,7 @@ LABELS = {
     "in_process": "in-process episodes.local (no Temporal), the default sandbox",
     "in_process_plain": "in-process episodes.local, isolation: none",
     "turn_activity": "shipped, turn_mode: activity",
-    "current": "(a) one turn activity per turn",
     "shipped": "shipped EpisodeWorkflow (drive)",
-    "c1s": "(c'1s) drive + batched Updates",
-    "b": "(b) child, local-activity turns",
-    "grouped": f"grouped: one workflow per {GROUP} episodes (not shipped)",
     "groups": f"execution: group (shipped, opt-in), groups of {GROUP_OF}, isolation: none",
 }
 
@@ -137,8 +127,6 @@ async def _batch(client, workflow: str | None, queue: str, episodes: int, turns:
             episodes,
             turns,
         )
-    if workflow == "GroupEpisodes":
-        return await _groups(client, spec, queue, episodes, turns, started)
     handles = await asyncio.gather(
         *(
             client.start_workflow(
@@ -191,29 +179,6 @@ async def _group_batch(client, queue: str, harness: dict, episodes: int, turns: 
     return row
 
 
-async def _groups(client, spec, queue: str, episodes: int, turns: int, started: float) -> dict:
-    """The `grouped` variant: GROUP tasks a workflow, each group one activity."""
-    groups = [spec.tasks[i : i + GROUP] for i in range(0, len(spec.tasks), GROUP)]
-    handles = await asyncio.gather(
-        *(
-            client.start_workflow(
-                "GroupEpisodes",
-                GroupInput(spec=spec, tasks=tasks),
-                id=f"{spec.name}.g{n}",
-                task_queue=queue,
-                result_type=list[EpisodeResult],
-                request_eager_start=EAGER,
-            )
-            for n, tasks in enumerate(groups)
-        )
-    )
-    results = [r for rs in await asyncio.gather(*(h.result() for h in handles)) for r in rs]
-    row = _rates(results, started, "GroupEpisodes", episodes, turns)
-    counts = await _history_counts(handles[0])
-    row.update({k: v / len(groups[0]) for k, v in counts.items()})  # per episode
-    return row
-
-
 def _rates(results: list, started: float, what: str, episodes: int, turns: int) -> dict:
     wall = time.perf_counter() - started
     done = sum(r.turns for r in results)
@@ -243,19 +208,15 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         assert server.process is not None
         server_proc = psutil.Process(server.process.pid)
         client = await connect(server.address, timeout_s=30)
-        q_current, q_design = f"tp-{uuid.uuid4().hex[:6]}", f"tpd-{uuid.uuid4().hex[:6]}"
-        current = EpisodeWorker(client, WorkerOptions(task_queue=q_current))
-        design = DesignWorker(client, q_design)
-        async with running(current), running(design):
-            for wf, on_design in VARIANTS.values():  # warm-up
-                await _batch(client, wf, q_design if on_design else q_current, 2, 2)
+        queue = f"tp-{uuid.uuid4().hex[:6]}"
+        worker = EpisodeWorker(client, WorkerOptions(task_queue=queue))
+        async with running(worker):
+            for wf in VARIANTS.values():  # warm-up
+                await _batch(client, wf, queue, 2, 2)
 
             async def measure(name: str) -> None:
-                wf, on_design = VARIANTS[name]
                 cpu0 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
-                row = await _batch(
-                    client, wf, q_design if on_design else q_current, episodes, turns
-                )
+                row = await _batch(client, VARIANTS[name], queue, episodes, turns)
                 cpu1 = (self_cpu(), _harness_cpu(), _cpu(server_proc))
                 row["worker_cpu_s"] = cpu1[0] - cpu0[0]
                 row["server_cpu_s"] = cpu1[2] - cpu0[2]
@@ -281,9 +242,9 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                 for name in pair if r % 2 else pair[::-1]:
                     await measure(name)
     figures = {n: {k: spread(v) for k, v in row.items()} for n, row in samples.items()}
-    base = figures["current"]["turns_per_s"]["median"]
+    base = figures["shipped"]["turns_per_s"]["median"]
     ratios = {
-        f"{n}_vs_current": ratio(f["turns_per_s"]["median"], base) for n, f in figures.items()
+        f"{n}_vs_shipped": ratio(f["turns_per_s"]["median"], base) for n, f in figures.items()
     }
     ratios["durable_vs_in_process"] = ratio(
         figures["shipped"]["turns_per_s"]["median"], figures["in_process"]["turns_per_s"]["median"]
@@ -311,7 +272,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
             fmt_spread(f["harness_cpu_ms_per_episode"], "", 0),
             fmt_spread(f["server_cpu_ms_per_episode"], "", 0),
             _counts(f),
-            f"{ratios[f'{n}_vs_current']:.2f}x",
+            f"{ratios[f'{n}_vs_shipped']:.2f}x",
         ]
         for n, f in figures.items()
     ]
@@ -319,14 +280,14 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         table(
             rows,
             [
-                "design",
+                "variant",
                 "episodes/s",
                 "turns/s",
                 "worker CPU ms/ep",
                 "harness CPU ms/ep",
                 "server CPU ms/ep",
                 "events / WFTs per ep",
-                "turns/s vs current",
+                "turns/s vs shipped",
             ],
         )
     )

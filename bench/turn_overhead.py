@@ -38,7 +38,7 @@ from bench.common import (
     summary,
     table,
 )
-from bench.designs.floor import FloorWorkflow, floor_noop
+from bench.floor import FloorWorkflow, floor_noop
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
 from episodes.local import run_episode_local

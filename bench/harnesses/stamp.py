@@ -14,7 +14,7 @@ from typing import Any
 
 from episodes.harness import sdk
 
-# Simulated model time per turn (ms), for studying designs under slow turns.
+# Simulated model time per turn (ms), for measuring under slow turns.
 DELAY_S = float(os.environ.get("STAMP_DELAY_MS", "0")) / 1000
 
 

@@ -1,7 +1,8 @@
 """The Temporal floor: a bare workflow calling a no-op activity N times.
 
 No harness, no environment, no pydantic models: what one turn costs Temporal alone
-in each dispatch mode, so a design's figure can be read against its own floor.
+in each dispatch mode, so the overhead benchmark (`turn_overhead`) reads the shipped
+workflow's figure against it. (It served the turn-design study first: bench/README.md.)
 - `cross`: activities on another task queue (the worker-specific-queue pattern),
 - `same`: activities on the workflow's own queue (eager dispatch to this worker),
 - `local`: local activities (run inside the workflow task, no dispatch at all).
