@@ -82,7 +82,7 @@ async def export_batch(
     # Cut by a groups stream (stragglers, `oversample`): in no group, never a row.
     kept = [(wf, e) for wf, e in zip(found, loaded, strict=True) if e is None or not e[0].cut]
     cut = len(found) - len(kept)
-    done = _whole_groups(batch, [wf for wf, _ in kept], [e for _, e in kept], skip_incomplete)
+    done = _whole_or_fail(batch, [wf for wf, _ in kept], [e for _, e in kept], skip_incomplete)
     incomplete = [(r, s) for r, s in done if not s.complete]
     if incomplete and not skip_incomplete:
         named = "; ".join(
@@ -120,7 +120,7 @@ async def export_batch(
     )
 
 
-def _whole_groups(
+def _whole_or_fail(
     batch: str,
     found: list[WorkflowExecution],
     loaded: list[Episode | None],
