@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from episodes.agents.replay import Replay
 from episodes.envs.base import step_turn
 from episodes.errors import HarnessFailure, TurnOutOfOrder
+from episodes.replay import Replay
 from episodes.truncate import fit_result
 from episodes.types.results import StepOutcome, TurnRecord, TurnResult
 
@@ -40,7 +40,7 @@ async def restore_session(
     recorded errors of the failed turns it went on from), so its state follows
     the recorded run whatever the new harness answers.
 
-    An exact replay (episodes/agents/replay.py): meanwhile the session's proxy answers
+    An exact replay (episodes/replay.py): meanwhile the session's proxy answers
     the harness's model calls with the recorded ones, and its bridge the tool calls with
     the recorded results (an env with `deterministic_tools` has them run again on this
     fresh env, rebuilding its state). A call that does not match the record makes its
