@@ -263,11 +263,8 @@ class ModelProxy:
         except Exhausted as e:
             return await self._fail(request, sent, started, str(e), e.upstream)
         resp = call.resp
-        if resp.status >= 300:  # a 4xx the harness caused: pass it through
-            try:
-                raw = await self._sender.read_closing(resp)
-            finally:
-                call.release()  # fleet.py: its place under the limit
+        if resp.status >= 300:  # a 4xx the harness caused (read by `send`): pass it through
+            raw = call.raw
             await self._record(
                 sent, error_text(raw), started, call.attempts, call.upstream,
                 stream=True, status=resp.status,
@@ -313,7 +310,9 @@ class ModelProxy:
         finally:
             request.on_writable(None)
             resp.close()
-            call.release()  # fleet.py: its place under the limit
+            # fleet.py: a stream the upstream broke is the replica's failure, not a success
+            call.ended(broke=broke is not None)
+            call.release()  # its place under the limit
         whole = b"".join(received)
         received.clear()
         chunks, too_deep = stream_chunks(whole)

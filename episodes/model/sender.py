@@ -68,19 +68,37 @@ class Exhausted(Exception):
 
 class Sent:
     """A call's answer: the response, its body if read, the attempts it took and the
-    replica that served it. An unread answer holds its place under that replica's
-    limit until `release()` (once; later calls are no-ops), whichever task calls it."""
+    replica that served it. An unread answer (a 2xx stream) holds its place under that
+    replica's limit until `release()` (once; later calls are no-ops), whichever task
+    calls it, and is credited to the replica by `ended()`, once its body is through."""
 
-    __slots__ = ("_held", "attempts", "raw", "replica", "resp")
+    __slots__ = ("_held", "attempts", "head_s", "raw", "replica", "resp")
 
     def __init__(
-        self, resp: Response, raw: bytes, attempts: int, replica: Replica, *, held: bool
+        self,
+        resp: Response,
+        raw: bytes,
+        attempts: int,
+        replica: Replica,
+        *,
+        held: bool,
+        head_s: float | None = None,
     ) -> None:
         self.resp = resp
         self.raw = raw
         self.attempts = attempts
         self.replica = replica
         self._held = held
+        self.head_s = head_s  # from sending the call to its answer's head
+
+    def ended(self, *, broke: bool) -> None:
+        """An unread answer's body is through (before `release()`): a success, its
+        latency the head's, or, when the upstream broke it, a failure like one before
+        the head (counted towards ejecting the replica)."""
+        if broke:
+            self.replica.failure(refused=False)
+        else:
+            self.replica.succeeded(self.head_s)
 
     @property
     def upstream(self) -> str:
@@ -154,7 +172,10 @@ class Sender:
         the call moves to another replica (its attempts counted afresh). 429 / 503 (and
         the wait for a place under a replica's limit) are not charged to `retries` for
         `max_throttle_s` in all: the call waits (`Retry-After` honoured) and tries again.
-        Not `read`: the caller forwards the body, then calls `Sent.release()`.
+        A body that breaks (or times out) after its head fails the attempt like a
+        failure before it; a replica is credited with a success only once the body is
+        read. Not `read`: a 2xx body is the caller's to forward, then `Sent.ended()`
+        and `Sent.release()` (any other answer is read here).
         """
         assert self.route is not None
         loop = asyncio.get_running_loop()
@@ -197,21 +218,35 @@ class Sender:
             except BaseException:
                 r.release()
                 raise
-            if resp is not None and resp.status not in (429, 503) and resp.status < 500:
-                if 200 <= resp.status < 300:
-                    r.succeeded(loop.time() - sent_at)  # to the answer's head
-                else:  # the harness's mistake: not a latency sample (fleet.py)
-                    r.answered()
-                if not read:
-                    return Sent(resp, b"", attempts, r, held=True)
+            raw = b""
+            head_s = loop.time() - sent_at
+            if resp is not None and (read or not 200 <= resp.status < 300):
+                # The body, before anything is credited: an upstream that sends its head
+                # and breaks the body (killed mid-answer) failed this attempt.
                 try:
                     raw = await self.read_closing(resp)
-                finally:
+                except TimeoutError:
+                    last = (
+                        f"upstream HTTP {resp.status}: its body timed out after {self._timeout:g} s"
+                    )
+                    resp = None
+                except UpstreamError as e:
+                    last = f"upstream HTTP {resp.status}: its body broke ({e.kind})"
+                    resp = None
+                except BaseException:
                     r.release()
+                    raise
+            if resp is not None and resp.status not in (429, 503) and resp.status < 500:
+                if not 200 <= resp.status < 300:  # the harness's mistake: not a latency
+                    r.answered()  # sample (fleet.py)
+                elif not read:  # a stream: credited once it is through (`Sent.ended`)
+                    return Sent(resp, b"", attempts, r, held=True, head_s=head_s)
+                else:
+                    r.succeeded(head_s)  # latency: to the answer's head
+                r.release()
                 return Sent(resp, raw, attempts, r, held=False)
             r.release()
             if resp is not None:
-                raw = await self.read_closing(resp)
                 last = f"upstream HTTP {resp.status}: {error_text(raw)}"
                 if resp.status in (429, 503):
                     r.throttle(sent_at)
