@@ -86,8 +86,9 @@ class ModelProxy:
         calls share their prefix, so one replica's cache serves them all).
 
         `limits` bound what the harness may make the endpoint hold (connections, request
-        bytes, idle and slow requests; `harness.limits`); request bodies are charged to
-        `budget` (the session's, `turn_request_bytes`) before they are read.
+        bytes, idle and slow requests; `harness.limits`); a request's head is judged
+        against `budget` (the session's, `turn_request_bytes`) before its body is read,
+        and the body charged to it once read whole.
         """
         self.spec = spec
         self._key = upstream_key if upstream_key is not None else read_upstream_key(spec)
@@ -176,15 +177,17 @@ class ModelProxy:
             raise Refusal(401, "invalid or missing session token")
         length = headers.get("content-length")
         if self._budget is not None and length is not None:
-            # Digits only (the parser took nothing else). A chunked body is charged once
-            # read (`_handle`): it arrives within `request_bytes` meanwhile.
+            # Digits only (the parser took nothing else). Judged, not charged: a request
+            # the server then refuses (413, 429) or that never arrives whole is not the
+            # turn's; its body is charged once read (`_handle`).
             size = int(length)
-            why = self._budget.charge_request(size)
+            why = self._budget.request_refusal(size)
             if why is not None:
                 raise Refusal(413 if size > self.limits.turn_request_bytes else 429, why)
 
     async def _handle(self, request: Request) -> None:
-        if self._budget is not None and "content-length" not in request.headers:
+        if self._budget is not None:
+            # Accepted: the whole body is here (within `request_bytes` meanwhile).
             why = self._budget.charge_request(len(request.body))
             if why is not None:
                 return _json(request, 429, openai_error(why, "invalid_request_error", "429"))

@@ -154,3 +154,39 @@ async def test_the_bytes_held_at_once_are_bounded_across_connections():
         assert "hold too many request bytes" in body["error"]["message"]
         writer.close()
         first[1].close()
+
+
+async def test_only_accepted_requests_are_charged_to_the_session_budget():
+    """Issue 40: the turn's budget was charged from a head's Content-Length before the
+    413 / 429 checks, so a refused or abandoned request used it up."""
+    async with _proxy(
+        request_bytes=MIB, turn_request_bytes=8 * MIB, request_timeout_s=0.3
+    ) as proxy:
+        budget = proxy._budget
+        assert budget is not None
+        auth = b"Authorization: Bearer %s\r\n" % proxy.token.encode()
+        head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n%sContent-Length: %d\r\n\r\n"
+        # Larger than one request may be (request_bytes), well within the turn's: 413.
+        reader, writer = await _open(proxy)
+        writer.write(head % (auth, 2 * MIB))
+        assert await _status(reader) == 413
+        writer.close()
+        # Past the bytes the session's connections may hold at once: 429.
+        first = await _open(proxy)
+        first[1].write(head % (auth, 700 * 1024) + b"{")  # its body never all comes
+        await asyncio.sleep(0.1)
+        reader, writer = await _open(proxy)
+        writer.write(head % (auth, 700 * 1024))
+        assert await _status(reader) == 429
+        writer.close()
+        # The first is abandoned: answered 408 and closed, its body never whole.
+        assert await _status(first[0]) == 408
+        first[1].close()
+        assert budget.requested == 0, "nothing was accepted"
+        # What is accepted is charged (a body that is not an object: answered 400).
+        body = b"[" + b" " * 1000 + b"]"
+        reader, writer = await _open(proxy)
+        writer.write(head % (auth, len(body)) + body)
+        assert await _status(reader) == 400
+        writer.close()
+        assert budget.requested == len(body)
