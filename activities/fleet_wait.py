@@ -18,7 +18,7 @@ import asyncio
 from temporalio import activity
 
 from episodes import contract
-from episodes.agents.fleet import saturated
+from episodes.model.fleet import saturated
 
 MAX_WAIT_S = 120.0
 POLL_S = 0.2

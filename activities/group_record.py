@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 
-from episodes.agents.fastjson import encoded_size
 from episodes.errors import GroupTooBig
+from episodes.model.fastjson import encoded_size
 from episodes.types.group import GroupProgress, MemberState
 from episodes.types.results import TurnResult
 

@@ -74,14 +74,14 @@ AGENT_CALLS = Counter(
 
 
 class FleetMetrics(Collector):
-    """The model fleet as this worker sees it (episodes/agents/fleet.py), per upstream,
+    """The model fleet as this worker sees it (episodes/model/fleet.py), per upstream,
     read at each scrape: calls in flight and waiting, the adaptive limit, sessions
     sticking to it, whether it is ejected, and calls served / throttled / failed."""
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        from episodes.agents import fleet
+        from episodes.model import fleet
 
         gauges = {
             "in_flight": "Calls in flight to the upstream.",

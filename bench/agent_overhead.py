@@ -29,12 +29,12 @@ from fastmcp import FastMCP
 
 from bench import proxy_overhead
 from bench.common import fmt_spread, ratio, spread, summary, table
-from episodes.agents.bridge import MCP_PATH
-from episodes.agents.net import tcp_listener
-from episodes.agents.scripted import ScriptedUpstream, echo_policy
-from episodes.agents.services import AgentServices
-from episodes.agents.tunnel import StdioTunnel
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy
+from episodes.net import tcp_listener
 from episodes.runtimes.subprocess import SubprocessRuntime
+from episodes.session.services import AgentServices
+from episodes.tools.bridge import MCP_PATH
+from episodes.tunnel.stdio import StdioTunnel
 from episodes.types.model import ModelSpec
 
 

@@ -7,7 +7,7 @@
   (`bench.scale_procs load`: per session its own OpenAI SDK client, every session
   calling in a loop at once, 20 calls of a ~700-byte conversation each). Plain calls
   go to the product's scripted upstream in its own process (`python -m
-  episodes.agents.scripted`) with `model.token_data: true` (direct calls ask for the
+  episodes.model.scripted`) with `model.token_data: true` (direct calls ask for the
   same token fields); streamed calls to a canned upstream (`bench.scale_procs
   upstream`, 183 chunks) through 256 more sessions. Each repeat runs the same calls
   straight to the upstream and through the proxies (order rotating): calls/s of both,
@@ -58,7 +58,7 @@ async def upstream_proc(chunks: int) -> AsyncIterator[str]:
 async def scripted_proc(policy: str) -> AsyncIterator[str]:
     """The product's scripted upstream, as its command line runs it."""
     proc = await asyncio.create_subprocess_exec(
-        PY, "-m", "episodes.agents.scripted", "--policy", policy,
+        PY, "-m", "episodes.model.scripted", "--policy", policy,
         stdout=asyncio.subprocess.PIPE,
     )  # fmt: skip
     try:

@@ -1,12 +1,12 @@
 """The fleet: chat calls over four upstreams, through sessions' proxies vs straight to them.
 
-Four scripted upstreams (`episodes.agents.scripted`, real HTTP on loopback, each
+Four scripted upstreams (`episodes.model.scripted.server`, real HTTP on loopback, each
 answering after `--delay-ms`, a model's time on a small completion). Many sessions
 call at once, each one call after another (an agent's loop):
 
 - direct: each session calls its own upstream (session i -> upstream i % 4), no proxy;
 - proxy: each session calls its proxy, whose spec names the four as `model.upstreams`;
-  the worker's fleet (episodes/agents/fleet.py) routes it (least-loaded, sticky).
+  the worker's fleet (episodes/model/fleet.py) routes it (least-loaded, sticky).
 
 Calls/s (all sessions together) and per-call p50 / p99, the two paths alternating
 within each repeat, in one process (the proxies' loop is the clients' loop, as a
@@ -24,9 +24,9 @@ import time
 import httpx
 
 from bench.common import fmt_spread, pct, ratio, spread, table
-from episodes.agents.fleet import fleet
-from episodes.agents.proxy import ModelProxy
-from episodes.agents.scripted import ScriptedUpstream, echo_policy
+from episodes.model.fleet import fleet
+from episodes.model.proxy import ModelProxy
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy
 from episodes.types.model import ModelSpec, UpstreamSpec
 
 MESSAGES = [{"role": "user", "content": "route me, please, with a few words"}]
@@ -82,7 +82,7 @@ async def run(quick: bool = False, repeats: int | None = None, delay_ms: float =
                     row.setdefault("calls_per_s", []).append(rate)
                     row.setdefault("p50_ms", []).append(pct(ms, 0.5))
                     row.setdefault("p99_ms", []).append(pct(ms, 0.99))
-        # The proxies' adaptive limits (episodes/agents/limiter.py) at the end: whether
+        # The proxies' adaptive limits (episodes/model/limiter.py) at the end: whether
         # 429s or rising latency held the proxy path back.
         replicas = [fleet().replicas[u.base_url] for u in ups]
         limit_of = [round(r.limit, 1) for r in replicas]

@@ -1,7 +1,7 @@
 """A fork's box: a Docker commit of the parent's box vs a fresh box and the replay.
 
 A fork's branch opens a fresh box from the spec's image and replays the parent's turns
-exactly (episodes/agents/replay.py): the harness's own state (an LLM agent's
+exactly (episodes/replay.py): the harness's own state (an LLM agent's
 conversation) is rebuilt by answering its model calls from the record, the files the
 agent wrote by running its deterministic tool calls again. A `docker commit` of the
 parent's box at the fork turn keeps its files, not its processes: the harness still

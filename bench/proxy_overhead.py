@@ -1,6 +1,6 @@
 """Model proxy overhead: chat calls through the session's proxy vs straight to the upstream.
 
-The upstream is the scripted one (`episodes.agents.scripted`, real HTTP on loopback,
+The upstream is the scripted one (`episodes.model.scripted.server`, real HTTP on loopback,
 answering at once), so the difference is what the proxy adds per call: the token
 check, forcing the spec's fields, the upstream hop and the record. Calls alternate
 between the two paths within each repeat (same client library, same load), for
@@ -18,8 +18,8 @@ import time
 import openai
 
 from bench.common import fmt_spread, ratio, spread, summary, table
-from episodes.agents.proxy import ModelProxy
-from episodes.agents.scripted import ScriptedUpstream, echo_policy
+from episodes.model.proxy import ModelProxy
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy
 from episodes.types.model import ModelSpec
 
 MESSAGES = [{"role": "user", "content": "measure me, please, with a few words"}]

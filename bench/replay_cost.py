@@ -24,9 +24,9 @@ from typing import Any
 import openai
 
 from bench.common import fmt_spread, spread, summary, table
-from episodes.agents.proxy import ModelProxy
-from episodes.agents.replay import Replay
-from episodes.agents.scripted import ScriptedUpstream, echo_policy
+from episodes.model.proxy import ModelProxy
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy
+from episodes.replay import Replay
 from episodes.types.model import ModelSpec
 
 

@@ -24,10 +24,10 @@ from typing import Any
 import psutil
 
 from bench.common import ratio
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
-from episodes.agents.services import AgentServices
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.runtimes.subprocess import SubprocessRuntime
 from episodes.session.live import LiveSession
+from episodes.session.services import AgentServices
 from episodes.types.model import ModelSpec
 from episodes.types.spec import parse_spec
 

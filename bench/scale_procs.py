@@ -4,7 +4,7 @@
     python -m bench.scale_procs load                          # a JSON job on stdin (below)
     python -m bench.scale_procs hold                          # live harnesses (see `hold`)
 
-Plain calls go to the product's scripted upstream (`python -m episodes.agents.scripted`,
+Plain calls go to the product's scripted upstream (`python -m episodes.model.scripted`,
 its own process, started by `bench.agents_scale`), answering with token data when
 asked as vLLM does. Streamed calls go to `upstream` here, which answers with canned
 bytes (built once): the proxy's cost per chunk is what is measured, not a model's or a

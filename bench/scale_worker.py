@@ -43,8 +43,8 @@ async def main() -> None:
     if os.environ.get("BENCH_GC_STATS"):  # costs ~1 us a collection: only when asked
         gc.callbacks.append(_gc_timer)
     import episodes
-    from episodes.agents.services import AgentServices
     from episodes.runtimes.subprocess import SubprocessRuntime
+    from episodes.session.services import AgentServices
     from episodes.types.model import ModelSpec
 
     # As `episodes worker` does once started; a checkout from before it did runs untuned

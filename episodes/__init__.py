@@ -15,7 +15,8 @@ which runs this file before any `episodes.types` module, loads nothing through i
 The package's layers, for readers of the code: `episodes.types` (what crosses the
 workflow boundary: pydantic + stdlib), `episodes.contract` (Temporal names),
 `episodes.session` (the live session and its turn loop), `episodes.harness`,
-`episodes.runtimes`, `episodes.agents`, `episodes.envs`, `episodes.payloads`
+`episodes.runtimes`, `episodes.model` (a model call's path), `episodes.tools` (MCP),
+`episodes.tunnel` (a box reaching the services), `episodes.envs`, `episodes.payloads`
 (Temporal-free core), and `episodes.client` / `episodes.cli` (Temporal-facing).
 `workflows/`, `activities/` and `workers/` build the Temporal application on top.
 """

@@ -21,11 +21,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.cli.common import console, summary_table
 from episodes.cli.embedded import embedded_stack
 from episodes.client import EpisodesClient
 from episodes.errors import EpisodesError
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.specfile import load_spec
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import EpisodeSpec

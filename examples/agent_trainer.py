@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 import episodes
-from episodes.agents.chat_template import ChatTemplate
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
+from episodes.model.scripted.chat_template import ChatTemplate
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.training.samples import samples_of
 
 HERE = Path(__file__).resolve().parent

@@ -12,7 +12,7 @@ on. Groups still running more than `--max-staleness` versions behind are cancell
 and dispatched again at the current version, as fresh episodes.
 
 There is no model to train here. The model server is the scripted upstream
-(`episodes.agents.scripted`: real HTTP, a rule-based policy, a chat template that
+(`episodes.model.scripted.server`: real HTTP, a rule-based policy, a chat template that
 tokenizes like a real model's), and the "training step" is a stand-in that says so and
 prints what it would train on. It gets some values wrong, so rewards differ. So that a stale group shows up on every run, the
 stand-in server never answers the last task's version-0 calls (a straggler replica):
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import episodes
-from episodes.agents.scripted import POLICIES, TEMPLATES, ScriptedUpstream
+from episodes.model.scripted.server import POLICIES, TEMPLATES, ScriptedUpstream
 
 HERE = Path(__file__).resolve().parent
 

@@ -1,7 +1,7 @@
 """The policy: a softmax over a tiny vocabulary of number tokens, in float64 numpy.
 
 The vocabulary is the numbers 1..N (each one token: its decimal text, id by the chat
-template's tokenizer, `episodes.agents.chat_template`) and the stop token `<|im_end|>`.
+template's tokenizer, `episodes.model.scripted.chat_template`) and the stop token `<|im_end|>`.
 The model reads the conversation as token ids, the way a language model would, and
 keeps from it only the feasible interval [lo, hi]: the range the env announced
 (`{"low": 1, "high": N, ...}`) narrowed by each of its own guesses and the feedback
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from episodes.agents.chat_template import END, SPECIALS, piece_id, tokenize
+from episodes.model.scripted.chat_template import END, SPECIALS, piece_id, tokenize
 
 END_ID = SPECIALS[END]
 
@@ -141,7 +141,7 @@ def grad_logprob(
 
 def prompt_ids(messages: list[dict[str, object]]) -> list[int]:
     """Helper for tests: a conversation's prompt ids, as the server's template makes them."""
-    from episodes.agents.chat_template import ChatTemplate
+    from episodes.model.scripted.chat_template import ChatTemplate
 
     return [piece_id(p) for p in ChatTemplate().prompt(messages, [])]
 

@@ -2,7 +2,7 @@
 
 Real HTTP on loopback (aiohttp, as the project's scripted upstream), one route:
 POST /v1/chat/completions, not streamed. The prompt is rendered and tokenized by the
-project's chat template (`episodes.agents.chat_template.ChatTemplate`), so each
+project's chat template (`episodes.model.scripted.chat_template.ChatTemplate`), so each
 call's prompt ids extend the previous call's prompt and sampled ids, as a real chat
 model's do. The answer carries what vLLM returns with `logprobs`,
 `return_tokens_as_token_ids` and `return_token_ids`: `prompt_token_ids`,
@@ -31,8 +31,8 @@ from typing import Any
 import numpy as np
 from aiohttp import web
 
-from episodes.agents.chat_template import ChatTemplate, piece_id
-from episodes.agents.net import tcp_listener
+from episodes.model.scripted.chat_template import ChatTemplate, piece_id
+from episodes.net import tcp_listener
 from learn.policy import Vocab, sample
 
 FINGERPRINT = "learn-policy-v"

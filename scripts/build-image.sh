@@ -7,8 +7,8 @@
 #   2. The stdlib-only harness pieces appended under /opt/episodes (PYTHONPATH):
 #        /opt/episodes/episodes/harness/sdk.py              the harness SDK
 #        /opt/episodes/episodes/harness/reference/*.py              reference harnesses
-#        /opt/episodes/episodes/agents/relay.py             the in-box relay (tools, model)
-#        /opt/episodes/episodes/agents/stream.py            SSE assembly (stdlib; the LLM harness)
+#        /opt/episodes/episodes/tunnel/relay.py             the in-box relay (tools, model)
+#        /opt/episodes/episodes/model/stream.py            SSE assembly (stdlib; the LLM harness)
 #        /opt/episodes/tests/support/harnesses/*.py         test harnesses
 #      With EPISODES_IMAGE_FLAVOR=agent (image `episodes-agent:latest`), also the
 #      Python packages the LLM harness needs (openai, mcp) in /opt/episodes/site,
@@ -51,7 +51,7 @@ cd "$ROOT"
 FILES=()
 # Harness programs import only the SDK (stdlib-only); the host side of the protocol
 # (episodes/harness/protocol.py and what it imports) stays out of the box.
-for f in episodes/harness/sdk.py episodes/harness/reference/*.py episodes/agents/relay.py episodes/agents/stream.py tests/support/harnesses/*.py; do
+for f in episodes/harness/sdk.py episodes/harness/reference/*.py episodes/tunnel/relay.py episodes/model/stream.py tests/support/harnesses/*.py; do
     [[ -f $f ]] || continue
     case $f in */__init__.py | */test_*.py | */conftest.py) continue ;; esac
     FILES+=("$f")
@@ -143,11 +143,12 @@ fi
 # --- append /opt/episodes and import ---------------------------------------------------
 STAGE=$WORK/stage
 OPT=$STAGE/opt/episodes
-mkdir -p "$OPT/episodes/harness" "$OPT/episodes/harness/reference" "$OPT/episodes/agents" "$OPT/tests/support/harnesses"
+mkdir -p "$OPT/episodes/harness" "$OPT/episodes/harness/reference" "$OPT/episodes/model" "$OPT/episodes/tunnel" "$OPT/tests/support/harnesses"
 : >"$OPT/episodes/__init__.py"
 : >"$OPT/episodes/harness/__init__.py"
 : >"$OPT/episodes/harness/reference/__init__.py"
-: >"$OPT/episodes/agents/__init__.py"
+: >"$OPT/episodes/model/__init__.py"
+: >"$OPT/episodes/tunnel/__init__.py"
 : >"$OPT/tests/__init__.py"
 : >"$OPT/tests/support/__init__.py"
 : >"$OPT/tests/support/harnesses/__init__.py"

@@ -191,6 +191,19 @@ def test_the_client_never_imports_the_application(path: Path) -> None:
     assert not bad, f"{_module(path)} imports {bad}"
 
 
+# What the runtimes (boxes and their processes) must never reach: the session that uses
+# them, and the services it serves to the harness. Only the in-box relay's own module
+# (`episodes.tunnel.relay`, stdlib-only: where a box keeps it) is theirs to name.
+ABOVE_RUNTIMES = ("episodes.session", "episodes.model", "episodes.tools")
+
+
+@pytest.mark.parametrize("path", _files("episodes/runtimes"), ids=_module)
+def test_runtimes_never_reach_the_session_or_its_services(path: Path) -> None:
+    reached = _closure(_module(path))
+    bad = sorted(f"{n} (via {via})" for n, via in reached.items() if _within(n, ABOVE_RUNTIMES))
+    assert not bad, f"{_module(path)} reaches {bad}: the runtimes sit below the session"
+
+
 def test_the_closure_goes_beyond_direct_imports() -> None:
     """The check itself: what a module reaches includes what its imports import."""
     direct = _direct("episodes.specfile")

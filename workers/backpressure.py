@@ -6,7 +6,7 @@ permits stay under `max_sessions`. A full worker simply stops asking the server
 for provisions, so they go to workers with room instead of failing and retrying.
 So does a worker whose provision breaker is open (`episodes/breaker.py`: its boxes
 keep failing to start), and one whose sessions mostly wait on a saturated model fleet
-(`episodes/agents/fleet.py`: a box started now would only wait in the same queue).
+(`episodes/model/fleet.py`: a box started now would only wait in the same queue).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from temporalio.worker import (
     SlotReserveContext,
 )
 
-from episodes.agents.fleet import saturated as fleet_saturated
 from episodes.breaker import ProvisionBreaker
+from episodes.model.fleet import saturated as fleet_saturated
 from episodes.session.registry import SessionRegistry
 
 _POLL_S = 0.05

@@ -17,9 +17,9 @@ log = logging.getLogger("episodes.worker")
 async def run_worker(cfg: Config) -> None:
     from activities.logs import configure_logging
     from activities.telemetry import MetricsServer, count_agent_call
-    from episodes.agents.services import AgentServices
     from episodes.cli.embedded import NO_SANDBOX_HINT, check_sandbox, warn_no_sandbox
     from episodes.client.connect import connect_config
+    from episodes.session.services import AgentServices
     from workers.collector import tune_collector
     from workers.worker import EpisodeWorker, WorkerOptions
 

@@ -6,7 +6,7 @@
 Each branch is a new EpisodeWorkflow (`<parent>.f<k>.<i>`) whose input names the parent
 and the turn (`EpisodeInput.fork`): it opens a fresh box, harness and env, replays the
 parent's turns `0..k-1` from the parent's history with the session's services in exact
-replay (episodes/agents/replay.py: the model and tool calls answered from the record),
+replay (episodes/replay.py: the model and tool calls answered from the record),
 then drives on live from turn k. The parent is only read: running or finished, it is
 untouched. A branch's transcript starts with the parent's k turns (`replayed_turns`):
 their model calls are prompt to a trainer, never completion (episodes/training/samples.py).

@@ -139,7 +139,7 @@ class Environment:
 
         Return plain callables (sync or async; the name, type hints and docstring
         become the MCP tool schema) or a `fastmcp.FastMCP` server. They are served
-        to the harness by `episodes.agents.bridge.ToolBridge`, whose address and
+        to the harness by `episodes.tools.bridge.ToolBridge`, whose address and
         bearer token reach the harness as `EPISODES_MCP_URL` / `EPISODES_MCP_TOKEN`.
 
         Tools run in this env object on the worker, like `step` and `score`: async

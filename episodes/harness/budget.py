@@ -30,10 +30,10 @@ class StreamBudget:
     def end_turn(self) -> None:
         self.in_turn, self.events, self.bytes, self.requested = False, 0, 0, 0
 
-    def charge_request(self, nbytes: int) -> str | None:
-        """Count a request's body as it is taken in; why it is refused (and not
-        counted) if it would pass `turn_request_bytes`, else None. The session goes on:
-        only the request is refused (HTTP 429)."""
+    def request_refusal(self, nbytes: int) -> str | None:
+        """Why a request of `nbytes` would be refused (it would pass
+        `turn_request_bytes`), else None; nothing is counted (a head, judged before its
+        body arrives: the body is charged once it is taken in)."""
         limit = self.limits.turn_request_bytes
         if self.requested + nbytes > limit:
             where = "in one turn" if self.in_turn else "between turns"
@@ -41,8 +41,16 @@ class StreamBudget:
                 f"the harness sent more than {limit} request bytes {where} "
                 "(harness.limits.turn_request_bytes; raise it in the spec if that is intended)"
             )
-        self.requested += nbytes
         return None
+
+    def charge_request(self, nbytes: int) -> str | None:
+        """Count a request's body as it is taken in; why it is refused (and not
+        counted) if it would pass `turn_request_bytes`, else None. The session goes on:
+        only the request is refused (HTTP 429)."""
+        why = self.request_refusal(nbytes)
+        if why is None:
+            self.requested += nbytes
+        return why
 
     def charge(self, nbytes: int, events: int = 1) -> None:
         """Count what arrived; raises BudgetExceeded once a budget is passed."""

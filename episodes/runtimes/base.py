@@ -74,7 +74,7 @@ class Runtime(abc.ABC):
     #: bundle mounted has one whatever its image (`episodes.runtimes.bundle`).
     box_python: str = "python3"
     #: The folder in the box holding this package's stdlib-only files (`{episodes}` in a
-    #: harness command): `<box_episodes>/episodes/agents/relay.py` and the like.
+    #: harness command): `<box_episodes>/episodes/tunnel/relay.py` and the like.
     box_episodes: str = "/opt/episodes"
 
     #: Processes in the box reach the worker's 127.0.0.1 (a local subprocess): the

@@ -46,8 +46,8 @@ IN_BOX_FILES = (
     "episodes/harness/sdk.py",
     "episodes/harness/reference/oracle.py",
     "episodes/harness/reference/nop.py",
-    "episodes/agents/relay.py",
-    "episodes/agents/stdio_relay.py",
+    "episodes/tunnel/relay.py",
+    "episodes/tunnel/stdio_relay.py",
 )
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -167,7 +167,7 @@ def _extract(client: object, work: Path) -> None:
         "episodes",
         "episodes/harness",
         "episodes/harness/reference",
-        "episodes/agents",
+        "episodes/tunnel",
     ):
         (work / package / "__init__.py").write_text("")
     for path in (work, *work.rglob("*")):

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 import episodes
-from episodes.agents.services import RELAY_IN_BOX
 from episodes.runtimes import box_etc
 from episodes.runtimes.sandbox_agent import agent_argv
+from episodes.tunnel import relay as in_box_relay
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
 CHANNEL_IN_BOX = "/run/episodes"
@@ -168,8 +168,8 @@ def bwrap_argv(
     for host, box in _outermost([*_python_binds(), *((p, p) for p in ro_paths)]):
         argv += ["--ro-bind", host, box]
     if agent is None:  # the compiled agent is its own relay (`SandboxRuntime.open_relay`)
-        relay = str(Path(episodes.__file__).resolve().parent / "agents" / "relay.py")
-        argv += ["--ro-bind", relay, RELAY_IN_BOX]
+        relay = str(Path(in_box_relay.__file__).resolve())
+        argv += ["--ro-bind", relay, in_box_relay.RELAY_IN_BOX]
     argv += ["--ro-bind", channel, CHANNEL_IN_BOX]
     if disk is not None:  # in the box's own sized /tmp: nothing of it on the host
         argv += ["--dir", workdir, "--chdir", workdir]

@@ -16,7 +16,7 @@ signal of the event-loop thread that forked it, see `subprocess`).
 
 The session's services reach the box as for Docker: Unix sockets in a private host
 directory bound read-only at /run/episodes, and an in-box relay per socket (the
-worker's `episodes/agents/relay.py`, bound where the Docker image keeps it).
+worker's `episodes/tunnel/relay.py`, bound where the Docker image keeps it).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@
  *
  *        sandbox_init --launch N CGROUP_PROCS_FILE... -- BWRAP ARGS...
  *
- * And in the box, the relay of episodes/agents/relay.py (the box's loopback to a
+ * And in the box, the relay of episodes/tunnel/relay.py (the box's loopback to a
  * service's Unix socket; the same ready line, the same bytes both ways):
  *
  *        sandbox_init --relay SOCKET

@@ -11,7 +11,7 @@ from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from episodes.agents.proxy import read_upstream_key
+from episodes.model.proxy import read_upstream_key
 from episodes.runtimes import Runtime, make_runtime
 from episodes.secret_values import resolve_secrets
 from episodes.types.results import Task

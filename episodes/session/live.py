@@ -18,7 +18,6 @@ import time
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
-from episodes.agents.services import AgentServices
 from episodes.envs.base import EnvCalls, Environment, call, score_transcript, step_turn
 from episodes.errors import EnvironmentFailed, SpecError, TurnOutOfOrder
 from episodes.harness.budget import StreamBudget
@@ -34,6 +33,7 @@ from episodes.session.launch import (
     upstream_key,
 )
 from episodes.session.restore import restore_session
+from episodes.session.services import AgentServices
 from episodes.session.verdict import disarm, ended
 from episodes.truncate import fit_result
 from episodes.types.results import (

@@ -4,21 +4,42 @@ The `restore` activity runs this (through `LiveSession.restore`) on a new worker
 the one holding the session was lost (`on_worker_lost: restart`). It lives apart from
 `episodes.session.live` because it is a path of its own, taken once per restart, not
 part of the turn-by-turn life of a session; it works through the session's public
-surface (`next_turn`, `adopt`), never its private state.
+surface (`next_turn`, `adopt`), never its private state: `RestoredSession` names that
+surface, so this module needs nothing from `live` (which calls it).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from episodes.agents.replay import Replay
-from episodes.envs.base import step_turn
+from episodes.envs.base import EnvCalls, Environment, step_turn
 from episodes.errors import HarnessFailure, TurnOutOfOrder
+from episodes.harness.driver import HarnessDriver
+from episodes.replay import Replay
+from episodes.secret_values import Scrubber
+from episodes.session.services import AgentServices
 from episodes.truncate import fit_result
 from episodes.types.results import StepOutcome, TurnRecord, TurnResult
+from episodes.types.spec import EpisodeSpec
 
-if TYPE_CHECKING:
-    from episodes.session.live import LiveSession
+
+class RestoredSession(Protocol):
+    """What a restore uses of the session it restores (`LiveSession` is one): opened, so
+    its harness, env and services are there."""
+
+    spec: EpisodeSpec
+    session_id: str
+    harness: HarnessDriver | None
+    env: Environment | None
+    services: AgentServices | None
+    env_calls: EnvCalls
+    scrubber: Scrubber
+    history_limit_bytes: int | None
+
+    @property
+    def next_turn(self) -> int: ...
+
+    def adopt(self, result: TurnResult) -> None: ...
 
 
 def _replay_failure(n: int, record: TurnRecord) -> HarnessFailure:
@@ -29,7 +50,7 @@ def _replay_failure(n: int, record: TurnRecord) -> HarnessFailure:
 
 
 async def restore_session(
-    session: LiveSession, records: list[TurnRecord]
+    session: RestoredSession, records: list[TurnRecord]
 ) -> tuple[list[int], bool]:
     """After `session.open()`: bring its fresh harness and env to where a lost session was.
 
@@ -40,7 +61,7 @@ async def restore_session(
     recorded errors of the failed turns it went on from), so its state follows
     the recorded run whatever the new harness answers.
 
-    An exact replay (episodes/agents/replay.py): meanwhile the session's proxy answers
+    An exact replay (episodes/replay.py): meanwhile the session's proxy answers
     the harness's model calls with the recorded ones, and its bridge the tool calls with
     the recorded results (an env with `deterministic_tools` has them run again on this
     fresh env, rebuilding its state). A call that does not match the record makes its
@@ -69,7 +90,7 @@ async def restore_session(
 
 
 async def _replay_turns(
-    session: LiveSession, records: list[TurnRecord], replay: Replay, resumed: bool
+    session: RestoredSession, records: list[TurnRecord], replay: Replay, resumed: bool
 ) -> list[int]:
     assert session.harness is not None and session.env is not None and session.services
     timeout = session.spec.turn_timeout_s

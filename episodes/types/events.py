@@ -12,7 +12,7 @@ Token data is parsed from the upstream's answer in ONE place, `_token_data` belo
 
 - vLLM (`return_token_ids`, >= 0.10.2): `response.prompt_token_ids` (the prompt as the
   chat template tokenized it) and `choices[0].token_ids` (the sampled ids; a streamed
-  call's chunks were already folded into the same shape by `episodes.agents.stream`);
+  call's chunks were already folded into the same shape by `episodes.model.stream`);
 - logprobs: `choices[0].logprobs.content[].logprob`; with vLLM's
   `return_tokens_as_token_ids` each `token` is spelt `"token_id:<id>"`, which gives the
   sampled ids when `token_ids` is absent (older vLLM);
@@ -48,7 +48,7 @@ class Usage(BaseModel):
 
 
 class ModelCall(_Event):
-    """One call through the session's model proxy (`episodes.agents.proxy`).
+    """One call through the session's model proxy (`episodes.model.proxy`).
 
     The recorded fields come first; the token fields after them are derived from
     `response` when the event is read (excluded from dumps: the record stays as it was).
@@ -60,7 +60,7 @@ class ModelCall(_Event):
     extends: dict[str, Any] | None = None
     """The earlier call whose conversation this one extends, `{"id": ..., "messages":
     m}`: its first m messages come before `request.messages`
-    (episodes/agents/conversation.py). None: `request.messages` is the whole conversation."""
+    (episodes/model/conversation.py). None: `request.messages` is the whole conversation."""
     request: dict[str, Any] = Field(default_factory=dict)
     """The body sent upstream (model and params forced by the proxy); with `extends`,
     its `messages` are only the ones this call added (read `messages` for them all)."""
@@ -167,7 +167,7 @@ def resolve_model_calls(events: list[Any]) -> list[ModelCall]:
 
 
 class ToolCall(_Event):
-    """One call of the env's tools over the session's MCP bridge (`episodes.agents.bridge`)."""
+    """One call of the env's tools over the session's MCP bridge (`episodes.tools.bridge`)."""
 
     kind: Literal["tool_call"] = "tool_call"
     name: str = ""

@@ -1,7 +1,7 @@
 """Which model a session's harness may call, and how: the spec the model proxy enforces.
 
 The harness never chooses the model, the sampling settings or the credentials: it
-calls the session's proxy (`episodes.agents.proxy`) with a per-session token, and the
+calls the session's proxy (`episodes.model.proxy`) with a per-session token, and the
 proxy forwards to `base_url` with `model` and `params` forced and the upstream key
 read from the worker's environment variable `api_key_env`.
 
@@ -33,7 +33,7 @@ A fleet: `upstreams: [{base_url, weight}]` names several replicas of one model (
 or SGLang servers) instead of one `base_url`. Each worker routes a session's first
 call to the least-loaded healthy upstream (in-flight calls over weight), keeps the
 session there (its prefix cache lives on that server) and moves it only when that
-upstream fails (episodes/agents/fleet.py). 429 and 503 answers slow calls down (a
+upstream fails (episodes/model/fleet.py). 429 and 503 answers slow calls down (a
 per-upstream adaptive limit, `Retry-After` honoured) without being charged to
 `retries`, for at most `max_throttle_s` per call.
 """

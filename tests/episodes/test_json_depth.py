@@ -56,7 +56,5 @@ def test_the_usual_text_is_measured_without_cutting_out_its_strings(monkeypatch)
 def test_the_proxys_json_does_not_import_the_stream_parser():
     """fastjson once took its depth check from stream.py, which imported fastjson back
     on every call: the check lives in json_depth, and nothing cycles."""
-    code = (
-        "import sys, episodes.agents.fastjson; assert 'episodes.agents.stream' not in sys.modules"
-    )
+    code = "import sys, episodes.model.fastjson; assert 'episodes.model.stream' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

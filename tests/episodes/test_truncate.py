@@ -43,10 +43,10 @@ def test_cap_keeps_fitting_values() -> None:
 
 def test_sizes_are_the_compact_utf8_json_the_budgets_charge_one_measure() -> None:
     """One measure for the record's caps and the session's event budget
-    (episodes/agents/fastjson.py used to keep its own, compact where this one padded)."""
+    (episodes/model/fastjson.py used to keep its own, compact where this one padded)."""
     import json
 
-    from episodes.agents import fastjson
+    from episodes.model import fastjson
 
     event = {"kind": "model_call", "request": {"messages": [{"content": "héllo, wörld"}]}}
     compact = json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode()

@@ -251,7 +251,7 @@ async def test_proxy_flood_beside_a_healthy_model_episode(
     # Issue 28: one harness opens hundreds of connections to its model proxy and pushes
     # tokenless 60 MiB bodies at it. Before, the proxy read every body whole (six took a
     # worker from 52 to 828 MB) and held every connection for good.
-    from episodes.agents.scripted import ScriptedUpstream, kv_policy
+    from episodes.model.scripted.server import ScriptedUpstream, kv_policy
     from episodes.types.spec import parse_spec
 
     box: dict[str, Any] = {}

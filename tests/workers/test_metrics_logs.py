@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from episodes import contract
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.types.spec import parse_spec
 from tests.support.helpers import spec as make_spec
 from tests.support.worker_procs import WorkerProc, value

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from episodes.agents.scripted import ScriptedUpstream
 from episodes.client.connect import connect
+from episodes.model.scripted.server import ScriptedUpstream
 from tests.support.helpers import spec
 from tests.support.notebook import NOTEBOOK, sampling_policy
 from tests.workflows.test_restart import _kill_holder, _start, _worker

@@ -23,12 +23,12 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes import search_attributes as sa
-from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch, wait_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
 from episodes.client.doctor import check_fleet
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import EpisodeSpec
 from episodes.viewer.pages import _batch, batch_view

@@ -13,9 +13,9 @@ import uuid
 
 import pytest
 
-from episodes.agents.chat_template import ChatTemplate
-from episodes.agents.scripted import ScriptedUpstream
 from episodes.client import EpisodesClient
+from episodes.model.scripted.chat_template import ChatTemplate
+from episodes.model.scripted.server import ScriptedUpstream
 from episodes.training.samples import samples_of
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import parse_spec

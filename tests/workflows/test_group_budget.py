@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes import search_attributes as sa
-from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.client import EpisodesClient
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import EpisodeSpec
 from tests.conftest import ROOT

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from episodes import contract
-from episodes.agents.scripted import ScriptedUpstream
 from episodes.client import EpisodesClient
+from episodes.model.scripted.server import ScriptedUpstream
 from episodes.types.spec import parse_spec
 from tests.episodes.cli.test_cli import episodes as cli
 from tests.support.chaos.helpers import HARNESS, TRUSTED, new_tag, script_spec, tagged_processes

@@ -15,8 +15,8 @@ import uuid
 import psutil
 import pytest
 
-from episodes.agents.scripted import ScriptedUpstream
 from episodes.client import EpisodesClient
+from episodes.model.scripted.server import ScriptedUpstream
 from episodes.types.io import EpisodeProgress
 from episodes.types.spec import parse_spec
 from tests.support.helpers import wait_until

@@ -20,9 +20,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from episodes import contract
-from episodes.agents.scripted import ScriptedUpstream
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch, wait_batch
+from episodes.model.scripted.server import ScriptedUpstream
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import parse_spec

@@ -4,7 +4,7 @@
 
 Environment (the session sets these; nothing else is read):
 - `OPENAI_BASE_URL`, `OPENAI_API_KEY`: the model endpoint, normally the session's
-  model proxy (`episodes.agents.proxy`) and its per-session token;
+  model proxy (`episodes.model.proxy`) and its per-session token;
 - `EPISODES_MCP_URL`, `EPISODES_MCP_TOKEN`: an MCP server (streamable HTTP, bearer
   token) whose tools the model may call; without them the model gets no tools.
 
@@ -32,8 +32,8 @@ import threading
 import traceback
 from typing import Any
 
-from episodes.agents.stream import assemble
 from episodes.harness import sdk
+from episodes.model.stream import assemble
 
 
 class ProviderError(Exception):

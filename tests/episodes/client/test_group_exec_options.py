@@ -17,15 +17,15 @@ from temporalio.service import RPCError
 
 from episodes import contract
 from episodes import search_attributes as sa
-from episodes.agents.chat_template import ChatTemplate
-from episodes.agents.scripted import ScriptedUpstream, echo_policy, kv_policy
 from episodes.client import EpisodesClient
 from episodes.client.history import load_transcript
+from episodes.model.scripted.chat_template import ChatTemplate
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy, kv_policy
 from episodes.types.group import group_workflow_id
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import parse_spec
-from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
 from tests.episodes.client.test_groups_e2e import _kv
+from tests.episodes.session.test_agent_session import UPSTREAM_KEY
 from tests.support.helpers import spec, wait_until
 from tests.workflows.test_group_budget import _chatty
 

@@ -13,23 +13,23 @@ import pytest
 
 from episodes import contract
 from episodes import search_attributes as sa
-from episodes.agents.chat_template import ChatTemplate
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch
 from episodes.client.group_history import group_members
 from episodes.client.history import load_transcript
 from episodes.client.sync import SyncEpisodesClient
 from episodes.errors import EpisodesError
+from episodes.model.scripted.chat_template import ChatTemplate
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.types.group import GroupResult, parse_member
 from episodes.types.spec import parse_spec
 from episodes.viewer.members import batch_rows
 from episodes.viewer.transcripts import Episodes
 from tests.conftest import scripted_command
-from tests.episodes.agents.test_agent_session import UPSTREAM_KEY
 from tests.episodes.cli.test_cli import episodes as cli
 from tests.episodes.cli.test_cli import write_spec
 from tests.episodes.client.test_groups_e2e import _kv
+from tests.episodes.session.test_agent_session import UPSTREAM_KEY
 from tests.support.helpers import spec, wait_until
 
 pytestmark = pytest.mark.timeout(300)

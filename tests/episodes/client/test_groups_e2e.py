@@ -14,17 +14,17 @@ from typing import Any
 import pytest
 from temporalio.service import RPCError
 
-from episodes.agents.chat_template import ChatTemplate
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch
 from episodes.client.sync import SyncEpisodesClient
 from episodes.errors import EpisodesError
+from episodes.model.scripted.chat_template import ChatTemplate
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import parse_spec
-from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.episodes.cli.test_cli import episodes as cli
 from tests.episodes.cli.test_cli import write_spec
+from tests.episodes.session.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.episodes.training.test_training import _addr, _visible
 from tests.support.helpers import spec, wait_until
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from episodes.agents.fleet import all_replicas, saturated
-from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import batch_input, start_batch, wait_batch
 from episodes.client.live import LiveFigure, live_figure
+from episodes.model.fleet import all_replicas, saturated
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy
 from episodes.types.spec import EpisodeSpec
 from episodes.viewer.pages import batch_view
 from tests.conftest import ROOT

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from episodes.agents.bridge import ToolBridge
 from episodes.envs import load_env
 from episodes.envs.kv_store import KvStoreEnv, says_done
+from episodes.tools.bridge import ToolBridge
 from episodes.types.results import Task, Transcript, TurnRecord
 from tests.support.mcp_client import mcp_client
 

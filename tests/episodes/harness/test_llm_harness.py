@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import tests.support
-from episodes.agents.proxy import ModelProxy
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.harness import NativeDriver
+from episodes.model.proxy import ModelProxy
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.types.model import ModelSpec
 
 pytestmark = pytest.mark.timeout(120)

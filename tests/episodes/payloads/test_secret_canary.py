@@ -32,8 +32,8 @@ from typing import Any
 import pytest
 import yaml
 
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client.devserver import DevServer, temporal_binary
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 

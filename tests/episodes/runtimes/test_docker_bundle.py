@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.local import run_episode_local
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.types.spec import parse_spec
-from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+from tests.episodes.session.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.support.backends import docker as backend
 from tests.support.harbor.images import BUSYBOX_IMAGE, busybox_reason
 

@@ -148,9 +148,9 @@ async def test_no_harness_can_read_or_write_the_agents_memory(agent):
 
 
 async def test_a_relay_carries_bytes_and_half_closes_both_ways(agent):
-    """What a session's services are reached through (episodes/agents/relay.py's
+    """What a session's services are reached through (episodes/tunnel/relay.py's
     contract): the ready line, then each loopback connection to the Unix socket."""
-    from episodes.agents.services import RELAY_IN_BOX
+    from episodes.tunnel.relay import RELAY_IN_BOX
 
     async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         data = await reader.read()  # to the client's EOF (its half-close)
@@ -194,7 +194,7 @@ async def test_a_bridge_that_stops_taking_connections_stalls_none_of_the_others(
     import socket
     import threading
 
-    from episodes.agents.services import RELAY_IN_BOX
+    from episodes.tunnel.relay import RELAY_IN_BOX
 
     box = SandboxRuntime()
     await box.start()

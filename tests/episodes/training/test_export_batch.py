@@ -11,13 +11,13 @@ import uuid
 import pyarrow.parquet as pq
 import pytest
 
-from episodes.agents.chat_template import ChatTemplate
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
+from episodes.model.scripted.chat_template import ChatTemplate
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
-from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.episodes.cli.test_cli import episodes as cli
+from tests.episodes.session.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.episodes.training.test_training import _addr, _visible
 from tests.support.helpers import spec, wait_until
 

@@ -13,16 +13,16 @@ import uuid
 import pyarrow.parquet as pq
 import pytest
 
-from episodes.agents.chat_template import ChatTemplate
-from episodes.agents.scripted import ScriptedUpstream, kv_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import episode_ids
+from episodes.model.scripted.chat_template import ChatTemplate
+from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.training.export import COLUMNS
 from episodes.training.samples import build_samples
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
-from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.episodes.cli.test_cli import episodes as cli
+from tests.episodes.session.test_agent_session import UPSTREAM_KEY, agent_spec
 from tests.support.helpers import wait_until
 
 pytestmark = pytest.mark.timeout(240)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from episodes.agents.stream import assemble
+from episodes.model.stream import assemble
 from episodes.types.events import HarnessEvent, ModelCall, ToolCall
 from episodes.types.results import Task, Transcript, TurnRecord
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from episodes.agents.conversation import Conversations, common_prefix
-from episodes.agents.stream import chunks_of
+from episodes.model.conversation import Conversations, common_prefix
+from episodes.model.stream import chunks_of
 from episodes.types.events import ModelCall
 from episodes.types.results import Task, Transcript, TurnRecord
 

@@ -234,9 +234,9 @@ async def test_encrypted_payloads_are_decoded_with_the_key_and_placeholders_with
 
 
 async def test_agent_episode_shows_tool_and_model_calls(client, worker, viewer, monkeypatch):
-    from episodes.agents.scripted import ScriptedUpstream, kv_policy
+    from episodes.model.scripted.server import ScriptedUpstream, kv_policy
     from episodes.types.spec import parse_spec
-    from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+    from tests.episodes.session.test_agent_session import UPSTREAM_KEY, agent_spec
 
     monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:

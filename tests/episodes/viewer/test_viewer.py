@@ -159,9 +159,9 @@ async def test_batch_page_figures_and_a_search_hit(client, worker, viewer_url, b
 async def test_agent_episode_shows_tool_and_model_calls(
     client, worker, viewer_url, browser, shots, monkeypatch
 ):
-    from episodes.agents.scripted import ScriptedUpstream, kv_policy
+    from episodes.model.scripted.server import ScriptedUpstream, kv_policy
     from episodes.types.spec import parse_spec
-    from tests.episodes.agents.test_agent_session import UPSTREAM_KEY, agent_spec
+    from tests.episodes.session.test_agent_session import UPSTREAM_KEY, agent_spec
 
     monkeypatch.setenv("EPISODES_TEST_UPSTREAM_KEY", UPSTREAM_KEY)
     async with ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY) as upstream:

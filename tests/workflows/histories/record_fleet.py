@@ -36,11 +36,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from episodes import contract
-from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.client import EpisodesClient
 from episodes.client.batches import start_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
+from episodes.model.scripted.server import ScriptedUpstream, echo_policy
 from episodes.types.io import BatchInput, EpisodeProgress
 from episodes.types.model import ModelSpec
 from episodes.types.priority import BatchBudget
