@@ -13,6 +13,7 @@ deletes the Modal sandboxes and Prime VMs that dead workers' ledgers still name
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from typing import Any
@@ -77,8 +78,11 @@ def reap_orphan_sandboxes() -> int:
     """Remove the host directories (and empty cgroups) of sandbox boxes whose worker
     died: the boxes died with it (`--die-with-parent`), those did not."""
     from episodes.runtimes.host_dirs import reap_dead_dirs
+    from episodes.runtimes.sandbox import cgroup
 
     n = reap_dead_dirs()
+    with contextlib.suppress(OSError):
+        cgroup.reap_dead()
     if n:
         log.warning("removed %d sandbox director(y/ies) left by dead workers", n)
     return n

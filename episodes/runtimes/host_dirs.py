@@ -2,7 +2,8 @@
 made them died (the sandbox's, a plain subprocess box's, a Docker box's channel).
 
 A directory's name carries the pid that made it, so a later worker knows whose it is;
-`reap_dead_dirs` removes those of dead workers, and their sandboxes' empty cgroups.
+`reap_dead_dirs` removes those of dead workers (`sandbox.cgroup.reap_dead` their
+sandboxes' cgroups, by the same test: `writer_alive`).
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ import tempfile
 
 import psutil
 
-from episodes.runtimes.sandbox import cgroup
-
 _BOX_DIR = re.compile(r"^episodes-box-(\d+)-")
 
 
@@ -26,7 +25,7 @@ def box_dir_prefix() -> str:
     return f"episodes-box-{os.getpid()}-"
 
 
-def _writer_alive(pid: int, mtime: float) -> bool:
+def writer_alive(pid: int, mtime: float) -> bool:
     """The pid lives, and started before the directory last changed (else it is
     another process under a reused pid)."""
     try:
@@ -39,8 +38,8 @@ def _writer_alive(pid: int, mtime: float) -> bool:
 
 def reap_dead_dirs(tmp: str | None = None) -> int:
     """Removes the host directories of sandbox boxes whose worker died without
-    removing them (SIGKILL, OOM: the boxes died with it, their directories did not),
-    and their (empty) cgroups. The count of directories removed."""
+    removing them (SIGKILL, OOM: the boxes died with it, their directories did not).
+    The count of directories removed."""
     tmp = tmp or tempfile.gettempdir()
     removed = 0
     with contextlib.suppress(OSError):
@@ -52,9 +51,7 @@ def reap_dead_dirs(tmp: str | None = None) -> int:
                 mtime = entry.stat(follow_symlinks=False).st_mtime
             except OSError:
                 continue
-            if int(m.group(1)) != os.getpid() and not _writer_alive(int(m.group(1)), mtime):
+            if int(m.group(1)) != os.getpid() and not writer_alive(int(m.group(1)), mtime):
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed += 1
-    with contextlib.suppress(OSError):
-        cgroup.reap_dead()
     return removed

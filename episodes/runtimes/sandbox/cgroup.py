@@ -26,8 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
-
+from episodes.runtimes.host_dirs import writer_alive
 from episodes.types.runtime import Limits
 
 log = logging.getLogger(__name__)
@@ -265,10 +264,18 @@ def available() -> str | None:
     return f"cgroup v{probe.version}"
 
 
-def _writer_dead(name: str) -> bool:
-    """Whether the worker that named a cgroup `episodes-<pid>-...` is gone."""
-    pid = name[len(PREFIX) :].split("-", 1)[0]
-    return not pid.isdigit() or int(pid) == 0 or not psutil.pid_exists(int(pid))
+def _writer_dead(d: Path) -> bool:
+    """Whether the worker that made cgroup `d` (`episodes-<pid>-...`) is gone: no
+    process has its pid, or the one that has it started after `d` was made (a reused
+    pid: another process)."""
+    pid = d.name[len(PREFIX) :].split("-", 1)[0]
+    if not pid.isdigit() or int(pid) == 0:
+        return True
+    try:
+        made = d.stat().st_mtime
+    except OSError:
+        return False  # gone already, or not ours to read: leave it
+    return not writer_alive(int(pid), made)
 
 
 def parents() -> list[Path]:
@@ -294,7 +301,7 @@ def reap_dead() -> int:
     for parent in parents():
         with contextlib.suppress(OSError):
             for d in parent.iterdir():
-                if d.is_dir() and d.name.startswith(PREFIX) and _writer_dead(d.name):
+                if d.is_dir() and d.name.startswith(PREFIX) and _writer_dead(d):
                     n += _remove_dead(BoxCgroup(1, {"x": d}))
     return n
 

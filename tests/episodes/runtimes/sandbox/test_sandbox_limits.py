@@ -244,7 +244,7 @@ async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path, monk
     from workers.orphans import reap_orphan_sandboxes
 
     pid, channel = _sigkilled_worker_with_a_box(
-        tmp_path, "episodes.runtimes.sandbox.SandboxRuntime", "_channel"
+        tmp_path, "episodes.runtimes.sandbox.runtime.SandboxRuntime", "_channel"
     )
     mine = tmp_path / f"episodes-box-{os.getpid()}-live"
     mine.mkdir()
@@ -260,6 +260,29 @@ async def test_a_sigkilled_workers_sandbox_directories_are_reaped(tmp_path, monk
 
 def _cgroups_of(pid: int) -> list[Path]:
     return [d for p in cgroup.parents() for d in p.glob(f"{cgroup.PREFIX}{pid}-*")]
+
+
+async def test_a_dead_workers_cgroup_is_reaped_when_its_pid_was_reused():
+    """A cgroup is named for the worker's pid; a process alive under that pid now but
+    started after the cgroup was made is another process (issue 40): the cgroup is the
+    dead worker's, and reaped, as its directories are (`host_dirs`)."""
+    if cgroup.available() is None or not cgroup.parents():
+        pytest.skip("this worker cannot make cgroups")
+    reused = await asyncio.create_subprocess_exec("sleep", "60")
+    made = [p / f"{cgroup.PREFIX}{reused.pid}-reused" for p in cgroup.parents()]
+    try:
+        for d in made:
+            d.mkdir()
+            hour_ago = time.time() - 3600  # made an hour before `reused` started
+            os.utime(d, (hour_ago, hour_ago))
+        cgroup.reap_dead()
+        assert not any(d.exists() for d in made)
+    finally:
+        for d in made:
+            if d.exists():
+                d.rmdir()
+        reused.kill()
+        await reused.wait()
 
 
 def test_a_sigkilled_workers_plain_subprocess_workdirs_are_reaped(tmp_path, monkeypatch):
