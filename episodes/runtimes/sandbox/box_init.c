@@ -322,10 +322,11 @@ static void rlimits(char *spec) {
         *eq = 0;
         rlim_t v = (rlim_t)strtoull(eq + 1, NULL, 10);
         struct rlimit lim = {v, v};
-        int which = strcmp(item, "nproc") == 0   ? RLIMIT_NPROC
-                    : strcmp(item, "fsize") == 0 ? RLIMIT_FSIZE
-                    : strcmp(item, "data") == 0  ? RLIMIT_DATA
-                                                 : -1;
+        int which = strcmp(item, "nproc") == 0    ? RLIMIT_NPROC
+                    : strcmp(item, "fsize") == 0  ? RLIMIT_FSIZE
+                    : strcmp(item, "nofile") == 0 ? RLIMIT_NOFILE
+                    : strcmp(item, "data") == 0   ? RLIMIT_DATA
+                                                  : -1;
         if (which < 0 || setrlimit(which, &lim) < 0) _exit(2);
     }
 }

@@ -251,12 +251,17 @@ class Agent:
 
 
 def _rlimits(spec: str) -> None:
-    """Bounds this agent and so every process of the box: "nproc=512,fsize=N,data=N"
+    """Bounds this agent and so every process of the box: "nproc=512,fsize=N,nofile=N,data=N"
     (RLIMIT_NPROC counts this box's own user namespace, so other boxes and the worker
     do not add up; a harness cannot raise a hard limit)."""
     import resource
 
-    names = {"nproc": "RLIMIT_NPROC", "fsize": "RLIMIT_FSIZE", "data": "RLIMIT_DATA"}
+    names = {
+        "nproc": "RLIMIT_NPROC",
+        "fsize": "RLIMIT_FSIZE",
+        "nofile": "RLIMIT_NOFILE",
+        "data": "RLIMIT_DATA",
+    }
     for item in filter(None, spec.split(",")):
         name, _, value = item.partition("=")
         resource.setrlimit(getattr(resource, names[name]), (int(value), int(value)))

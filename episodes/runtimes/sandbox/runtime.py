@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -67,6 +68,9 @@ __all__ = [
 from episodes.types.runtime import SubprocessConfig
 
 _READY_TIMEOUT_S = 30.0
+# The most files a process of a box may hold open (RLIMIT_NOFILE, both soft and hard),
+# in every mode: not the worker's own limit, often 1,048,576 in a container.
+OPEN_FILES = 4096
 
 
 class SandboxRuntime(AgentChannel, Runtime):
@@ -152,7 +156,7 @@ class SandboxRuntime(AgentChannel, Runtime):
         if not any(p == "/etc" or p.startswith("/etc/") for p in self.config.ro_paths):
             etc = box_etc.etc_binds(copy=False) or await asyncio.to_thread(box_etc.etc_binds)
         # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
-        rlimits = f"nproc={limits.processes},fsize={limits.disk}"
+        rlimits = f"nproc={limits.processes},fsize={limits.disk},nofile={_open_files()}"
         if group is None:
             rlimits += f",data={limits.memory}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -303,6 +307,13 @@ class SandboxRuntime(AgentChannel, Runtime):
                     os.rmdir(d)  # empty (a session without services): no thread hop
                 except OSError:
                     await asyncio.to_thread(shutil.rmtree, d, True)
+
+
+def _open_files() -> int:
+    """`OPEN_FILES`, or the worker's own hard limit where that is lower (a limit is
+    lowered, never raised)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
 
 
 def _option(argv: list[str], name: str) -> str | None:

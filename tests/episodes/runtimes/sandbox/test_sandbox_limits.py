@@ -127,6 +127,21 @@ async def test_without_a_cgroup_memory_is_bounded_per_process(monkeypatch):
         await box.stop()
 
 
+async def test_open_files_are_bounded_whatever_the_worker_allows(mode):
+    """RLIMIT_NOFILE is not the worker's (often 1,048,576 in a container): a box's
+    processes hold at most `OPEN_FILES` each, in either mode (issue 40 b)."""
+    from episodes.runtimes.sandbox.runtime import OPEN_FILES
+
+    box = await _box()
+    try:
+        code = "import resource; print(*resource.getrlimit(resource.RLIMIT_NOFILE))"
+        rc, out = await _run(box, code)
+        soft, hard = map(int, out.split())
+        assert rc == 0 and 0 < soft <= hard <= OPEN_FILES
+    finally:
+        await box.stop()
+
+
 async def test_the_workdir_and_tmp_share_the_disk_limit_and_nothing_lands_on_the_host():
     box = await _box(disk="8m")
     try:
