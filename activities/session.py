@@ -34,7 +34,7 @@ from episodes import contract
 from episodes.breaker import ProvisionBreaker
 from episodes.envs import load_env
 from episodes.errors import BoxGone, EnvironmentFailed, SpecError, TurnOutOfOrder
-from episodes.runtimes.worker_pools import WorkerPools
+from episodes.runtimes.pool.worker_pools import WorkerPools
 from episodes.session.drive import RunAhead, TurnLoop
 from episodes.session.live import LiveSession, score_transcript
 from episodes.session.registry import SessionRegistry

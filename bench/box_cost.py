@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from bench.common import fmt_spread, load, self_cpu, spread, table, tree_cpu
-from episodes.runtimes.sandbox import local_runtime
+from episodes.runtimes.sandbox.runtime import local_runtime
 from episodes.types.runtime import SubprocessConfig
 
 KINDS = {"sandbox": SubprocessConfig(), "plain": SubprocessConfig(isolation="none")}

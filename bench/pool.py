@@ -15,7 +15,7 @@ import time
 import uuid
 
 from bench.common import ECHO, fmt_spread, load, ratio, script_spec, spread, table
-from episodes.runtimes.pool import RuntimePool
+from episodes.runtimes.pool.runtime_pool import RuntimePool
 from episodes.session.live import LiveSession
 from episodes.types.runtime import DockerConfig, SubprocessConfig
 

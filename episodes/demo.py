@@ -57,7 +57,7 @@ def _with_model(spec: EpisodeSpec, url: str) -> EpisodeSpec:
 
 def _docker_ready(image: str) -> bool:
     try:
-        from episodes.runtimes.docker import image_available
+        from episodes.runtimes.docker.runtime import image_available
 
         return image_available(image)
     except Exception:  # no SDK, no engine: the demo runs without Docker

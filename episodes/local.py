@@ -20,7 +20,7 @@ from episodes.types.results import EpisodeResult, ScoreResult, Task, Termination
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
-    from episodes.runtimes.pool import RuntimePool
+    from episodes.runtimes.pool.runtime_pool import RuntimePool
 
 
 async def run_episode_local(

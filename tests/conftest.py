@@ -27,7 +27,7 @@ def scripted_command(mode: str, *args: str) -> list[str]:
 def private_box_ledgers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Cloud-box ledgers of this test run go to a directory of its own, not ~/.cache: for
     every test (the session's worker reaps from it too), not only the runtimes'."""
-    from episodes.runtimes import ledger
+    from episodes.runtimes.cloud import ledger
 
     saved = os.environ.get(ledger.DIR_ENV)
     os.environ[ledger.DIR_ENV] = str(tmp_path_factory.mktemp("box-ledgers"))

@@ -6,13 +6,14 @@ labelled containers of workers on its own host whose process no longer exists (o
 another process now: its start time differs from the one the container is labelled
 with, as a restarted compose container's new worker under the old pid), and
 deletes the Modal sandboxes and Prime VMs that dead workers' ledgers still name
-(`episodes.runtimes.ledger`). Other hosts' are left to their own workers (or
+(`episodes.runtimes.cloud.ledger`). Other hosts' are left to their own workers (or
 `episodes cleanup` there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 from typing import Any
@@ -51,7 +52,7 @@ def _same_process(pid: int, started: set[float | None]) -> bool:
 def reap_orphan_containers() -> int:
     """Remove this host's dead workers' containers; 0 when Docker is not in use here."""
     try:
-        from episodes.runtimes.docker_engine import cleanup_orphans, worker_containers
+        from episodes.runtimes.docker.engine import cleanup_orphans, worker_containers
 
         owners = worker_containers()
     except Exception:  # no SDK or no engine: nothing of ours can be there
@@ -68,7 +69,7 @@ async def reap_orphan_boxes(
     worker: str | None = None, *, sdks: dict[str, Any] | None = None
 ) -> int:
     """Delete the cloud boxes dead local workers' ledgers name (all, or `worker`'s)."""
-    from episodes.runtimes import ledger
+    from episodes.runtimes.cloud import ledger
 
     return await ledger.reap(worker, sdks=sdks)
 
@@ -76,9 +77,12 @@ async def reap_orphan_boxes(
 def reap_orphan_sandboxes() -> int:
     """Remove the host directories (and empty cgroups) of sandbox boxes whose worker
     died: the boxes died with it (`--die-with-parent`), those did not."""
-    from episodes.runtimes.sandbox_limits import reap_dead_dirs
+    from episodes.runtimes.host_dirs import reap_dead_dirs
+    from episodes.runtimes.sandbox import cgroup
 
     n = reap_dead_dirs()
+    with contextlib.suppress(OSError):
+        cgroup.reap_dead()
     if n:
         log.warning("removed %d sandbox director(y/ies) left by dead workers", n)
     return n

@@ -40,7 +40,7 @@ from episodes import contract
 from episodes.breaker import ProvisionBreaker
 from episodes.envs.base import set_env_threads
 from episodes.payloads.settings import stores_externally
-from episodes.runtimes.worker_pools import WorkerPools
+from episodes.runtimes.pool.worker_pools import WorkerPools
 from episodes.session.registry import SessionRegistry
 from episodes.truncate import HISTORY_TURN_LIMIT
 from workers.backpressure import SessionSlots

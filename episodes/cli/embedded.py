@@ -77,7 +77,7 @@ def check_sandbox(require: bool, *, hint: str) -> str | None:
     Required and missing: one line (`SandboxUnavailable`, exit 2) before anything
     starts, instead of a traceback for every provision and the provision breaker's
     back-off. Not required: the reason, for the caller to say once."""
-    from episodes.runtimes.bwrap import sandbox_problem
+    from episodes.runtimes.sandbox.bwrap import sandbox_problem
 
     problem = sandbox_problem()
     if problem is not None and require:

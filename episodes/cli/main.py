@@ -312,7 +312,7 @@ def cleanup(
     """Remove Docker containers this package started (all, or one worker's), and delete
     the Modal sandboxes and Prime VMs that dead workers of this host left behind."""
     from episodes.errors import RuntimeUnavailable
-    from episodes.runtimes.docker_engine import cleanup_orphans
+    from episodes.runtimes.docker.engine import cleanup_orphans
     from workers.orphans import reap_orphan_boxes
 
     try:

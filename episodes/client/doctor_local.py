@@ -44,7 +44,7 @@ def short_error(e: BaseException) -> str:
 
 def _sandbox_limits() -> str:
     """How this worker's sandboxes hold their limits (docs/containment.md#limits)."""
-    from episodes.runtimes import cgroup, seccomp
+    from episodes.runtimes.sandbox import cgroup, seccomp
 
     how = cgroup.available() or "rlimits (no cgroup: memory per process, no CPU quota)"
     filt = "a seccomp filter" if seccomp.program() is not None else "no seccomp (no libseccomp)"
@@ -54,7 +54,7 @@ def _sandbox_limits() -> str:
 def check_runtime(name: str, required: bool) -> Check:
     label = f"runtime {name}"
     if name == "subprocess":
-        from episodes.runtimes.sandbox import sandbox_problem
+        from episodes.runtimes.sandbox.runtime import sandbox_problem
 
         problem = sandbox_problem()
         if problem is not None:
@@ -71,7 +71,7 @@ def check_runtime(name: str, required: bool) -> Check:
         )
     if name == "docker":
         try:
-            from episodes.runtimes.docker_engine import shared_client
+            from episodes.runtimes.docker.engine import shared_client
 
             api = shared_client().api
             api.ping()

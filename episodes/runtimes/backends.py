@@ -1,7 +1,7 @@
 """One registration per runtime backend: how to build its box from a config, and how
 to destroy a box of it that a dead worker left behind.
 
-`make_runtime` and the box ledger (`episodes.runtimes.ledger`) both read this table,
+`make_runtime` and the box ledger (`episodes.runtimes.cloud.ledger`) both read this table,
 so adding a backend is one entry here (and its config in `episodes.types.runtime`).
 Each entry names its modules by path: an SDK-backed backend loads only when used.
 """
@@ -40,17 +40,17 @@ def _resolve(ref: str) -> Any:
 # Keyed by the config's `type` (and the ledger's `runtime`).
 BACKENDS: dict[str, Backend] = {
     # The sandbox, or with `isolation: none` a plain process group (see the function).
-    "subprocess": Backend("episodes.runtimes.sandbox:local_runtime", labels=False),
-    "docker": Backend("episodes.runtimes.docker:DockerRuntime"),
+    "subprocess": Backend("episodes.runtimes.sandbox.runtime:local_runtime", labels=False),
+    "docker": Backend("episodes.runtimes.docker.runtime:DockerRuntime"),
     "modal": Backend(
-        "episodes.runtimes.modal:ModalRuntime",
-        destroy="episodes.runtimes.modal:destroy_sandbox",
-        load_sdk="episodes.runtimes.modal:load_modal_sdk",
+        "episodes.runtimes.cloud.modal:ModalRuntime",
+        destroy="episodes.runtimes.cloud.modal:destroy_sandbox",
+        load_sdk="episodes.runtimes.cloud.modal:load_modal_sdk",
     ),
     "prime": Backend(
-        "episodes.runtimes.prime:PrimeRuntime",
-        destroy="episodes.runtimes.prime:destroy_vm",
-        load_sdk="episodes.runtimes.prime:load_prime_sdk",
+        "episodes.runtimes.cloud.prime:PrimeRuntime",
+        destroy="episodes.runtimes.cloud.prime:destroy_vm",
+        load_sdk="episodes.runtimes.cloud.prime:load_prime_sdk",
     ),
 }
 

@@ -1,7 +1,7 @@
 """The runtime interface: a box that can run processes, and one running process.
 
 Every backend (subprocess, Docker, Modal, Prime) implements these two classes and
-passes the same self-check (`episodes.runtimes.selfcheck`, run in `tests/episodes/runtimes/`).
+passes the same self-check (`episodes.runtimes.selfcheck.runner`, run in `tests/episodes/runtimes/`).
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ class Runtime(abc.ABC):
 
     #: The Python a program in the box runs with (`{python}` in a harness command; the
     #: in-box relay and tunnel end): one path, stdlib only. A Docker box with the runtime
-    #: bundle mounted has one whatever its image (`episodes.runtimes.bundle`).
+    #: bundle mounted has one whatever its image (`episodes.runtimes.docker.bundle`).
     box_python: str = "python3"
     #: The folder in the box holding this package's stdlib-only files (`{episodes}` in a
     #: harness command): `<box_episodes>/episodes/tunnel/relay.py` and the like.

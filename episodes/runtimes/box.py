@@ -7,7 +7,7 @@ hands every env a `Box` (`Environment.box`) over the episode's runtime before
 
 Built once over the `Runtime` interface (`open_process` and nothing else), so every
 backend (subprocess, sandbox, Docker, Modal, Prime) has it and the runtime self-check
-(`episodes.runtimes.selfcheck_box`) holds each to it. What the box must have: `/bin/sh`
+(`episodes.runtimes.selfcheck.box`) holds each to it. What the box must have: `/bin/sh`
 and `cat`/`mkdir` (any image with a shell; busybox will do); `copy_in` uses `tar` when
 the box has it, else one write per file (and `ln -s` per link: links are copied as
 links, never followed on the worker; `box_copy`).

@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 
 from episodes.runtimes.base import ByteStream, Runtime, RuntimeProcess, end_processes
-from episodes.runtimes.sandbox_limits import box_dir_prefix
+from episodes.runtimes.host_dirs import box_dir_prefix
 from episodes.types.runtime import SubprocessConfig
 
 MINIMAL_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -55,7 +55,7 @@ def _load_prctl():
 
 
 _prctl = _load_prctl()
-_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
+SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
 
 
 def _child_setup(parent_pid: int) -> None:
@@ -205,7 +205,7 @@ class SubprocessRuntime(Runtime):
             raise RuntimeError(f"subprocess runtime {self.id} was stopped; create a new one")
         if not self._started:
             # Named by this worker's pid, as a sandbox box's are: a dead worker's are reaped
-            # at the next worker's start (`sandbox_limits.reap_dead_dirs`).
+            # at the next worker's start (`host_dirs.reap_dead_dirs`).
             self.workdir = tempfile.mkdtemp(prefix=f"{box_dir_prefix()}{self.id}-")
             self._started = True
 
@@ -229,10 +229,10 @@ class SubprocessRuntime(Runtime):
         parent_pid = os.getpid()
         loop = asyncio.get_running_loop()
         # What asyncio.create_subprocess_exec does, with a protocol that reports exit.
-        if _SETPRIV:
+        if SETPRIV:
             # Fail like a direct exec would, rather than as setpriv's exit code 127.
             _check_executable(argv[0], child_env["PATH"], workdir)
-            argv = [_SETPRIV, "--pdeathsig", "KILL", "--", *argv]
+            argv = [SETPRIV, "--pdeathsig", "KILL", "--", *argv]
         transport, protocol = await loop.subprocess_exec(
             lambda: _Protocol(_STREAM_LIMIT, loop),
             *argv,
@@ -242,7 +242,7 @@ class SubprocessRuntime(Runtime):
             env=child_env,
             cwd=workdir,
             start_new_session=True,
-            preexec_fn=None if _SETPRIV else (lambda: _child_setup(parent_pid)),
+            preexec_fn=None if SETPRIV else (lambda: _child_setup(parent_pid)),
         )
         proc = asyncio.subprocess.Process(transport, protocol, loop)
         process = SubprocessProcess(proc, transport, protocol)

@@ -19,7 +19,7 @@ from episodes.types.runtime import RuntimeConfig, SubprocessConfig
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
-    from episodes.runtimes.pool import RuntimePool
+    from episodes.runtimes.pool.runtime_pool import RuntimePool
 
 
 def harness_argv(spec: EpisodeSpec, runtime: Runtime | None = None) -> list[str]:
@@ -69,7 +69,7 @@ def box_config(spec: EpisodeSpec) -> RuntimeConfig:
     config = spec.harness.runtime
     if not isinstance(config, SubprocessConfig) or config.isolation != "sandbox":
         return config
-    from episodes.runtimes.sandbox import command_files
+    from episodes.runtimes.sandbox.runtime import command_files
 
     extra = [f for f in command_files(harness_argv(spec), config.ro_paths)]
     if not extra:
@@ -89,7 +89,7 @@ async def acquire_runtime(
     """A parked or fresh box, entered into `box` so closing it gives the box back (or
     stops it); and whether it came from the pool (None: no pool asked)."""
     if pool is not None and spec.reuse_key:
-        from episodes.runtimes.pool import render_reuse_key
+        from episodes.runtimes.pool.runtime_pool import render_reuse_key
 
         key = render_reuse_key(spec.reuse_key, task, sample)
         lease = pool.lease(key, config, labels=labels)

@@ -48,7 +48,7 @@ from episodes.types.results import (
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
-    from episodes.runtimes.pool import RuntimePool
+    from episodes.runtimes.pool.runtime_pool import RuntimePool
 
 
 # "No message given": the env's pending message is sent (None is a valid message).

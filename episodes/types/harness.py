@@ -176,7 +176,7 @@ class HarnessSpec(Model):
 
 # Harnesses named by a bare word (`harness: oracle`), stdlib-only programs run with the
 # box's Python: `{python}`/`{episodes}` are resolved for the runtime (a Docker box with
-# the runtime bundle has both whatever its image; episodes/runtimes/bundle.py).
+# the runtime bundle has both whatever its image; episodes/runtimes/docker/bundle.py).
 BUILTIN_HARNESSES: dict[str, list[str]] = {
     "oracle": ["{python}", "-I", "{episodes}/episodes/harness/reference/oracle.py"],
     "nop": ["{python}", "-I", "{episodes}/episodes/harness/reference/nop.py"],

@@ -150,7 +150,7 @@ class DockerConfig(_Config):
     """Mount the runtime bundle (a Python with its own loader and libraries, and this
     package's in-box programs) read-only at /opt/episodes-runtime: the relay, the
     tunnel end and `{python}` harnesses then run in any image, with or without a
-    Python of its own (episodes/runtimes/bundle.py). None (the default): every image
+    Python of its own (episodes/runtimes/docker/bundle.py). None (the default): every image
     but the project's own (scripts/build-image.sh's, and images FROM them, which
     carry its `episodes.harness.hash` label and their own Python); true: always;
     false: never."""

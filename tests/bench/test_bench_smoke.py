@@ -111,7 +111,7 @@ async def test_the_shipped_group_execution_variant_runs(client, monkeypatch) -> 
     """`groups` (issue 32): the shipped group execution, 2 groups of 4, on a plain
     process; its ratio to in-process `isolation: none` is judged."""
     from bench import throughput
-    from episodes.runtimes.sandbox import SandboxRuntime
+    from episodes.runtimes.sandbox.runtime import SandboxRuntime
     from workers.worker import EpisodeWorker, WorkerOptions
 
     async def no_box(self: SandboxRuntime) -> None:
@@ -133,7 +133,7 @@ async def test_throughput_runs_in_process_on_the_sandbox_and_on_a_plain_process(
     """The two in-process variants run on the runtime each names, side by side
     (`ratios.sandbox_vs_plain_in_process`, issue 32)."""
     from bench import throughput
-    from episodes.runtimes.sandbox import SandboxRuntime
+    from episodes.runtimes.sandbox.runtime import SandboxRuntime
 
     boxes: list[SandboxRuntime] = []
     start = SandboxRuntime.start

@@ -15,7 +15,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.session import SessionActivities
 from episodes.breaker import ProvisionBreaker
-from episodes.runtimes import docker_engine
+from episodes.runtimes.docker import engine as docker_engine
 from episodes.session.registry import SessionRegistry
 from episodes.types.io import ProvisionInput
 from tests.support.helpers import spec

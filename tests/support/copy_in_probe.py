@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from episodes.runtimes.box import Box
-from episodes.runtimes.sandbox import SandboxRuntime
+from episodes.runtimes.sandbox.runtime import SandboxRuntime
 from episodes.runtimes.subprocess import SubprocessRuntime
 from episodes.types.runtime import SubprocessConfig
 

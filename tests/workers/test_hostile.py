@@ -15,7 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
-from episodes.runtimes import cgroup
+from episodes.runtimes.sandbox import cgroup
 from episodes.types.spec import EpisodeSpec
 from tests.support.chaos.envs import FLOOD
 from tests.support.chaos.helpers import (

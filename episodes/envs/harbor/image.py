@@ -47,7 +47,7 @@ def environment_hash(env_dir: Path) -> str:
 
 def ensure_image(task: HarborTask) -> TaskImage:
     """The task's image on this engine, built (or pulled) now if missing. Blocking."""
-    from episodes.runtimes.docker_engine import docker, shared_client
+    from episodes.runtimes.docker.engine import docker, shared_client
 
     client = shared_client()
     env = task.config.environment
@@ -57,7 +57,7 @@ def ensure_image(task: HarborTask) -> TaskImage:
     found = _inspect(client, docker, tag)
     if found is not None:
         return TaskImage(tag, found, built=False)
-    from episodes.runtimes.bundle import cache_dir
+    from episodes.runtimes.docker.bundle import cache_dir
 
     locks = cache_dir() / "harbor-locks"
     locks.mkdir(parents=True, exist_ok=True)

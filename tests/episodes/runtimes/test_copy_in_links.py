@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from episodes.runtimes.sandbox import bwrap_path
+from episodes.runtimes.sandbox.runtime import bwrap_path
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.timeout(180)]

@@ -26,7 +26,7 @@ async def read_all(stream) -> bytes:
 
 
 async def test_the_default_is_the_sandbox_and_none_is_a_process_group():
-    from episodes.runtimes.sandbox import SandboxRuntime
+    from episodes.runtimes.sandbox.runtime import SandboxRuntime
 
     assert isinstance(make_runtime(SubprocessConfig()), SandboxRuntime)
     assert isinstance(make_runtime(SubprocessConfig(isolation="none")), SubprocessRuntime)

@@ -113,7 +113,7 @@ def skip_reason() -> str | None:
 
 
 def make_runtime(**overrides):  # type: ignore[no-untyped-def]
-    from episodes.runtimes.docker import DockerRuntime
+    from episodes.runtimes.docker.runtime import DockerRuntime
 
     return DockerRuntime(DockerConfig(image=IMAGE, **overrides), labels=labels())
 

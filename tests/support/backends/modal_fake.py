@@ -19,7 +19,7 @@ def skip_reason() -> str | None:
 
 
 def make_runtime() -> Runtime:
-    from episodes.runtimes.modal import ModalRuntime
+    from episodes.runtimes.cloud.modal import ModalRuntime
     from tests.support.fakes.modal_fake import fake_sdk
 
     sdk = fake_sdk()

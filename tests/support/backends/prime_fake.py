@@ -25,7 +25,7 @@ def skip_reason() -> str | None:
 
 
 def make_runtime() -> Runtime:
-    from episodes.runtimes.prime import PrimeRuntime
+    from episodes.runtimes.cloud.prime import PrimeRuntime
     from tests.support.fakes.prime_fake import fake_sdk
 
     sdk = fake_sdk()

@@ -14,13 +14,13 @@ _made: list[Runtime] = []
 
 
 def skip_reason() -> str | None:
-    from episodes.runtimes.sandbox import BWRAP_MISSING, bwrap_path
+    from episodes.runtimes.sandbox.runtime import BWRAP_MISSING, bwrap_path
 
     return None if bwrap_path() else BWRAP_MISSING
 
 
 def make_runtime() -> Runtime:
-    from episodes.runtimes.sandbox import SandboxRuntime
+    from episodes.runtimes.sandbox.runtime import SandboxRuntime
 
     runtime = SandboxRuntime()
     _made.append(runtime)
@@ -29,7 +29,7 @@ def make_runtime() -> Runtime:
 
 def kill_box(runtime: Runtime) -> None:
     """SIGKILL the box's bwrap from outside, as the OOM killer or an operator might."""
-    from episodes.runtimes.sandbox import SandboxRuntime
+    from episodes.runtimes.sandbox.runtime import SandboxRuntime
 
     assert isinstance(runtime, SandboxRuntime) and runtime.bwrap_pid is not None
     os.kill(runtime.bwrap_pid, signal.SIGKILL)

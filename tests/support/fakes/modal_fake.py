@@ -6,7 +6,7 @@ Faked: `App.lookup.aio`, `Image.from_registry`, `Sandbox.create.aio`,
 `wait.aio`, `stdout`/`stderr` (async iteration, `read.aio`),
 `stdin.write`/`write_eof`/`drain.aio`. Only the async (`.aio`) forms exist: a
 blocking call from the runtime fails here instead of stalling the event loop.
-Signatures are checked against the real SDK by tests/episodes/runtimes/test_sdk_fidelity.py.
+Signatures are checked against the real SDK by tests/episodes/runtimes/cloud/test_sdk_fidelity.py.
 
 Fault injection (fake-only, on `Cloud`): `create_delay_s`.
 

@@ -1,0 +1,297 @@
+"""What ModalRuntime and PrimeRuntime promise beyond the shared self-check, on the SDK fakes:
+leak-proof provisioning, fail-closed signalling, and one clear error when unusable."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import stat
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from episodes.errors import RuntimeUnavailable, SpecError
+from episodes.runtimes.cloud import remote_shell
+from episodes.runtimes.cloud.modal import ModalRuntime
+from episodes.runtimes.cloud.prime import PrimeRuntime
+from episodes.types.runtime import ModalConfig, PrimeConfig
+from tests.support.fakes import modal_fake
+
+prime_fake = pytest.importorskip("tests.support.fakes.prime_fake")
+
+T = 30.0
+SLEEPER = 'import time; print("ready", flush=True); time.sleep(600)'
+
+
+async def within(aw: Any, timeout: float = T) -> Any:
+    return await asyncio.wait_for(aw, timeout)
+
+
+async def until(predicate: Callable[[], bool], timeout: float = T) -> None:
+    async def poll() -> None:
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+    await within(poll(), timeout)
+
+
+@contextlib.asynccontextmanager
+async def stopping(runtime: Any) -> AsyncIterator[Any]:
+    try:
+        yield runtime
+    finally:
+        await within(runtime.stop())
+
+
+def make_modal(**config: Any) -> tuple[ModalRuntime, Any]:
+    sdk = modal_fake.fake_sdk()
+    workdir = tempfile.mkdtemp(prefix="fake-modal-work-")
+    runtime = ModalRuntime(ModalConfig(workdir=workdir, **config), labels={"k": "v"}, sdk=sdk)
+    return runtime, sdk.cloud
+
+
+def make_prime(tmp_path: Path, **config: Any) -> tuple[PrimeRuntime, Any]:
+    sdk = prime_fake.fake_sdk()
+    workdir = str(tmp_path / "work")
+    runtime = PrimeRuntime(PrimeConfig(workdir=workdir, **config), labels={"k": "v"}, sdk=sdk)
+    return runtime, sdk.cloud
+
+
+# -- Prime provisioning ----------------------------------------------------------------
+async def test_prime_start_cancelled_during_wait_for_creation_deletes_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    runtime, cloud = make_prime(tmp_path)
+    cloud.creation_delay_s = 600
+    task = asyncio.ensure_future(runtime.start())
+    await until(lambda: bool(cloud.sandboxes))  # created; now waiting for RUNNING
+    await asyncio.sleep(0.1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(task)
+    assert cloud.deleted == list(cloud.sandboxes)
+    assert cloud.live() == []
+    await within(runtime.stop())
+
+
+async def test_prime_start_cancelled_while_create_is_in_flight_deletes_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    runtime, cloud = make_prime(tmp_path)
+    cloud.create_delay_s = 1.0  # the VM exists before the create call returns
+    task = asyncio.ensure_future(runtime.start())
+    await until(lambda: bool(cloud.sandboxes))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(task)
+    assert len(cloud.sandboxes) == 1
+    assert cloud.deleted == list(cloud.sandboxes)
+    await within(runtime.stop())
+
+
+async def test_prime_retried_create_sends_the_same_idempotency_key(tmp_path: Path) -> None:
+    runtime, cloud = make_prime(tmp_path)
+    cloud.lose_create_responses = 1  # made on the server, but the answer timed out
+    async with stopping(runtime):
+        await within(runtime.start())
+        keys = [r.idempotency_key for r in cloud.create_requests]
+        assert len(keys) == 2 and keys[0] == keys[1] == runtime.idempotency_key
+        assert list(cloud.sandboxes) == [runtime.id]  # one VM, not two
+        assert await runtime.alive()
+    assert cloud.live() == []
+
+
+async def test_prime_start_after_failed_creates_reuses_the_key(tmp_path: Path) -> None:
+    from prime_sandboxes import APITimeoutError
+
+    runtime, cloud = make_prime(tmp_path)
+    cloud.lose_create_responses = 3
+    async with stopping(runtime):
+        with pytest.raises(APITimeoutError):
+            await within(runtime.start())
+        await within(runtime.start())  # e.g. Temporal retrying the provision
+        assert {r.idempotency_key for r in cloud.create_requests} == {runtime.idempotency_key}
+        assert len(cloud.create_requests) == 4
+        assert list(cloud.sandboxes) == [runtime.id]
+    assert cloud.live() == []
+
+
+async def test_prime_request_carries_config_and_labels(tmp_path: Path) -> None:
+    runtime, cloud = make_prime(tmp_path, cpu_cores=2, env={"BOX": "1"})
+    async with stopping(runtime):
+        await within(runtime.start())
+        request = cloud.create_requests[0]
+        assert request.cpu_cores == 2 and request.environment_vars == {"BOX": "1"}
+        assert request.labels == ["k=v"]
+        assert Path(runtime.config.workdir).is_dir()  # made by start()
+
+
+def test_prime_vm_false_says_what_to_change() -> None:
+    with pytest.raises(SpecError, match="set `vm: true`"):
+        PrimeRuntime(PrimeConfig(vm=False))
+
+
+async def test_prime_without_credentials_is_unavailable(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("PRIME_API_KEY", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.prime/config.json either
+    with pytest.raises(RuntimeUnavailable, match="PRIME_API_KEY"):
+        await PrimeRuntime(PrimeConfig()).start()
+
+
+async def test_prime_sdk_without_open_process_is_too_old(monkeypatch: pytest.MonkeyPatch) -> None:
+    import prime_sandboxes
+
+    monkeypatch.delattr(prime_sandboxes.AsyncSandboxClient, "open_process")
+    with pytest.raises(RuntimeUnavailable, match="prime-sandboxes too old: need open_process"):
+        await PrimeRuntime(PrimeConfig()).start()
+
+
+async def test_prime_write_after_close_stdin_raises(tmp_path: Path) -> None:
+    runtime, _ = make_prime(tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        code = "import sys; print(len(sys.stdin.buffer.read()))"
+        proc = await within(runtime.open_process([sys.executable, "-c", code]))
+        await proc.write(b"x" * 200_000)  # more than a FIFO holds: the relay must drain it
+        await within(proc.close_stdin())
+        with pytest.raises(BrokenPipeError):
+            await proc.write(b"more")
+        assert await within(proc.stdout.read()) == b"200000\n"
+        assert await within(proc.wait()) == 0
+
+
+# -- Modal provisioning ----------------------------------------------------------------
+async def test_modal_start_cancelled_while_create_is_in_flight_terminates_it() -> None:
+    runtime, cloud = make_modal()
+    cloud.create_delay_s = 1.0
+    task = asyncio.ensure_future(runtime.start())
+    await until(lambda: bool(cloud.sandboxes))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(task)
+    await until(lambda: cloud.live() == [])
+    await within(runtime.stop())
+
+
+async def test_modal_create_gets_config_and_labels_as_tags() -> None:
+    runtime, cloud = make_modal(cpu=2.0, memory_mb=2048, timeout_s=600, env={"BOX": "1"})
+    async with stopping(runtime):
+        await within(runtime.start())
+        (sandbox,) = cloud.sandboxes
+        assert runtime.id == sandbox.object_id
+        assert sandbox.tags == {"k": "v"}
+        args = sandbox.create_args
+        assert (args["cpu"], args["memory"], args["timeout"]) == (2.0, 2048, 600)
+        assert args["env"] == {"BOX": "1"} and args["image"].tag == runtime.config.image
+    assert cloud.live() == []
+
+
+async def test_modal_without_credentials_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = pytest.importorskip("modal.config").config
+    monkeypatch.delenv("MODAL_TOKEN_ID", raising=False)
+    monkeypatch.delenv("MODAL_TOKEN_SECRET", raising=False)
+    if config.get("token_id"):
+        pytest.skip("a Modal profile with a token is configured on this machine")
+    with pytest.raises(RuntimeUnavailable, match="MODAL_TOKEN_ID"):
+        await ModalRuntime(ModalConfig()).start()
+
+
+# -- fail closed -----------------------------------------------------------------------
+def shim_dir(tmp_path: Path) -> Path:
+    """A `sh` first on the box's PATH that hangs or fails while a flag file exists."""
+    d = tmp_path / "shim"
+    d.mkdir()
+    sh = d / "sh"
+    sh.write_text(
+        "#!/bin/sh\n"
+        f'[ -e "{d}/hang" ] && exec sleep 600\n'
+        f'[ -e "{d}/broken" ] && exit 127\n'
+        'exec /bin/sh "$@"\n'
+    )
+    sh.chmod(sh.stat().st_mode | stat.S_IXUSR)
+    return d
+
+
+def shimmed(kind: str, tmp_path: Path) -> tuple[Any, Any, Path]:
+    d = shim_dir(tmp_path)
+    env = {"PATH": f"{d}:/usr/bin:/bin"}
+    if kind == "modal":
+        runtime, cloud = make_modal(env=env)
+    else:
+        runtime, cloud = make_prime(tmp_path, env=env)
+    return runtime, cloud, d
+
+
+@pytest.mark.parametrize("kind", ["modal", "prime"])
+async def test_no_pid_in_time_destroys_the_box(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runtime, cloud, d = shimmed(kind, tmp_path)
+    monkeypatch.setattr(remote_shell, "PID_WAIT_S", 1.0)
+    async with stopping(runtime):
+        await within(runtime.start())
+        (d / "hang").touch()
+        with pytest.raises(RuntimeError, match=r"did not report its pid.*destroyed"):
+            await within(runtime.open_process([sys.executable, "-c", SLEEPER]))
+        assert not await runtime.alive()
+        assert cloud.live() == []
+
+
+@pytest.mark.parametrize("kind", ["modal", "prime"])
+async def test_a_signal_that_cannot_be_sent_destroys_the_box(kind: str, tmp_path: Path) -> None:
+    runtime, cloud, d = shimmed(kind, tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        proc = await within(runtime.open_process([sys.executable, "-c", SLEEPER]))
+        assert await within(proc.stdout.read(6)) == b"ready\n"
+        pid = proc.pid
+        (d / "broken").touch()  # the next `sh` (the signal command) fails
+        await within(proc.terminate())
+        assert await within(proc.wait()) == -9
+        assert not await runtime.alive()
+        assert cloud.live() == []
+        await until(lambda: not _exists(pid))
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with contextlib.suppress(OSError, ValueError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state != "Z"
+    return True
+
+
+# -- failures of the program or the wrapper are reported, not hidden -------------------
+@pytest.mark.parametrize("kind", ["modal", "prime"])
+async def test_a_missing_program_exits_nonzero_with_its_error(kind: str, tmp_path: Path) -> None:
+    runtime = make_modal()[0] if kind == "modal" else make_prime(tmp_path)[0]
+    async with stopping(runtime):
+        await within(runtime.start())
+        proc = await within(runtime.open_process(["/nonexistent/harness"]))
+        assert await within(proc.wait()) != 0
+        assert b"/nonexistent/harness" in await within(proc.stderr.read())
+        assert await runtime.alive()
+
+
+async def test_prime_wrapper_that_cannot_start_reports_why(tmp_path: Path) -> None:
+    runtime, _ = make_prime(tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        # No place for the stdin FIFO: the wrapper gives up before the program starts.
+        env = {"TMPDIR": str(tmp_path / "missing")}
+        proc = await within(runtime.open_process([sys.executable, "-c", SLEEPER], env=env))
+        assert proc.pid is None
+        assert await within(proc.wait()) == 125
+        assert b"episodes: cannot make" in await within(proc.stderr.read())
+        await within(proc.terminate())  # nothing to signal: a no-op, the box stays
+        assert await runtime.alive()
