@@ -134,7 +134,9 @@ def _whole_or_fail(
         wf = member[0]
         return group_id(batch, wf.typed_search_attributes.get(sa.TASK) or member_id(wf.id))
 
-    picked = whole_groups(zip(found, loaded, strict=True), group=group, ended=lambda m: bool(m[1]))
+    picked = whole_groups(
+        zip(found, loaded, strict=True), group=group, ended=lambda m: m[1] is not None
+    )
     partial = {g: [_why(wf) for wf, _ in members] for g, members in picked.partial.items()}
     if partial:
         named = "; ".join(f"{g}: {', '.join(why)}" for g, why in list(partial.items())[:NAMED])
