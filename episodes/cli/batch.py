@@ -17,7 +17,8 @@ from rich.table import Table
 from episodes.cli.common import console, err_console, live_progress, progress_bar
 from episodes.cli.embedded import client_for
 from episodes.cli.run import budget_line, config_error_lines, every_failed_lines, reused_note
-from episodes.client.batches import (
+from episodes.client.batch.dispatch import dispatch_spec
+from episodes.client.batch.server import (
     batch_input,
     episode_results,
     start_batch,
@@ -25,7 +26,6 @@ from episodes.client.batches import (
     wait_batch,
 )
 from episodes.client.config import Config
-from episodes.client.dispatch import dispatch_spec
 from episodes.client.fleet import on_fleet
 from episodes.errors import Interrupted
 from episodes.specfile import load_spec

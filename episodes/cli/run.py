@@ -21,16 +21,16 @@ from episodes.cli.common import (
 )
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
-from episodes.client.batches import episodes_query
+from episodes.client.batch.dispatch import dispatch_spec
+from episodes.client.batch.server import episodes_query
 from episodes.client.config import Config
-from episodes.client.dispatch import dispatch_spec
-from episodes.client.group_options import groups_spec
+from episodes.client.group.options import groups_spec
 from episodes.errors import EpisodesError, Interrupted
 from episodes.specfile import load_spec
 from episodes.types.results import OK_TERMINATIONS, EpisodeResult
 
 if TYPE_CHECKING:
-    from episodes.client.groups import Group
+    from episodes.client.group.stream import Group
 
 
 async def run_spec(

@@ -56,8 +56,8 @@ def create(
     max_episode_seconds: fleet.MaxEpisodeSeconds = None,
 ) -> None:
     """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
-    from episodes.client.schedules import create_schedule
     from episodes.envs import check_env_ref
+    from episodes.ops.schedules import create_schedule
     from episodes.specfile import load_spec
 
     async def main() -> None:
@@ -96,7 +96,7 @@ def create(
 @common.with_config
 def list_cmd(cfg: Config) -> None:
     """List the schedules that start batches."""
-    from episodes.client.schedules import list_schedules
+    from episodes.ops.schedules import list_schedules
 
     async def main() -> None:
         schedules = await list_schedules(await _client(cfg))
@@ -127,7 +127,7 @@ def list_cmd(cfg: Config) -> None:
 @common.with_config
 def describe(name: Name, cfg: Config) -> None:
     """Show a schedule: its spec, timing, state, recent and next runs."""
-    from episodes.client.schedules import describe_schedule
+    from episodes.ops.schedules import describe_schedule
 
     async def main() -> None:
         s = await describe_schedule(await _client(cfg), name)
@@ -164,7 +164,7 @@ def pause(
     note: Note = None,
 ) -> None:
     """Pause a schedule (runs already started continue)."""
-    from episodes.client.schedules import pause_schedule
+    from episodes.ops.schedules import pause_schedule
 
     async def main() -> None:
         await pause_schedule(await _client(cfg), name, note)
@@ -181,7 +181,7 @@ def unpause(
     note: Note = None,
 ) -> None:
     """Resume a paused schedule."""
-    from episodes.client.schedules import unpause_schedule
+    from episodes.ops.schedules import unpause_schedule
 
     async def main() -> None:
         await unpause_schedule(await _client(cfg), name, note)
@@ -200,7 +200,7 @@ def trigger(
     ] = None,
 ) -> None:
     """Start a run now."""
-    from episodes.client.schedules import trigger_schedule
+    from episodes.ops.schedules import trigger_schedule
 
     async def main() -> None:
         await trigger_schedule(await _client(cfg), name, overlap)
@@ -216,7 +216,7 @@ def trigger(
 @common.with_config
 def delete(name: Name, cfg: Config) -> None:
     """Delete a schedule (the batches it started stay, findable by EpisodeSchedule)."""
-    from episodes.client.schedules import delete_schedule
+    from episodes.ops.schedules import delete_schedule
 
     async def main() -> None:
         await delete_schedule(await _client(cfg), name)

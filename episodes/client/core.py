@@ -22,7 +22,7 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
-from episodes.client.dispatch import (
+from episodes.client.batch.dispatch import (
     Member,
     Outcome,
     await_result,
@@ -31,11 +31,11 @@ from episodes.client.dispatch import (
     dispatch_spec,
     run_member,
 )
+from episodes.client.batch.spending import Spending
 from episodes.client.fleet import on_fleet
-from episodes.client.group_options import groups_spec
+from episodes.client.group.options import groups_spec
+from episodes.client.histories.replaying import ReplayMethods
 from episodes.client.interactive import InteractiveSession, open_session
-from episodes.client.replaying import ReplayMethods
-from episodes.client.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.specfile import load_spec
@@ -48,7 +48,7 @@ from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, DEFAULT_TURNS_PER_RUN
 
 if TYPE_CHECKING:
-    from episodes.client.groups import Group
+    from episodes.client.group.stream import Group
 
 
 class EpisodesClient(ReplayMethods):
@@ -174,7 +174,7 @@ class EpisodesClient(ReplayMethods):
     async def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript from its history, every run of
         it: `transcript.model_calls()` / `tool_calls()` give the calls in order."""
-        from episodes.client.history import fetch_transcript
+        from episodes.client.histories.transcript import fetch_transcript
 
         return await fetch_transcript(self.client, workflow_id)
 
@@ -273,7 +273,7 @@ class EpisodesClient(ReplayMethods):
         ones that finished.
 
         `groups`: yield each task's samples as one `Group` once all ended, members
-        re-run up to `group_retries` (`episodes.client.groups`). `policy_version`: set
+        re-run up to `group_retries` (`episodes.client.group.stream`). `policy_version`: set
         `self.policy_version` now; every episode is dispatched at `self.policy_version`
         as it is then (`model.policy_version`, recorded on each model call), so a
         trainer moves it on by setting the attribute. `max_staleness` (groups only):
@@ -286,11 +286,11 @@ class EpisodesClient(ReplayMethods):
         start (with groups: no more groups, those dispatched finish whole), the stream
         ends once those in flight have, and `self.budget_exhausted` names the budget.
 
-        `oversample`, `skip_zero_variance` (groups only; `episodes.client.groups`)
+        `oversample`, `skip_zero_variance` (groups only; `episodes.client.group.stream`)
         replace the spec's: stragglers cut, zero-variance groups skipped and counted.
 
         `execution="group"` (opt-in; None: the spec's): a task's samples run as one
-        workflow, members addressed `<batch>.<task>.g.s<n>` (`episodes.client.group_exec`).
+        workflow, members addressed `<batch>.<task>.g.s<n>` (`episodes.client.group.execution`).
         """
         batch = batch_id_arg(batch_id, batch, "run_batch")
         if not isinstance(spec, EpisodeSpec):
@@ -309,11 +309,11 @@ class EpisodesClient(ReplayMethods):
         spec = groups_spec(spec, groups, oversample, skip_zero_variance)
         execution = execution or spec.execution
         if execution == "group":
-            from episodes.client.group_exec import run_group_execution
+            from episodes.client.group.execution import run_group_execution
 
             return run_group_execution(self, spec, batch, limit, max_staleness, groups=groups)
         if groups:
-            from episodes.client.groups import stream_groups
+            from episodes.client.group.stream import stream_groups
 
             if max_staleness is not None and self.policy_version is None:
                 raise EpisodesError(

@@ -25,10 +25,10 @@ from episodes import contract
 from episodes import search_attributes as sa
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch, wait_batch
+from episodes.client.batch.server import batch_input, start_batch, wait_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
-from episodes.client.doctor import check_fleet
+from episodes.ops.doctor import check_fleet
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import EpisodeSpec
 from episodes.viewer.pages import _batch, batch_view

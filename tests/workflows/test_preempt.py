@@ -22,7 +22,7 @@ from temporalio.client import Client
 from episodes import contract
 from episodes.agents.scripted import ScriptedUpstream
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch, wait_batch
+from episodes.client.batch.server import batch_input, start_batch, wait_batch
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
 from episodes.types.spec import parse_spec

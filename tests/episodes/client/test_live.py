@@ -18,8 +18,8 @@ import pytest
 from episodes.agents.fleet import all_replicas, saturated
 from episodes.agents.scripted import ScriptedUpstream, echo_policy
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch, wait_batch
-from episodes.client.live import LiveFigure, live_figure
+from episodes.client.batch.live import LiveFigure, live_figure
+from episodes.client.batch.server import batch_input, start_batch, wait_batch
 from episodes.types.spec import EpisodeSpec
 from episodes.viewer.pages import batch_view
 from tests.conftest import ROOT

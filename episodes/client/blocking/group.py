@@ -1,11 +1,11 @@
 """`SyncGroup`: a `Group` of the blocking client (`SyncEpisodesClient.run_batch(...,
-groups=True)`, `fork_group`). Importable from `episodes.client.sync` as before.
+groups=True)`, `fork_group`). Importable from `episodes.client.blocking.client` as before.
 """
 
 from __future__ import annotations
 
-from episodes.client.groups import Group
-from episodes.client.sync_session import _LoopThread
+from episodes.client.blocking.session import _LoopThread
+from episodes.client.group.stream import Group
 from episodes.training.samples import EpisodeSamples
 from episodes.types.results import EpisodeResult
 

@@ -34,7 +34,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import search_attributes as sa
-from episodes.client.batches import batch_input, total_episodes
+from episodes.client.batch.server import batch_input, total_episodes
 from episodes.client.fleet import on_fleet
 from episodes.contract import BATCH_WORKFLOW
 from episodes.errors import ScheduleError

@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes.client.config import Config
-from episodes.client.doctor_local import (
+from episodes.ops.doctor_local import (
     HARNESS_IMAGE,
     Check,
     check_payloads,
@@ -152,7 +152,7 @@ async def check_workers(client: Client, task_queue: str) -> Check:
 
 async def check_fleet(client: Client) -> list[Check]:
     """Priority and fairness keys (batches sharing a fleet), tried on a probe queue."""
-    from episodes.client.doctor_fleet import probe_fleet
+    from episodes.ops.doctor_fleet import probe_fleet
 
     try:
         priority, fairness = await probe_fleet(client)

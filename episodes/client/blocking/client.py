@@ -20,11 +20,11 @@ from typing import Any, Literal, TypeVar, overload
 from temporalio.client import WorkflowHandle
 from temporalio.converter import DataConverter
 
+from episodes.client.batch.dispatch import batch_id_arg
+from episodes.client.blocking.group import SyncGroup
+from episodes.client.blocking.session import SyncInteractiveSession, _LoopThread
 from episodes.client.core import EpisodesClient
-from episodes.client.dispatch import batch_id_arg
-from episodes.client.groups import Group
-from episodes.client.sync_group import SyncGroup
-from episodes.client.sync_session import SyncInteractiveSession, _LoopThread
+from episodes.client.group.stream import Group
 from episodes.types.group import Execution
 from episodes.types.model import UpstreamSpec
 from episodes.types.priority import BatchBudget, BudgetName

@@ -3,7 +3,7 @@
 Each task's `samples` members run as one `EpisodeGroupWorkflow` (`<batch>.<task>.g`;
 design: `episodes.types.group`, docs/training.md "Group execution") instead of one
 `EpisodeWorkflow` each: the server's cost is paid once per group, not per episode.
-Groups are yielded as `episodes.client.groups.Group`s, exactly as the default path
+Groups are yielded as `episodes.client.group.stream.Group`s, exactly as the default path
 yields them; each result's `workflow_id` is the member's id
 (`<batch>.<task>.g.s<sample>`), which `episodes show`, the viewer, `episodes export`
 and `Group.samples()` accept.
@@ -15,7 +15,7 @@ of execution is the group; a GRPO baseline wants its members run alike); past th
 it is yielded `failed`. `max_staleness` cancels a stale group's workflow and
 dispatches it again at the current version.
 
-As on the default path (`episodes.client.groups`): budgets are counted from the
+As on the default path (`episodes.client.group.stream`): budgets are counted from the
 members' results as each group ends (past one no new group starts,
 `client.budget_exhausted` names it); `skip_zero_variance` skips a zero-variance group
 and counts it (`client.zero_variance_skipped`); `oversample: k` runs `samples + k`
@@ -41,9 +41,9 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
-from episodes.client.dispatch import cancel_episode, dispatch_spec, failed
-from episodes.client.groups import VERSION_POLL_S, Group
-from episodes.client.spending import Spending
+from episodes.client.batch.dispatch import cancel_episode, dispatch_spec, failed
+from episodes.client.batch.spending import Spending
+from episodes.client.group.stream import VERSION_POLL_S, Group
 from episodes.errors import EpisodesError
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.types.group import (

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import contract
-from episodes.client.batches import episodes_query
+from episodes.client.batch.server import episodes_query
 from episodes.errors import EpisodesError
 
 # How many signals are in flight at once (a training batch may have thousands running).

@@ -22,7 +22,7 @@ and dispatched again at the current version, as fresh attempts; `Group.stale` co
 those re-dispatches. Complete groups are yielded as they are, with their version.
 
 Budgets (`spec.budget`, `run_batch(budget=)`): counted from the members' results as
-they end (`episodes.client.spending`); past one no new group is dispatched, the groups
+they end (`episodes.client.batch.spending`); past one no new group is dispatched, the groups
 already dispatched finish whole, and `client.budget_exhausted` names it. A re-run
 re-attaches to the members that ended, counts them again and stops where it stopped.
 
@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from episodes import contract
-from episodes.client.dispatch import (
+from episodes.client.batch.dispatch import (
     Member,
     Outcome,
     cancel_episode,
@@ -66,7 +66,7 @@ from episodes.client.dispatch import (
     dispatch_spec,
     run_member,
 )
-from episodes.client.spending import Spending
+from episodes.client.batch.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.training.export import advantages
 from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of

@@ -34,7 +34,7 @@ from episodes.types.io import EpisodeInput
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, ForkOrigin, is_infra_failure
 
 if TYPE_CHECKING:
-    from episodes.client.groups import Group
+    from episodes.client.group.stream import Group
 
 
 def fork_batch_id(workflow_id: str, at_turn: int) -> str:
@@ -79,8 +79,8 @@ async def start_branches(
     """Start `samples` branches of `workflow_id` at `at_turn` (or attach to the ones
     already started under their ids, running or closed; a failed one starts anew): the
     parent's input (read once) and the branches' handles, in branch order."""
-    from episodes.client.dispatch import dispatch_spec
-    from episodes.client.history import recorded_turns
+    from episodes.client.batch.dispatch import dispatch_spec
+    from episodes.client.histories.transcript import recorded_turns
 
     if samples < 1:
         raise EpisodesError(f"fork: samples must be at least 1, not {samples}")
@@ -153,7 +153,7 @@ async def branch_ended(
     """The branch's result once it ended (a failed workflow: a `workflow_failed` result,
     not a raise; `began`: the fork's start, monotonic) and whether it ended for an
     infrastructure reason."""
-    from episodes.client.dispatch import await_result, failed_result
+    from episodes.client.batch.dispatch import await_result, failed_result
 
     try:
         result = await await_result(handle)
@@ -176,8 +176,8 @@ async def fork_group(
     """`start_branches`, then the branches as one `Group` (in branch order) once all
     ended. A branch that ended for an infrastructure reason, or whose workflow failed,
     makes the group `failed` (no retries here: fork again to run it anew)."""
-    from episodes.client.groups import Group
-    from episodes.client.history import fetch_transcript
+    from episodes.client.group.stream import Group
+    from episodes.client.histories.transcript import fetch_transcript
 
     began = time.monotonic()
     parent, handles = await start_branches(

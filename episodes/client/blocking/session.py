@@ -1,5 +1,5 @@
 """The blocking client's event loop thread and its interactive session (split from
-`episodes.client.sync`, which re-exports both)."""
+`episodes.client.blocking.client`, which re-exports both)."""
 
 from __future__ import annotations
 
