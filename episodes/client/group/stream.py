@@ -53,12 +53,12 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from episodes import contract
 from episodes.client.batch.dispatch import (
+    BatchClient,
     Member,
     Outcome,
     cancel_episode,
@@ -72,9 +72,6 @@ from episodes.training.export import advantages
 from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of
 from episodes.types.results import Cut, EpisodeResult, Transcript
 from episodes.types.spec import EpisodeSpec
-
-if TYPE_CHECKING:
-    from episodes.client.core import EpisodesClient
 
 # How often a waiting stream looks at `client.policy_version` when no episode ends (a
 # trainer may move it from another task while the stream waits).
@@ -178,7 +175,7 @@ class _State:
 
 
 async def stream_groups(
-    ec: EpisodesClient,
+    ec: BatchClient,
     spec: EpisodeSpec,
     *,
     batch: str | None,
@@ -322,9 +319,7 @@ async def stream_groups(
         )
 
 
-def _group(
-    ec: EpisodesClient, batch: str, g: _State, *, model: bool, partial: bool = False
-) -> Group:
+def _group(ec: BatchClient, batch: str, g: _State, *, model: bool, partial: bool = False) -> Group:
     ended = [m for m in g.members if m.sample in g.outcomes]
     outcomes = [g.outcomes[m.sample] for m in ended]
     failed = None

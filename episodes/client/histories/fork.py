@@ -24,12 +24,10 @@ import time
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
+from episodes.client.starting import start_options, start_or_attach
 from episodes.errors import EpisodeFailed, EpisodesError
-from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.types.io import EpisodeInput
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, ForkOrigin, is_infra_failure
 
@@ -106,22 +104,19 @@ async def start_branches(
             }
         )
         wid = branch_id(workflow_id, at_turn, i)
-        try:
-            handle = await client.start_workflow(
-                contract.EPISODE_WORKFLOW,
-                inp,
-                id=wid,
-                task_queue=task_queue,
-                result_type=EpisodeResult,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                # Findable as a batch of their own: `episodes export <id>.f<k>`.
-                search_attributes=episode_search_attributes(spec, inp.task, batch),
-                priority=task_priority(spec),
-                static_summary=f"fork of {workflow_id} at turn {at_turn} · branch {i}",
-            )
-        except WorkflowAlreadyStartedError:  # it completed: its result stands
-            handle = client.get_workflow_handle(wid, result_type=EpisodeResult)
+        options = start_options(
+            spec,
+            inp.task,
+            # Findable as a batch of their own: `episodes export <id>.f<k>`.
+            batch,
+            workflow_id=wid,
+            task_queue=task_queue,
+            summary=f"fork of {workflow_id} at turn {at_turn} · branch {i}",
+        )
+        # One that completed under its id is attached to: its result stands.
+        handle, _ = await start_or_attach(
+            client, contract.EPISODE_WORKFLOW, inp, EpisodeResult, options
+        )
         handles.append(handle)
     return parent, handles
 
