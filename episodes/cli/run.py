@@ -41,7 +41,7 @@ async def run_spec(
     batch: str | None,
     concurrency: int | None,
     policy_version: int | None = None,
-    fleet: dict[str, Any] | None = None,
+    priority_options: dict[str, Any] | None = None,
     oversample: int | None = None,
 ) -> list[EpisodeResult]:
     from episodes.envs import check_env_ref
@@ -69,7 +69,10 @@ async def run_spec(
             err_console.print(note, highlight=False, soft_wrap=True)
         tally: Counter[str] = Counter()
         kw: dict[str, Any] = dict(
-            concurrency=concurrency, batch_id=batch, policy_version=policy_version, **(fleet or {})
+            concurrency=concurrency,
+            batch_id=batch,
+            policy_version=policy_version,
+            **(priority_options or {}),
         )
         stream = (
             members(episodes.run_batch(spec, groups=True, **kw), tally)

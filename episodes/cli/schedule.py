@@ -10,7 +10,16 @@ import typer
 from rich.table import Table
 from temporalio.client import Client
 
-from episodes.cli import common, fleet
+from episodes.cli import common
+from episodes.cli.priority import (
+    FairnessKey,
+    FairnessWeight,
+    MaxEpisodeSeconds,
+    MaxModelCalls,
+    MaxModelTokens,
+    Priority,
+    priority_kwargs,
+)
 from episodes.client.config import Config
 
 if TYPE_CHECKING:
@@ -48,12 +57,12 @@ def create(
     pass_threshold: Annotated[
         float, typer.Option(help="An episode passes when its reward is at least this.")
     ] = 1.0,
-    priority: fleet.Priority = None,
-    fairness_key: fleet.FairnessKey = None,
-    fairness_weight: fleet.FairnessWeight = None,
-    max_model_tokens: fleet.MaxModelTokens = None,
-    max_model_calls: fleet.MaxModelCalls = None,
-    max_episode_seconds: fleet.MaxEpisodeSeconds = None,
+    priority: Priority = None,
+    fairness_key: FairnessKey = None,
+    fairness_weight: FairnessWeight = None,
+    max_model_tokens: MaxModelTokens = None,
+    max_model_calls: MaxModelCalls = None,
+    max_episode_seconds: MaxEpisodeSeconds = None,
 ) -> None:
     """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
     from episodes.envs import check_env_ref
@@ -74,7 +83,7 @@ def create(
             overlap=overlap,
             concurrency=concurrency,
             pass_threshold=pass_threshold,
-            fleet=fleet.fleet_kwargs(
+            priority_options=priority_kwargs(
                 priority,
                 fairness_key,
                 fairness_weight,

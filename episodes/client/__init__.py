@@ -42,7 +42,8 @@ _moved.alias(
         "sync_session": "episodes.client.blocking.session",
         "doctor": "episodes.ops.doctor",
         "doctor_local": "episodes.ops.doctor_local",
-        "doctor_fleet": "episodes.ops.doctor_fleet",
+        "doctor_fleet": "episodes.ops.doctor_priority",
+        "fleet": "episodes.client.batch.priority",
         "schedules": "episodes.ops.schedules",
     },
 )

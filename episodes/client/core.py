@@ -19,8 +19,8 @@ from temporalio.converter import DataConverter
 
 from episodes.client.batch.dispatch import await_result
 from episodes.client.batch.options import BatchOptions, batch_id_arg
+from episodes.client.batch.priority import with_priority
 from episodes.client.batch.stream import stream_results
-from episodes.client.fleet import on_fleet
 from episodes.client.group.execution import run_group_execution
 from episodes.client.group.options import groups_spec
 from episodes.client.group.stream import Group, stream_groups
@@ -213,7 +213,7 @@ class EpisodesClient(ReplayMethods):
         version is cancelled and dispatched again at the current version.
 
         `priority` (1 first .. 5), `fairness_key`, `fairness_weight` and `budget`
-        replace the spec's (`episodes.client.fleet.on_fleet`): every episode and its
+        replace the spec's (`episodes.client.batch.priority.with_priority`): every episode and its
         activities carry the priority and fairness. Past a budget no more episodes
         start (with groups: no more groups, those dispatched finish whole), the stream
         ends once those in flight have, and `self.budget_exhausted` names the budget.
@@ -227,7 +227,7 @@ class EpisodesClient(ReplayMethods):
         o = BatchOptions.of(options, kwargs, where="run_batch")
         if not isinstance(spec, EpisodeSpec):
             spec = load_spec(spec)
-        spec = on_fleet(
+        spec = with_priority(
             spec,
             priority=o.priority,
             fairness_key=o.fairness_key,

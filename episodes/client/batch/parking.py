@@ -1,6 +1,6 @@
 """Park or resume every running episode of a batch at once: preemption.
 
-    parked = await client.park_batch("rollouts-step-120")    # the fleet is free for evals
+    parked = await client.park_batch("rollouts-step-120")    # the workers are free for evals
     ...                                                      # run the eval batch
     await client.resume_batch("rollouts-step-120")           # the rollouts go on
 

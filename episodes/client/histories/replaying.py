@@ -84,7 +84,7 @@ class ReplayMethods:
         await self.client.get_workflow_handle(workflow_id).signal(contract.RESUME)
 
     async def park_batch(self, batch_id: str) -> list[str]:
-        """Park every running episode of the batch (`park` for each): the fleet is free
+        """Park every running episode of the batch (`park` for each): the workers are free
         for another job. The ids asked, sorted (episodes/client/batch/parking.py)."""
         from episodes.client.batch.parking import signal_batch
 
