@@ -22,7 +22,7 @@ from temporalio.converter import DataConverter
 
 from episodes.client.batch.options import BatchOptions, batch_id_arg
 from episodes.client.blocking.group import SyncGroup
-from episodes.client.blocking.session import SyncInteractiveSession, _LoopThread
+from episodes.client.blocking.session import LoopThread, SyncInteractiveSession
 from episodes.client.core import EpisodesClient
 from episodes.client.group.stream import Group
 from episodes.types.model import UpstreamSpec
@@ -39,7 +39,7 @@ __all__ = ["SyncEpisodesClient", "SyncGroup", "SyncInteractiveSession"]
 class SyncEpisodesClient:
     """`EpisodesClient` with blocking methods. Close it (or use `with`) when done."""
 
-    def __init__(self, loop: _LoopThread, client: EpisodesClient) -> None:
+    def __init__(self, loop: LoopThread, client: EpisodesClient) -> None:
         self._loop = loop
         self.async_client = client
 
@@ -58,7 +58,7 @@ class SyncEpisodesClient:
         timeout_s: float = 10.0,
     ) -> SyncEpisodesClient:
         """As `EpisodesClient.connect`: arguments > environment > profile > defaults."""
-        loop = _LoopThread()
+        loop = LoopThread()
         try:
             client = loop.run(
                 EpisodesClient.connect(

@@ -4,7 +4,7 @@ groups=True)`, `fork_group`). Importable from `episodes.client.blocking.client` 
 
 from __future__ import annotations
 
-from episodes.client.blocking.session import _LoopThread
+from episodes.client.blocking.session import LoopThread
 from episodes.client.group.stream import Group
 from episodes.training.samples import EpisodeSamples
 from episodes.types.results import EpisodeResult
@@ -13,7 +13,7 @@ from episodes.types.results import EpisodeResult
 class SyncGroup:
     """`Group` with a blocking `samples()`: a task's samples in a batch, every member ended."""
 
-    def __init__(self, loop: _LoopThread, group: Group) -> None:
+    def __init__(self, loop: LoopThread, group: Group) -> None:
         self._loop = loop
         self.async_group = group
 

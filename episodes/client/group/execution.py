@@ -261,6 +261,4 @@ def _group(
         partial=any(r.cut == "group_timeout" for r in results),
         cut=[r.workflow_id for r in results if r.cut is not None],
     )
-    group._fetch = ec.transcript
-    group._model = model
-    return group
+    return group.reading(ec.transcript, model=model)

@@ -114,6 +114,13 @@ class Group(BaseModel):
     _samples: list[EpisodeSamples] | None = PrivateAttr(default=None)
     _model: bool = PrivateAttr(default=True)  # the spec has a `model` (its calls: samples)
 
+    def reading(self, fetch: Fetch, *, model: bool) -> Group:
+        """This group, its transcripts read with `fetch` (a workflow id -> its
+        transcript) on `samples()`'s first use; `model`: its spec has a `model` (the
+        calls `samples()` gives)."""
+        self._fetch, self._model = fetch, model
+        return self
+
     @property
     def zero_variance(self) -> bool:
         """Every member has a reward and all are equal: every advantage is 0, the group
@@ -343,6 +350,4 @@ def _group(ec: BatchClient, batch: str, g: _State, *, model: bool, partial: bool
         partial=partial,
         cut=list(g.cut),
     )
-    group._fetch = ec.transcript
-    group._model = model
-    return group
+    return group.reading(ec.transcript, model=model)

@@ -201,6 +201,6 @@ async def fork_group(
         results=[r for r, _ in outcomes],
         failed=why,
     )
-    group._fetch = lambda wid: fetch_transcript(client, wid)
-    group._model = parent.spec.model is not None
-    return group
+    return group.reading(
+        lambda wid: fetch_transcript(client, wid), model=parent.spec.model is not None
+    )

@@ -14,7 +14,7 @@ import pytest
 from episodes.client import EpisodesClient
 from episodes.client.batch.options import BatchOptions
 from episodes.client.blocking.client import SyncEpisodesClient
-from episodes.client.blocking.session import _LoopThread
+from episodes.client.blocking.session import LoopThread
 from episodes.types.priority import BatchBudget
 from tests.support.helpers import spec
 
@@ -81,7 +81,7 @@ class _Recorder:
 
 
 def test_the_blocking_client_forwards_one_options_object() -> None:
-    loop = _LoopThread()
+    loop = LoopThread()
     try:
         recorder = _Recorder()
         sync = SyncEpisodesClient(loop, recorder)  # type: ignore[arg-type]
