@@ -41,7 +41,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from episodes import contract
 from episodes.client.batch.dispatch import BatchClient, cancel_episode, dispatch_spec, failed
 from episodes.client.batch.spending import Spending
-from episodes.client.group.stream import VERSION_POLL_S, Group
+from episodes.client.group.stream import VERSION_POLL_S, Group, reading
 from episodes.client.starting import start_options, start_or_attach
 from episodes.errors import EpisodesError
 from episodes.types.group import (
@@ -261,4 +261,4 @@ def _group(
         partial=any(r.cut == "group_timeout" for r in results),
         cut=[r.workflow_id for r in results if r.cut is not None],
     )
-    return group.reading(ec.transcript, model=model)
+    return reading(group, ec.transcript, model=model)

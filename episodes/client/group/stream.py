@@ -114,13 +114,6 @@ class Group(BaseModel):
     _samples: list[EpisodeSamples] | None = PrivateAttr(default=None)
     _model: bool = PrivateAttr(default=True)  # the spec has a `model` (its calls: samples)
 
-    def reading(self, fetch: Fetch, *, model: bool) -> Group:
-        """This group, its transcripts read with `fetch` (a workflow id -> its
-        transcript) on `samples()`'s first use; `model`: its spec has a `model` (the
-        calls `samples()` gives)."""
-        self._fetch, self._model = fetch, model
-        return self
-
     @property
     def zero_variance(self) -> bool:
         """Every member has a reward and all are equal: every advantage is 0, the group
@@ -152,6 +145,14 @@ class Group(BaseModel):
             transcripts = await asyncio.gather(*(fetch(r.workflow_id) for r in self.results))
             self._samples = [samples_of(t) for t in transcripts]
         return self._samples
+
+
+def reading(group: Group, fetch: Fetch, *, model: bool) -> Group:
+    """`group`, its transcripts read with `fetch` (a workflow id -> its transcript) on
+    `samples()`'s first use; `model`: its spec has a `model` (the calls `samples()`
+    gives). Every stream and fork that makes a `Group` hands it out through this."""
+    group._fetch, group._model = fetch, model
+    return group
 
 
 @dataclass
@@ -350,4 +351,4 @@ def _group(ec: BatchClient, batch: str, g: _State, *, model: bool, partial: bool
         partial=partial,
         cut=list(g.cut),
     )
-    return group.reading(ec.transcript, model=model)
+    return reading(group, ec.transcript, model=model)

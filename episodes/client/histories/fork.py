@@ -171,7 +171,7 @@ async def fork_group(
     """`start_branches`, then the branches as one `Group` (in branch order) once all
     ended. A branch that ended for an infrastructure reason, or whose workflow failed,
     makes the group `failed` (no retries here: fork again to run it anew)."""
-    from episodes.client.group.stream import Group
+    from episodes.client.group.stream import Group, reading
     from episodes.client.histories.transcript import fetch_transcript
 
     began = time.monotonic()
@@ -201,6 +201,6 @@ async def fork_group(
         results=[r for r, _ in outcomes],
         failed=why,
     )
-    return group.reading(
-        lambda wid: fetch_transcript(client, wid), model=parent.spec.model is not None
+    return reading(
+        group, lambda wid: fetch_transcript(client, wid), model=parent.spec.model is not None
     )
