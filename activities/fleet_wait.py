@@ -6,7 +6,7 @@ provisions (workers/backpressure.py). But the SDK reserves a slot and then polls
 it: a slot reserved while the fleet still had room takes the next provision that
 comes, even once the fleet is full (one per poller). Such a provision waits here
 instead of starting a box that would only join the queue, beating
-`contract.FLEET_WAIT` so `episodes.client.live` counts its episode as waiting, not
+`contract.FLEET_WAIT` so `episodes.client.batch.live` counts its episode as waiting, not
 live; after `MAX_WAIT_S` it starts its box anyway (well inside its start-to-close
 timeout: a fleet saturated that long is served late rather than never).
 """

@@ -16,7 +16,7 @@ member's turn list, appended in turn order; turns the lost worker finished after
 last heartbeat are run again (uncounted), as with a drive's turns after its last
 heartbeat.
 
-Cuts (the group's `oversample` and `group_timeout_s`, as `episodes.client.groups`
+Cuts (the group's `oversample` and `group_timeout_s`, as `episodes.client.group.stream`
 does them for one workflow per episode): the activity returns once `samples` members
 ended, cancelling the spares still running (`cut: straggler`), or at the deadline (the
 activity's first scheduling plus `group_timeout_s`, the same on a retry), cancelling

@@ -117,7 +117,7 @@ class SessionActivities:
     async def restore(self, inp: RestoreInput) -> RestoreResult:
         """A new session for an episode whose worker was lost: open it (a fresh box and
         harness, env.reset) and replay the first `inp.turns` recorded turns into it."""
-        from episodes.client.history import recorded_turns
+        from episodes.client.histories.transcript import recorded_turns
 
         # Beat from the start: a long history and a new box (a container, the harness's
         # ready) can take longer than the heartbeat timeout, and a restore that never
@@ -303,7 +303,7 @@ async def score_transcript_activity(inp: ScoreTranscriptInput) -> ScoreResult:
     transcript = inp.transcript
     if inp.workflow_id is not None and inp.earlier_turns:
         # A continued run: the earlier runs' turns are in their histories, not the input.
-        from episodes.client.history import recorded_turns
+        from episodes.client.histories.transcript import recorded_turns
 
         earlier = await recorded_turns(activity.client(), inp.workflow_id, inp.earlier_turns)
         transcript = transcript.model_copy(update={"turns": [*earlier, *transcript.turns]})

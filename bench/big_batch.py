@@ -14,7 +14,7 @@ import uuid
 from typing import Any
 
 from bench.common import ECHO, dev_server, running, script_spec
-from episodes.client.batches import batch_input, start_batch, wait_batch
+from episodes.client.batch.server import batch_input, start_batch, wait_batch
 from episodes.client.connect import connect
 from workers.worker import EpisodeWorker, WorkerOptions
 

@@ -76,7 +76,7 @@ async def _episode(client: Any, queue: str, base_url: str, store: Path, calls: i
 
 
 async def client_transcript(client: Any, workflow_id: str) -> Any:
-    from episodes.client.history import fetch_transcript
+    from episodes.client.histories.transcript import fetch_transcript
 
     return await fetch_transcript(client, workflow_id)
 

@@ -33,9 +33,9 @@ _FACE: dict[str, tuple[str, str]] = {
     # connecting and running
     "connect": ("episodes.client.core", "connect"),
     "EpisodesClient": ("episodes.client.core", "EpisodesClient"),
-    "SyncEpisodesClient": ("episodes.client.sync", "SyncEpisodesClient"),
+    "SyncEpisodesClient": ("episodes.client.blocking.client", "SyncEpisodesClient"),
     "InteractiveSession": ("episodes.client.interactive", "InteractiveSession"),
-    "Group": ("episodes.client.groups", "Group"),
+    "Group": ("episodes.client.group.stream", "Group"),
     "run_local": ("episodes.local", "run_episode_local"),
     # specs and results
     "load_spec": ("episodes.specfile", "load_spec"),
@@ -109,10 +109,10 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; never executed
+    from episodes.client.blocking.client import SyncEpisodesClient
     from episodes.client.core import EpisodesClient, connect
-    from episodes.client.groups import Group
+    from episodes.client.group.stream import Group
     from episodes.client.interactive import InteractiveSession
-    from episodes.client.sync import SyncEpisodesClient
     from episodes.envs.base import Environment
     from episodes.errors import (
         ConfigError,

@@ -59,7 +59,7 @@ PROGRESS = "progress"  # every workflow: where it is
 PARK = "park"  # EpisodeWorkflow (signal): release box and harness at the next turn boundary
 RESUME = "resume"  # EpisodeWorkflow (signal): a parked episode re-provisions and replays
 # A provision's heartbeat while it waits for its worker's saturated model fleet
-# (activities/fleet_wait.py); `episodes.client.live` counts such an episode as waiting.
+# (activities/fleet_wait.py); `episodes.client.batch.live` counts such an episode as waiting.
 FLEET_WAIT = "waiting for the model fleet"
 CUT = "cut"  # EpisodeWorkflow (signal): why the cancel that follows cuts it (EpisodeResult.cut)
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far

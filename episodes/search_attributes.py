@@ -31,7 +31,7 @@ TERMINATION = SearchAttributeKey.for_keyword("EpisodeTermination")
 SCHEDULE = SearchAttributeKey.for_keyword("EpisodeSchedule")
 REWARD = SearchAttributeKey.for_float("EpisodeReward")
 TURNS = SearchAttributeKey.for_int("EpisodeTurns")
-# A batch's place on a shared fleet (spec.priority, spec.fairness_key), when set.
+# A batch's place on shared workers (spec.priority, spec.fairness_key), when set.
 PRIORITY = SearchAttributeKey.for_int("EpisodePriority")
 FAIRNESS = SearchAttributeKey.for_keyword("EpisodeFairnessKey")
 

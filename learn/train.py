@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from episodes.client import EpisodesClient
-from episodes.client.groups import Group
+from episodes.client.group.stream import Group
 from episodes.training.samples import Sample, samples_of
 from episodes.types.events import ModelCall
 from episodes.types.spec import EpisodeSpec, parse_spec

@@ -35,6 +35,7 @@ TYPES_FLOOR = ("episodes.types", "episodes.errors")
 TEMPORAL_FACING = (
     "episodes.client",
     "episodes.cli",
+    "episodes.ops",  # the doctor and the schedules: a server's checks and cron batches
     "episodes.demo",
     "episodes.payloads",  # the data converter: codec, external-storage drivers
     "episodes.contract",  # temporalio.activity, for the activity declarations

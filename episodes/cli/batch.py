@@ -17,7 +17,9 @@ from rich.table import Table
 from episodes.cli.common import console, err_console, live_progress, progress_bar
 from episodes.cli.embedded import client_for
 from episodes.cli.run import budget_line, config_error_lines, every_failed_lines, reused_note
-from episodes.client.batches import (
+from episodes.client.batch.dispatch import dispatch_spec
+from episodes.client.batch.priority import with_priority
+from episodes.client.batch.server import (
     batch_input,
     episode_results,
     start_batch,
@@ -25,8 +27,6 @@ from episodes.client.batches import (
     wait_batch,
 )
 from episodes.client.config import Config
-from episodes.client.dispatch import dispatch_spec
-from episodes.client.fleet import on_fleet
 from episodes.errors import Interrupted
 from episodes.specfile import load_spec
 from episodes.types.io import BatchProgress
@@ -43,13 +43,13 @@ async def run_spec_batch(
     concurrency: int | None,
     pass_threshold: float,
     policy_version: int | None = None,
-    fleet: dict[str, Any] | None = None,
+    priority_options: dict[str, Any] | None = None,
 ) -> int:
     """The batch on the server, its metrics and what went wrong; the exit status (1: a
     configuration error stopped episodes, or every episode failed)."""
     from episodes.envs import check_env_ref
 
-    spec = on_fleet(dispatch_spec(load_spec(path), policy_version), **(fleet or {}))
+    spec = with_priority(dispatch_spec(load_spec(path), policy_version), **(priority_options or {}))
     check_env_ref(spec.env)
     inp = batch_input(spec, batch_id=batch, concurrency=concurrency, pass_threshold=pass_threshold)
     total = total_episodes(inp)

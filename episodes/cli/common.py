@@ -34,8 +34,8 @@ from episodes.types.results import INFRA_TERMINATIONS, EpisodeResult
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from episodes.client.batch.live import LiveFigure
     from episodes.client.config import Config
-    from episodes.client.live import LiveFigure
 
 console = Console()
 err_console = Console(stderr=True)
@@ -130,8 +130,8 @@ def live_progress(
 ) -> Iterator[TaskID]:
     """A bar for the batch, its name followed by how many of its episodes are live out
     of the `concurrency` ceiling and how many wait for a box
-    (`episodes.client.live`), refreshed every 2 s while the bar shows."""
-    from episodes.client.live import watch_live
+    (`episodes.client.batch.live`), refreshed every 2 s while the bar shows."""
+    from episodes.client.batch.live import watch_live
 
     bar = progress.add_task(title, total=total, last="")
 

@@ -27,7 +27,7 @@ def doctor(
     ] = False,
 ) -> None:
     """Check this configuration end to end: one line per check, exit 1 when one fails."""
-    from episodes.client.doctor import RUNTIMES, run_checks
+    from episodes.ops.doctor import RUNTIMES, run_checks
 
     for name in runtime or []:
         if name not in RUNTIMES:
@@ -51,8 +51,8 @@ def setup(
     ] = 7,
 ) -> None:
     """Create the namespace if missing and register this project's search attributes."""
-    from episodes.client.doctor import Check, open_client
-    from episodes.client.doctor import setup as do_setup
+    from episodes.ops.doctor import Check, open_client
+    from episodes.ops.doctor import setup as do_setup
 
     async def main() -> list[str]:
         client = await open_client(cfg)

@@ -1,9 +1,9 @@
 """`episodes export BATCH --out FILE.parquet`: a batch's training samples, one row each.
 
 The batch's episodes are found as `episodes run --out` finds them (the EpisodeBatch
-search attribute, `episodes.client.batches.final_episodes`: the final attempt of each
+search attribute, `episodes.client.batch.server.final_episodes`: the final attempt of each
 (task, sample), so an attempt a re-run replaced is no member); each one's chain of runs is
-read as `episodes show` reads it (`episodes.client.history.load_transcript`, through
+read as `episodes show` reads it (`episodes.client.histories.transcript.load_transcript`, through
 the same converter), its model calls become samples (`episodes.training.samples`) and
 the rows are written by `episodes.training.export`. No worker is needed.
 
@@ -29,11 +29,11 @@ from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
 from episodes import search_attributes as sa
 from episodes.cli.common import console, err_console, fail, progress_bar
 from episodes.cli.show import show_converter
-from episodes.client.batches import final_episodes
+from episodes.client.batch.server import final_episodes
 from episodes.client.config import Config
 from episodes.client.connect import connect_config
-from episodes.client.group_history import group_members
-from episodes.client.history import load_transcript, transcript_of
+from episodes.client.group.history import group_members
+from episodes.client.histories.transcript import load_transcript, transcript_of
 from episodes.contract import group_id
 from episodes.errors import EpisodesError
 from episodes.training.estimators import Estimator, diverged

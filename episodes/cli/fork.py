@@ -11,7 +11,7 @@ from pathlib import Path
 from episodes.cli.common import console, progress_bar, summary_table
 from episodes.client.config import Config
 from episodes.client.connect import connect_config
-from episodes.client.fork import branch_ended, start_branches
+from episodes.client.histories.fork import branch_ended, start_branches
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult
 
 

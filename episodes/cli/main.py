@@ -10,10 +10,20 @@ from typing import Annotated
 
 import typer
 
-from episodes.cli import common, fleet
+from episodes.cli import common
 from episodes.cli.dev import DEV_PORT, TaskQueue, dev  # noqa: F401 (their old path)
 from episodes.cli.doctor import doctor, setup
 from episodes.cli.park import park, resume
+from episodes.cli.priority import (
+    FairnessKey,
+    FairnessWeight,
+    MaxEpisodeSeconds,
+    MaxModelCalls,
+    MaxModelTokens,
+    Oversample,
+    Priority,
+    priority_kwargs,
+)
 from episodes.cli.schedule import app as schedule_app
 from episodes.client.config import Config
 from episodes.client.exit import run_main
@@ -70,13 +80,13 @@ def run_cmd(
             "model.policy_version, recorded on each model call).",
         ),
     ] = None,
-    priority: fleet.Priority = None,
-    fairness_key: fleet.FairnessKey = None,
-    fairness_weight: fleet.FairnessWeight = None,
-    max_model_tokens: fleet.MaxModelTokens = None,
-    max_model_calls: fleet.MaxModelCalls = None,
-    max_episode_seconds: fleet.MaxEpisodeSeconds = None,
-    oversample: fleet.Oversample = None,
+    priority: Priority = None,
+    fairness_key: FairnessKey = None,
+    fairness_weight: FairnessWeight = None,
+    max_model_tokens: MaxModelTokens = None,
+    max_model_calls: MaxModelCalls = None,
+    max_episode_seconds: MaxEpisodeSeconds = None,
+    oversample: Oversample = None,
 ) -> None:
     """Run every task x sample of SPEC, show progress, print a summary.
 
@@ -85,7 +95,7 @@ def run_cmd(
     error stopped episodes or every episode failed (the reason under the summary)."""
     from episodes.cli.run import exit_code, run_spec
 
-    on_fleet = fleet.fleet_kwargs(
+    priority_options = priority_kwargs(
         priority,
         fairness_key,
         fairness_weight,
@@ -113,7 +123,7 @@ def run_cmd(
                 concurrency=concurrency,
                 pass_threshold=pass_threshold,
                 policy_version=policy_version,
-                fleet=on_fleet,
+                priority_options=priority_options,
             )
         )
         raise typer.Exit(code)
@@ -125,7 +135,7 @@ def run_cmd(
             batch=batch_id,
             concurrency=concurrency,
             policy_version=policy_version,
-            fleet=on_fleet,
+            priority_options=priority_options,
             oversample=oversample,
         )
     )

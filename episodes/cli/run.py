@@ -21,16 +21,16 @@ from episodes.cli.common import (
 )
 from episodes.cli.embedded import client_for
 from episodes.client import EpisodesClient
-from episodes.client.batches import episodes_query
+from episodes.client.batch.dispatch import dispatch_spec
+from episodes.client.batch.server import episodes_query
 from episodes.client.config import Config
-from episodes.client.dispatch import dispatch_spec
-from episodes.client.group_options import groups_spec
+from episodes.client.group.options import groups_spec
 from episodes.errors import EpisodesError, Interrupted
 from episodes.specfile import load_spec
 from episodes.types.results import OK_TERMINATIONS, EpisodeResult
 
 if TYPE_CHECKING:
-    from episodes.client.groups import Group
+    from episodes.client.group.stream import Group
 
 
 async def run_spec(
@@ -41,7 +41,7 @@ async def run_spec(
     batch: str | None,
     concurrency: int | None,
     policy_version: int | None = None,
-    fleet: dict[str, Any] | None = None,
+    priority_options: dict[str, Any] | None = None,
     oversample: int | None = None,
 ) -> list[EpisodeResult]:
     from episodes.envs import check_env_ref
@@ -69,7 +69,10 @@ async def run_spec(
             err_console.print(note, highlight=False, soft_wrap=True)
         tally: Counter[str] = Counter()
         kw: dict[str, Any] = dict(
-            concurrency=concurrency, batch_id=batch, policy_version=policy_version, **(fleet or {})
+            concurrency=concurrency,
+            batch_id=batch,
+            policy_version=policy_version,
+            **(priority_options or {}),
         )
         stream = (
             members(episodes.run_batch(spec, groups=True, **kw), tally)

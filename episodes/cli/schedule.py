@@ -10,7 +10,16 @@ import typer
 from rich.table import Table
 from temporalio.client import Client
 
-from episodes.cli import common, fleet
+from episodes.cli import common
+from episodes.cli.priority import (
+    FairnessKey,
+    FairnessWeight,
+    MaxEpisodeSeconds,
+    MaxModelCalls,
+    MaxModelTokens,
+    Priority,
+    priority_kwargs,
+)
 from episodes.client.config import Config
 
 if TYPE_CHECKING:
@@ -48,16 +57,16 @@ def create(
     pass_threshold: Annotated[
         float, typer.Option(help="An episode passes when its reward is at least this.")
     ] = 1.0,
-    priority: fleet.Priority = None,
-    fairness_key: fleet.FairnessKey = None,
-    fairness_weight: fleet.FairnessWeight = None,
-    max_model_tokens: fleet.MaxModelTokens = None,
-    max_model_calls: fleet.MaxModelCalls = None,
-    max_episode_seconds: fleet.MaxEpisodeSeconds = None,
+    priority: Priority = None,
+    fairness_key: FairnessKey = None,
+    fairness_weight: FairnessWeight = None,
+    max_model_tokens: MaxModelTokens = None,
+    max_model_calls: MaxModelCalls = None,
+    max_episode_seconds: MaxEpisodeSeconds = None,
 ) -> None:
     """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
-    from episodes.client.schedules import create_schedule
     from episodes.envs import check_env_ref
+    from episodes.ops.schedules import create_schedule
     from episodes.specfile import load_spec
 
     async def main() -> None:
@@ -74,7 +83,7 @@ def create(
             overlap=overlap,
             concurrency=concurrency,
             pass_threshold=pass_threshold,
-            fleet=fleet.fleet_kwargs(
+            priority_options=priority_kwargs(
                 priority,
                 fairness_key,
                 fairness_weight,
@@ -96,7 +105,7 @@ def create(
 @common.with_config
 def list_cmd(cfg: Config) -> None:
     """List the schedules that start batches."""
-    from episodes.client.schedules import list_schedules
+    from episodes.ops.schedules import list_schedules
 
     async def main() -> None:
         schedules = await list_schedules(await _client(cfg))
@@ -127,7 +136,7 @@ def list_cmd(cfg: Config) -> None:
 @common.with_config
 def describe(name: Name, cfg: Config) -> None:
     """Show a schedule: its spec, timing, state, recent and next runs."""
-    from episodes.client.schedules import describe_schedule
+    from episodes.ops.schedules import describe_schedule
 
     async def main() -> None:
         s = await describe_schedule(await _client(cfg), name)
@@ -164,7 +173,7 @@ def pause(
     note: Note = None,
 ) -> None:
     """Pause a schedule (runs already started continue)."""
-    from episodes.client.schedules import pause_schedule
+    from episodes.ops.schedules import pause_schedule
 
     async def main() -> None:
         await pause_schedule(await _client(cfg), name, note)
@@ -181,7 +190,7 @@ def unpause(
     note: Note = None,
 ) -> None:
     """Resume a paused schedule."""
-    from episodes.client.schedules import unpause_schedule
+    from episodes.ops.schedules import unpause_schedule
 
     async def main() -> None:
         await unpause_schedule(await _client(cfg), name, note)
@@ -200,7 +209,7 @@ def trigger(
     ] = None,
 ) -> None:
     """Start a run now."""
-    from episodes.client.schedules import trigger_schedule
+    from episodes.ops.schedules import trigger_schedule
 
     async def main() -> None:
         await trigger_schedule(await _client(cfg), name, overlap)
@@ -216,7 +225,7 @@ def trigger(
 @common.with_config
 def delete(name: Name, cfg: Config) -> None:
     """Delete a schedule (the batches it started stay, findable by EpisodeSchedule)."""
-    from episodes.client.schedules import delete_schedule
+    from episodes.ops.schedules import delete_schedule
 
     async def main() -> None:
         await delete_schedule(await _client(cfg), name)

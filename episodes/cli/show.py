@@ -12,7 +12,7 @@ from temporalio.converter import DataConverter
 from episodes.cli.common import console
 from episodes.client.config import Config
 from episodes.client.connect import connect_config
-from episodes.client.history import load_transcript
+from episodes.client.histories.transcript import load_transcript
 from episodes.payloads.settings import configured_data_converter, existing_dev_storage
 
 

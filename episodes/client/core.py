@@ -10,45 +10,30 @@ restarts re-attaches to running or finished episodes instead of duplicating them
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from collections.abc import AsyncGenerator
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, overload
+from typing import Any, Literal, overload
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.converter import DataConverter
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from episodes import contract
-from episodes.client.dispatch import (
-    Member,
-    Outcome,
-    await_result,
-    batch_id_arg,
-    cancel_episode,
-    dispatch_spec,
-    run_member,
-)
-from episodes.client.fleet import on_fleet
-from episodes.client.group_options import groups_spec
+from episodes.client.batch.dispatch import await_result
+from episodes.client.batch.options import BatchOptions, batch_id_arg
+from episodes.client.batch.priority import with_priority
+from episodes.client.batch.stream import stream_results
+from episodes.client.group.execution import run_group_execution
+from episodes.client.group.options import groups_spec
+from episodes.client.group.stream import Group, stream_groups
+from episodes.client.histories.replaying import ReplayMethods
 from episodes.client.interactive import InteractiveSession, open_session
-from episodes.client.replaying import ReplayMethods
-from episodes.client.spending import Spending
+from episodes.client.starting import start_episode
 from episodes.errors import EpisodesError
-from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.specfile import load_spec
-from episodes.types.group import Execution
-from episodes.types.io import EpisodeInput
 from episodes.types.model import UpstreamSpec
-from episodes.types.priority import BatchBudget, BudgetName
+from episodes.types.priority import BudgetName
 from episodes.types.results import EpisodeResult, Task, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TASK_QUEUE, DEFAULT_TURNS_PER_RUN
-
-if TYPE_CHECKING:
-    from episodes.client.groups import Group
 
 
 class EpisodesClient(ReplayMethods):
@@ -123,40 +108,10 @@ class EpisodesClient(ReplayMethods):
         self, spec: EpisodeSpec, task: Task, sample: int, *, batch: str | None, attempt: int
     ) -> tuple[WorkflowHandle[object, EpisodeResult], bool]:
         """`start_episode`, and whether the episode had already closed (it attached to a
-        finished one: a closed id is never reused, see the policy below)."""
-        batch = batch or spec.name
-        wid = contract.retry_id(contract.episode_id(batch, task.id, sample), attempt)
-        try:
-            handle = await self.client.start_workflow(
-                contract.EPISODE_WORKFLOW,
-                EpisodeInput(
-                    spec=contract.single_task_spec(spec, task),
-                    task=task,
-                    sample=sample,
-                    batch=batch,
-                ),
-                id=wid,
-                task_queue=self.task_queue,
-                result_type=EpisodeResult,
-                # A finished episode is never run twice; a failed workflow may be re-run.
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                # With a worker on this queue in the same process (tests, benchmarks, a
-                # trainer hosting one), the first workflow task comes back with the start.
-                request_eager_start=True,
-                search_attributes=episode_search_attributes(spec, task, batch),
-                # The batch's priority and fairness, handed down to the episode's activities.
-                priority=task_priority(spec),
-                static_summary=f"{spec.env} · task {task.id} · sample {sample}",
-                static_details=(
-                    f"**spec** `{spec.name}` · **batch** `{batch}`\n\n"
-                    f"harness: `{' '.join(spec.harness.command)}` "
-                    f"on `{spec.harness.runtime.type}` · max turns {spec.max_turns}"
-                ),
-            )
-        except WorkflowAlreadyStartedError:
-            return self.client.get_workflow_handle(wid, result_type=EpisodeResult), True
-        return handle, False
+        finished one: a closed id is never reused, `episodes.client.starting`)."""
+        return await start_episode(
+            self.client, self.task_queue, spec, task, sample, batch=batch, attempt=attempt
+        )
 
     async def run_episode(
         self,
@@ -174,7 +129,7 @@ class EpisodesClient(ReplayMethods):
     async def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript from its history, every run of
         it: `transcript.model_calls()` / `tool_calls()` give the calls in order."""
-        from episodes.client.history import fetch_transcript
+        from episodes.client.histories.transcript import fetch_transcript
 
         return await fetch_transcript(self.client, workflow_id)
 
@@ -208,19 +163,9 @@ class EpisodesClient(ReplayMethods):
         self,
         spec: EpisodeSpec | str | Path,
         *,
-        concurrency: int | None = None,
-        batch_id: str | None = None,
+        options: None = None,
         groups: Literal[False] = False,
-        policy_version: int | None = None,
-        max_staleness: int | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        fairness_weight: float | None = None,
-        budget: BatchBudget | None = None,
-        oversample: int | None = None,
-        skip_zero_variance: bool | None = None,
-        batch: str | None = None,
-        execution: Execution | None = None,
+        **kwargs: Any,
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
     @overload
@@ -228,40 +173,27 @@ class EpisodesClient(ReplayMethods):
         self,
         spec: EpisodeSpec | str | Path,
         *,
-        concurrency: int | None = None,
-        batch_id: str | None = None,
+        options: None = None,
         groups: Literal[True],
-        policy_version: int | None = None,
-        max_staleness: int | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        fairness_weight: float | None = None,
-        budget: BatchBudget | None = None,
-        oversample: int | None = None,
-        skip_zero_variance: bool | None = None,
-        batch: str | None = None,
-        execution: Execution | None = None,
+        **kwargs: Any,
     ) -> AsyncGenerator[Group, None]: ...
+
+    @overload
+    def run_batch(
+        self, spec: EpisodeSpec | str | Path, *, options: BatchOptions, **kwargs: Any
+    ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]: ...
 
     def run_batch(
         self,
         spec: EpisodeSpec | str | Path,
         *,
-        concurrency: int | None = None,
-        batch_id: str | None = None,
-        groups: bool = False,
-        policy_version: int | None = None,
-        max_staleness: int | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        fairness_weight: float | None = None,
-        budget: BatchBudget | None = None,
-        oversample: int | None = None,
-        skip_zero_variance: bool | None = None,
-        batch: str | None = None,
-        execution: Execution | None = None,
+        options: BatchOptions | None = None,
+        **kwargs: Any,
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]:
         """Every task x sample, at most `concurrency` in flight, yielded as each finishes.
+        The options are `BatchOptions`' fields, as keyword arguments or as
+        `options=BatchOptions(...)` (keyword arguments beside it replace its fields).
+
         `batch_id`: the batch's id, in every workflow id (default: the spec's name; the
         same id again re-attaches; `batch=` is its deprecated spelling).
 
@@ -273,7 +205,7 @@ class EpisodesClient(ReplayMethods):
         ones that finished.
 
         `groups`: yield each task's samples as one `Group` once all ended, members
-        re-run up to `group_retries` (`episodes.client.groups`). `policy_version`: set
+        re-run up to `group_retries` (`episodes.client.group.stream`). `policy_version`: set
         `self.policy_version` now; every episode is dispatched at `self.policy_version`
         as it is then (`model.policy_version`, recorded on each model call), so a
         trainer moves it on by setting the attribute. `max_staleness` (groups only):
@@ -281,40 +213,36 @@ class EpisodesClient(ReplayMethods):
         version is cancelled and dispatched again at the current version.
 
         `priority` (1 first .. 5), `fairness_key`, `fairness_weight` and `budget`
-        replace the spec's (`episodes.client.fleet.on_fleet`): every episode and its
+        replace the spec's (`episodes.client.batch.priority.with_priority`): every episode and its
         activities carry the priority and fairness. Past a budget no more episodes
         start (with groups: no more groups, those dispatched finish whole), the stream
         ends once those in flight have, and `self.budget_exhausted` names the budget.
 
-        `oversample`, `skip_zero_variance` (groups only; `episodes.client.groups`)
+        `oversample`, `skip_zero_variance` (groups only; `episodes.client.group.stream`)
         replace the spec's: stragglers cut, zero-variance groups skipped and counted.
 
         `execution="group"` (opt-in; None: the spec's): a task's samples run as one
-        workflow, members addressed `<batch>.<task>.g.s<n>` (`episodes.client.group_exec`).
+        workflow, members addressed `<batch>.<task>.g.s<n>` (`episodes.client.group.execution`).
         """
-        batch = batch_id_arg(batch_id, batch, "run_batch")
+        o = BatchOptions.of(options, kwargs, where="run_batch")
         if not isinstance(spec, EpisodeSpec):
             spec = load_spec(spec)
-        spec = on_fleet(
+        spec = with_priority(
             spec,
-            priority=priority,
-            fairness_key=fairness_key,
-            fairness_weight=fairness_weight,
-            budget=budget,
+            priority=o.priority,
+            fairness_key=o.fairness_key,
+            fairness_weight=o.fairness_weight,
+            budget=o.budget,
         )
-        if policy_version is not None:
-            self.policy_version = policy_version
-        limit = concurrency or spec.concurrency
+        if o.policy_version is not None:
+            self.policy_version = o.policy_version
+        limit = o.concurrency or spec.concurrency
         self.budget_exhausted = None
-        spec = groups_spec(spec, groups, oversample, skip_zero_variance)
-        execution = execution or spec.execution
-        if execution == "group":
-            from episodes.client.group_exec import run_group_execution
-
-            return run_group_execution(self, spec, batch, limit, max_staleness, groups=groups)
-        if groups:
-            from episodes.client.groups import stream_groups
-
+        spec = groups_spec(spec, o.groups, o.oversample, o.skip_zero_variance)
+        batch, max_staleness = o.batch_id, o.max_staleness
+        if (o.execution or spec.execution) == "group":
+            return run_group_execution(self, spec, batch, limit, max_staleness, groups=o.groups)
+        if o.groups:
             if max_staleness is not None and self.policy_version is None:
                 raise EpisodesError(
                     "max_staleness needs a policy version: pass policy_version= "
@@ -323,40 +251,7 @@ class EpisodesClient(ReplayMethods):
             return stream_groups(self, spec, batch=batch, limit=limit, max_staleness=max_staleness)
         if max_staleness is not None:
             raise EpisodesError("max_staleness applies to groups: pass groups=True")
-        return self._stream_results(spec, batch=batch, limit=limit)
-
-    async def _stream_results(
-        self, spec: EpisodeSpec, *, batch: str | None, limit: int
-    ) -> AsyncGenerator[EpisodeResult, None]:
-        work = deque(Member(t, s) for t in spec.load_tasks() for s in range(spec.samples))
-        running: dict[asyncio.Task[Outcome], Member] = {}
-        # Counted from the results, so a restarted trainer re-attaching to the episodes
-        # that finished counts them again and stops where it stopped.
-        spent = Spending(spec.budget)
-        self.episodes_ran = 0
-        try:
-            while True:
-                while len(running) < limit and work and spent.reached is None:
-                    m = work.popleft()
-                    at = dispatch_spec(spec, self.policy_version, self.upstreams)
-                    t = asyncio.create_task(
-                        run_member(self, at, m, batch=batch, budget=spec.batch_retries)
-                    )
-                    running[t] = m
-                if not running:
-                    return
-                done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                for t in done:
-                    running.pop(t)
-                    result = t.result().result
-                    self.episodes_ran += 1
-                    if spent.add(result):
-                        self.budget_exhausted = spent.reached
-                    yield result
-        finally:
-            for t in running:
-                t.cancel()
-            await asyncio.gather(*(cancel_episode(self.client, m.wid) for m in running.values()))
+        return stream_results(self, spec, batch=batch, limit=limit)
 
 
 async def connect(

@@ -38,7 +38,7 @@ TUNING_FLAGS = [
     "--dynamic-config-value",
     "matching.numTaskqueueWritePartitions=1",
     # Fairness keys (a batch's fairness_key and weight) need the fairness-aware matcher;
-    # priority keys work without it (docs/operations/fleet.md).
+    # priority keys work without it (docs/operations/priority.md).
     "--dynamic-config-value",
     "matching.enableFairness=true",
     "--sqlite-pragma",

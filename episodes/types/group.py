@@ -5,7 +5,7 @@ one `EpisodeGroupWorkflow` (`contract.GROUP_WORKFLOW`, id `<batch>.<task>.g`, a 
 attempt `<id>.r<n>`) whose one `run_group` activity drives every member in-process
 on the worker that took it. A member is addressed as `<group workflow id>.s<sample>`
 (`member_id`): `episodes show`, the viewer, `episodes export` and
-`EpisodesClient.transcript` take that id (`episodes.client.group_history`).
+`EpisodesClient.transcript` take that id (`episodes.client.group.history`).
 
 Models only: the workflow imports this module through the sandbox.
 """

@@ -5,7 +5,7 @@ Pydantic and the standard library only: workflows import this module.
 
 A batch's input carries the tasks inline (a workflow cannot read a dataset file), and
 every continue-as-new carries it again, so the whole input must fit in one Temporal
-payload (2 MB by default on the server). `episodes.client.batches.batch_input` refuses
+payload (2 MB by default on the server). `episodes.client.batch.server.batch_input` refuses
 inputs above `MAX_INPUT_BYTES` with a clear message; for larger datasets keep the task
 data small (paths or URLs the environment resolves) or split the dataset into batches.
 """

@@ -1,4 +1,4 @@
-"""A batch's place on a shared fleet: its priority, its fairness share, its budgets.
+"""A batch's place on shared workers: its priority, its fairness share, its budgets.
 
 Priority and fairness are Temporal's own (`temporalio.common.Priority`): set where a
 batch's first workflow starts, the server hands them down to every child workflow and
@@ -32,7 +32,7 @@ class BatchPriority(Model):
     """1 (first) to 5 (last); None: 3."""
     fairness_key: str | None = Field(default=None, min_length=1, max_length=64)
     """A tenant or a kind of work (`training`, `evals`, a team): within one priority,
-    keys share the fleet in proportion to their weights."""
+    keys share the workers in proportion to their weights."""
     fairness_weight: float | None = Field(default=None, ge=0.001, le=1000)
     """This key's share relative to other keys' (None: 1.0)."""
 

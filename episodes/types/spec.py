@@ -168,11 +168,11 @@ class EpisodeSpec(Model):
     concurrency: int = Field(default=16, ge=1)
     """Episodes of a batch in flight at once."""
     priority: int | None = Field(default=None, ge=1, le=5)
-    """The batch's priority on a shared fleet: 1 (first) to 5 (last); None: the
+    """The batch's priority on shared workers: 1 (first) to 5 (last); None: the
     server's default, 3. Every workflow and activity of its episodes carries it
-    (Temporal's task-queue priority; docs/operations/fleet.md)."""
+    (Temporal's task-queue priority; docs/operations/priority.md)."""
     fairness_key: str | None = Field(default=None, min_length=1, max_length=64)
-    """Within one priority, batches share the fleet by fairness key (a tenant, a team,
+    """Within one priority, batches share the workers by fairness key (a tenant, a team,
     `training` / `evals`), in proportion to `fairness_weight`."""
     fairness_weight: float | None = Field(default=None, ge=0.001, le=1000)
     """This fairness key's share relative to the others' (None: 1.0)."""

@@ -1,7 +1,7 @@
 """`episodes view`: a local web app for batches and episodes, read from Temporal alone.
 
 Visibility (the search attributes in `episodes.search_attributes`) lists batches and
-their episodes; histories, read by `episodes.client.history` through the client's data
+their episodes; histories, read by `episodes.client.histories.transcript` through the client's data
 converter (so encrypted or externally stored payloads come back decoded when this
 process has the keys), give transcripts; the `progress` query follows running
 episodes. Nothing is stored beside Temporal. See docs/viewer.md.

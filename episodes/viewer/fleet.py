@@ -11,14 +11,14 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from episodes import contract
-from episodes.client.live import live_figure
+from episodes.client.batch.live import live_figure
 from episodes.types.io import BatchProgress, BatchResult
 from episodes.types.metrics import BatchMetrics
 
 
 async def batch_fleet(client: Client, batch: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """`priority`, `fairness_key` (None: the server's defaults); while episodes run,
-    `live` and `waiting` (`episodes.client.live`); with a batch workflow,
+    `live` and `waiting` (`episodes.client.batch.live`); with a batch workflow,
     `status` (`budget_exhausted` names the budget in `budget`), `model_tokens`,
     `model_calls`, `episode_seconds`, `groups_zero_variance` (None: one sample per task)."""
     first = rows[0] if rows else {}

@@ -10,7 +10,7 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from episodes.client.group_history import group_members, load_member
+from episodes.client.group.history import group_members, load_member
 from episodes.types.group import GroupResult, parse_member
 from episodes.types.results import EpisodeResult
 from episodes.viewer.stats import side

@@ -17,7 +17,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from episodes.client.history import load_transcript
+from episodes.client.histories.transcript import load_transcript
 from episodes.viewer.members import batch_rows
 
 MAX_EPISODES = 1_000

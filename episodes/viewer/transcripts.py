@@ -27,7 +27,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import contract
-from episodes.client.history import load_transcript
+from episodes.client.histories.transcript import load_transcript
 from episodes.errors import EpisodesError
 from episodes.types.io import EpisodeProgress
 from episodes.viewer.visibility import row

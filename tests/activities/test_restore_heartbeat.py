@@ -8,7 +8,7 @@ from typing import Any
 
 from temporalio.testing import ActivityEnvironment
 
-import episodes.client.history
+import episodes.client.histories.transcript
 from activities.session import SessionActivities
 from episodes.session.registry import SessionRegistry
 from episodes.types.io import RestoreInput
@@ -22,7 +22,7 @@ async def test_restore_heartbeats_while_it_loads_the_history(monkeypatch) -> Non
         await asyncio.wait_for(beat.wait(), 20)  # before: no beat came until it returned
         return []
 
-    monkeypatch.setattr(episodes.client.history, "recorded_turns", slow_history)
+    monkeypatch.setattr(episodes.client.histories.transcript, "recorded_turns", slow_history)
     acts = SessionActivities(SessionRegistry(), session_queue="q", worker_id="w")
     env = ActivityEnvironment(client=object())  # type: ignore[arg-type]
     env.on_heartbeat = lambda *details: beat.set()

@@ -10,10 +10,10 @@ import sys
 import pytest
 
 import episodes
+from episodes.client.blocking.client import SyncEpisodesClient, SyncGroup, SyncInteractiveSession
 from episodes.client.core import EpisodesClient
-from episodes.client.groups import Group
+from episodes.client.group.stream import Group
 from episodes.client.interactive import InteractiveSession
-from episodes.client.sync import SyncEpisodesClient, SyncGroup, SyncInteractiveSession
 
 
 def _public(cls: type) -> dict[str, object]:

@@ -8,7 +8,7 @@ import asyncio
 import uuid
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch
+from episodes.client.batch.server import batch_input, start_batch
 from tests.support.helpers import spec
 
 QUEUE = "episodes-test"

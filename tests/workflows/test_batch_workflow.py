@@ -16,7 +16,7 @@ from temporalio.exceptions import is_cancelled_exception
 from temporalio.worker import Replayer
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, query_progress, start_batch, wait_batch
+from episodes.client.batch.server import batch_input, query_progress, start_batch, wait_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
 from episodes.contract import batch_workflow_id

@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, episode_results, start_batch
+from episodes.client.batch.server import batch_input, episode_results, start_batch
 from tests.support.helpers import spec
 
 QUEUE = "episodes-test"

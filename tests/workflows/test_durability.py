@@ -11,7 +11,7 @@ import sys
 import uuid
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch
+from episodes.client.batch.server import batch_input, start_batch
 from episodes.client.interactive import open_session
 from episodes.types.io import EpisodeProgress
 from tests.conftest import ROOT

@@ -17,7 +17,7 @@ import pytest
 from episodes import contract
 from episodes.client import EpisodesClient
 from episodes.client.connect import connect
-from episodes.client.history import load_transcript
+from episodes.client.histories.transcript import load_transcript
 from episodes.errors import EpisodesError
 from episodes.types.group import member_id
 from tests.conftest import ROOT

@@ -21,7 +21,7 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch, wait_batch
+from episodes.client.batch.server import batch_input, start_batch, wait_batch
 from episodes.model.scripted.server import ScriptedUpstream
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
@@ -201,7 +201,7 @@ async def test_a_resume_before_the_park_is_taken_calls_it_off(client, worker) ->
 
 
 async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, dev_server) -> None:
-    """The recipe of docs/operations/fleet.md on a worker of 2 sessions: a training
+    """The recipe of docs/operations/priority.md on a worker of 2 sessions: a training
     batch holds both; `episodes park --batch` frees them, a priority-1 eval runs to its
     end while the training stays parked, `episodes resume --batch` brings it back and
     it ends with every turn (the recorded ones replayed, none lost)."""

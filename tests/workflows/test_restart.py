@@ -15,7 +15,7 @@ import uuid
 import psutil
 
 from episodes.client.connect import connect
-from episodes.client.history import load_transcript
+from episodes.client.histories.transcript import load_transcript
 from episodes.types.io import EpisodeInput, EpisodeProgress
 from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT

@@ -94,7 +94,7 @@ async def test_a_rerun_of_a_finished_batch_says_its_results_are_reused(
     """Re-running a spec (say, after editing it) attaches to the batch id's finished
     episodes: their results come back and nothing runs. Silent, that looked as if the
     edit were ignored; the run says so, with what to do."""
-    from episodes.client.batches import episodes_query
+    from episodes.client.batch.server import episodes_query
 
     name = f"again-{uuid.uuid4().hex[:6]}"
     spec = write_spec(tmp_path, good_spec(name))

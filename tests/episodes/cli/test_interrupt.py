@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from episodes.client.batches import episode_ids
+from episodes.client.batch.server import episode_ids
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT

@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input
+from episodes.client.batch.server import batch_input
 from episodes.errors import EpisodesError
 from tests.episodes.cli.test_cli import episodes, good_spec, write_spec
 from tests.support.helpers import spec

@@ -18,8 +18,8 @@ import pytest
 from temporalio.client import Client
 
 from episodes.client import EpisodesClient
+from episodes.client.blocking.client import SyncEpisodesClient
 from episodes.client.connect import connect
-from episodes.client.sync import SyncEpisodesClient
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT

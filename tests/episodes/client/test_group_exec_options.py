@@ -18,7 +18,7 @@ from temporalio.service import RPCError
 from episodes import contract
 from episodes import search_attributes as sa
 from episodes.client import EpisodesClient
-from episodes.client.history import load_transcript
+from episodes.client.histories.transcript import load_transcript
 from episodes.model.scripted.chat_template import ChatTemplate
 from episodes.model.scripted.server import ScriptedUpstream, echo_policy, kv_policy
 from episodes.types.group import group_workflow_id
@@ -241,7 +241,7 @@ async def test_a_batch_workflows_group_past_group_timeout_s_is_cut(client, worke
     as the client's stream does: task `slow`'s member s1 never gets a model answer,
     and the group workflow cuts it (`cut: group_timeout`) at the timeout; the batch
     records it `cancelled` (no reward) and ends, the other members with their outcomes."""
-    from episodes.client.batches import batch_input, start_batch
+    from episodes.client.batch.server import batch_input, start_batch
 
     release = asyncio.Event()
     up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, gate=_gate(".slow.g.s1", release))

@@ -14,10 +14,10 @@ import pytest
 from episodes import contract
 from episodes import search_attributes as sa
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch
-from episodes.client.group_history import group_members
-from episodes.client.history import load_transcript
-from episodes.client.sync import SyncEpisodesClient
+from episodes.client.batch.server import batch_input, start_batch
+from episodes.client.blocking.client import SyncEpisodesClient
+from episodes.client.group.history import group_members
+from episodes.client.histories.transcript import load_transcript
 from episodes.errors import EpisodesError
 from episodes.model.scripted.chat_template import ChatTemplate
 from episodes.model.scripted.server import ScriptedUpstream, kv_policy

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from episodes.client.batches import batch_input
-from episodes.client.group_options import groups_spec
+from episodes.client.batch.server import batch_input
+from episodes.client.group.options import groups_spec
 from episodes.errors import EpisodesError
 from tests.support.helpers import spec
 

@@ -7,8 +7,8 @@ from typing import get_args
 
 import pytest
 
-from episodes.client.dispatch import dispatch_spec
-from episodes.client.groups import Group
+from episodes.client.batch.dispatch import dispatch_spec
+from episodes.client.group.stream import Group
 from episodes.errors import EpisodesError
 from episodes.training import episode_advantages
 from episodes.types.results import (

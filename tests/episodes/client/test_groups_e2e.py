@@ -15,8 +15,8 @@ import pytest
 from temporalio.service import RPCError
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch
-from episodes.client.sync import SyncEpisodesClient
+from episodes.client.batch.server import batch_input, start_batch
+from episodes.client.blocking.client import SyncEpisodesClient
 from episodes.errors import EpisodesError
 from episodes.model.scripted.chat_template import ChatTemplate
 from episodes.model.scripted.server import ScriptedUpstream, kv_policy
@@ -158,7 +158,7 @@ async def test_a_model_upstream_that_gives_up_is_rerun_by_batches_and_groups(cli
 
 
 class _GroupClock:
-    """`episodes.client.groups`' clock, in the test's hands: it stands still (no group
+    """`episodes.client.group.stream`' clock, in the test's hands: it stands still (no group
     gets older) until `need` members ended (the wrapped `run_member` returned), then
     reads past `group_timeout_s` from the second reading on in each run_batch's task:
     that loop has taken in every member that ended by then (its `asyncio.wait` in
@@ -191,7 +191,7 @@ async def test_a_group_past_group_timeout_s_is_cut(client, worker, monkeypatch) 
     not at all; the other group is whole. Both choices run at once. The groups'
     clock (`_GroupClock`) passes the timeout once the three other members of each
     batch ended: the straggler is the only one left, by construction."""
-    from episodes.client import groups
+    from episodes.client.group import stream as groups
 
     timeout_s = 30.0
     clock = _GroupClock(need=6, timeout_s=timeout_s)

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch, wait_batch
-from episodes.client.live import LiveFigure, live_figure
+from episodes.client.batch.live import LiveFigure, live_figure
+from episodes.client.batch.server import batch_input, start_batch, wait_batch
 from episodes.model.fleet import all_replicas, saturated
 from episodes.model.scripted.server import ScriptedUpstream, echo_policy
 from episodes.types.spec import EpisodeSpec

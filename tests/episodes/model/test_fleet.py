@@ -67,7 +67,7 @@ def test_one_shape_base_url_or_upstreams():
 
 
 def test_the_client_dispatches_to_its_current_fleet():
-    from episodes.client.dispatch import dispatch_spec
+    from episodes.client.batch.dispatch import dispatch_spec
     from episodes.types.spec import parse_spec
 
     spec = parse_spec(

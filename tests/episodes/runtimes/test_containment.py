@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from episodes.client.history import fetch_transcript
+from episodes.client.histories.transcript import fetch_transcript
 from tests.support.chaos.helpers import (
     HARNESS,
     WorkerProc,

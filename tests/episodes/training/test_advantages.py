@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from episodes.client.groups import Group
+from episodes.client.group.stream import Group
 from episodes.training import ESTIMATORS, advantages, episode_advantages, whole_groups
 from episodes.training.export import COLUMNS, export_rows
 from episodes.training.samples import EpisodeSamples, Sample

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import episode_ids
+from episodes.client.batch.server import episode_ids
 from episodes.model.scripted.chat_template import ChatTemplate
 from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.training.export import COLUMNS
@@ -168,7 +168,7 @@ async def test_export_writes_one_row_per_sample_with_exactly_the_columns(client,
         assert len(row["completion_mask"]) == len(row["completion_logprobs"]) == n
     # The row is the sample built from that episode's history, exactly.
     first = by_id[rows[0]["episode_id"]]
-    from episodes.client.history import fetch_transcript
+    from episodes.client.histories.transcript import fetch_transcript
 
     (s,) = build_samples((await fetch_transcript(client, first.workflow_id)).model_calls()).samples
     assert rows[0]["prompt_ids"] == s.prompt_ids and rows[0]["completion_ids"] == s.completion_ids

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from episodes.client.schedules import parse_every
 from episodes.errors import EpisodesError, ScheduleError
+from episodes.ops.schedules import parse_every
 from episodes.types.io import BatchInput
 from episodes.types.metrics import DurationSketch, MetricsAccumulator, pass_at_k, report_ks
 
@@ -170,7 +170,7 @@ def test_parse_every() -> None:
 
 
 def test_oversized_batch_input_is_one_clear_error() -> None:
-    from episodes.client.batches import batch_input
+    from episodes.client.batch.server import batch_input
     from tests.support.helpers import spec
 
     big = "x" * 2000

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from episodes.client.fleet import on_fleet
+from episodes.client.batch.priority import with_priority
 from episodes.errors import EpisodesError
 from episodes.search_attributes import task_priority
 from episodes.types.priority import BatchBudget, exhausted, model_usage
@@ -26,14 +26,14 @@ def test_spec_fields_are_validated() -> None:
 
 def test_overrides_replace_the_specs_and_keep_the_rest() -> None:
     s = spec(priority=5, fairness_key="training", budget={"max_model_calls": 5})
-    assert on_fleet(s) is s
-    o = on_fleet(s, priority=1, budget=BatchBudget(max_model_tokens=100))
+    assert with_priority(s) is s
+    o = with_priority(s, priority=1, budget=BatchBudget(max_model_tokens=100))
     assert (o.priority, o.fairness_key) == (1, "training")
     assert o.budget == BatchBudget(max_model_calls=5, max_model_tokens=100)
     with pytest.raises(EpisodesError, match="priority"):
-        on_fleet(s, priority=7)
+        with_priority(s, priority=7)
     with pytest.raises(EpisodesError, match="fairness_key"):
-        on_fleet(s, fairness_key="k" * 65)
+        with_priority(s, fairness_key="k" * 65)
 
 
 def test_temporal_priority_of_a_spec() -> None:

@@ -30,7 +30,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
 from episodes.client import EpisodesClient
-from episodes.client.batches import start_batch
+from episodes.client.batch.server import start_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
 from episodes.types.io import BatchInput, EpisodeInput

@@ -37,7 +37,7 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.client import EpisodesClient
-from episodes.client.batches import start_batch
+from episodes.client.batch.server import start_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
 from episodes.model.scripted.server import ScriptedUpstream, echo_policy

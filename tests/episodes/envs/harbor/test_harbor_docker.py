@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from episodes.client.core import EpisodesClient
-from episodes.client.history import recorded_turns
+from episodes.client.histories.transcript import recorded_turns
 from episodes.session.live import LiveSession
 from episodes.types.spec import load_harbor_dir, parse_spec
 from tests.episodes.cli.test_cli import episodes

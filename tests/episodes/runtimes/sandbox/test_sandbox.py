@@ -132,7 +132,7 @@ async def test_without_bwrap_the_box_fails_with_one_line_naming_the_fix(monkeypa
 
 
 def test_doctor_says_whether_the_sandbox_works_here(monkeypatch, tmp_path):
-    from episodes.client.doctor import check_runtime
+    from episodes.ops.doctor import check_runtime
 
     works = check_runtime("subprocess", True)
     assert works.ok and "sandbox (bwrap)" in works.line()

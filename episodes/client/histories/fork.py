@@ -24,17 +24,15 @@ import time
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
+from episodes.client.starting import start_options, start_or_attach
 from episodes.errors import EpisodeFailed, EpisodesError
-from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.types.io import EpisodeInput
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, ForkOrigin, is_infra_failure
 
 if TYPE_CHECKING:
-    from episodes.client.groups import Group
+    from episodes.client.group.stream import Group
 
 
 def fork_batch_id(workflow_id: str, at_turn: int) -> str:
@@ -79,8 +77,8 @@ async def start_branches(
     """Start `samples` branches of `workflow_id` at `at_turn` (or attach to the ones
     already started under their ids, running or closed; a failed one starts anew): the
     parent's input (read once) and the branches' handles, in branch order."""
-    from episodes.client.dispatch import dispatch_spec
-    from episodes.client.history import recorded_turns
+    from episodes.client.batch.dispatch import dispatch_spec
+    from episodes.client.histories.transcript import recorded_turns
 
     if samples < 1:
         raise EpisodesError(f"fork: samples must be at least 1, not {samples}")
@@ -106,22 +104,19 @@ async def start_branches(
             }
         )
         wid = branch_id(workflow_id, at_turn, i)
-        try:
-            handle = await client.start_workflow(
-                contract.EPISODE_WORKFLOW,
-                inp,
-                id=wid,
-                task_queue=task_queue,
-                result_type=EpisodeResult,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                # Findable as a batch of their own: `episodes export <id>.f<k>`.
-                search_attributes=episode_search_attributes(spec, inp.task, batch),
-                priority=task_priority(spec),
-                static_summary=f"fork of {workflow_id} at turn {at_turn} · branch {i}",
-            )
-        except WorkflowAlreadyStartedError:  # it completed: its result stands
-            handle = client.get_workflow_handle(wid, result_type=EpisodeResult)
+        options = start_options(
+            spec,
+            inp.task,
+            # Findable as a batch of their own: `episodes export <id>.f<k>`.
+            batch,
+            workflow_id=wid,
+            task_queue=task_queue,
+            summary=f"fork of {workflow_id} at turn {at_turn} · branch {i}",
+        )
+        # One that completed under its id is attached to: its result stands.
+        handle, _ = await start_or_attach(
+            client, contract.EPISODE_WORKFLOW, inp, EpisodeResult, options
+        )
         handles.append(handle)
     return parent, handles
 
@@ -153,7 +148,7 @@ async def branch_ended(
     """The branch's result once it ended (a failed workflow: a `workflow_failed` result,
     not a raise; `began`: the fork's start, monotonic) and whether it ended for an
     infrastructure reason."""
-    from episodes.client.dispatch import await_result, failed_result
+    from episodes.client.batch.dispatch import await_result, failed_result
 
     try:
         result = await await_result(handle)
@@ -176,8 +171,8 @@ async def fork_group(
     """`start_branches`, then the branches as one `Group` (in branch order) once all
     ended. A branch that ended for an infrastructure reason, or whose workflow failed,
     makes the group `failed` (no retries here: fork again to run it anew)."""
-    from episodes.client.groups import Group
-    from episodes.client.history import fetch_transcript
+    from episodes.client.group.stream import Group, reading
+    from episodes.client.histories.transcript import fetch_transcript
 
     began = time.monotonic()
     parent, handles = await start_branches(
@@ -206,6 +201,6 @@ async def fork_group(
         results=[r for r, _ in outcomes],
         failed=why,
     )
-    group._fetch = lambda wid: fetch_transcript(client, wid)
-    group._model = parent.spec.model is not None
-    return group
+    return reading(
+        group, lambda wid: fetch_transcript(client, wid), model=parent.spec.model is not None
+    )

@@ -35,7 +35,7 @@ PROBE_WORKFLOW = "episodes-doctor-fleet-probe"
 POLL_S = 10.0
 
 
-async def probe_fleet(client: Client) -> tuple[bool | None, bool | None]:
+async def probe_priority(client: Client) -> tuple[bool | None, bool | None]:
     """(priority honoured, fairness honoured); None: the probe could not tell."""
     queue = f"episodes-doctor-{uuid.uuid4().hex[:10]}"
     started: list[str] = []

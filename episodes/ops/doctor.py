@@ -29,7 +29,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes.client.config import Config
-from episodes.client.doctor_local import (
+from episodes.ops.doctor_local import (
     HARNESS_IMAGE,
     Check,
     check_payloads,
@@ -42,8 +42,8 @@ __all__ = [
     "HARNESS_IMAGE",
     "RUNTIMES",
     "Check",
-    "check_fleet",
     "check_payloads",
+    "check_priority",
     "check_runtime",
     "open_client",
     "run_checks",
@@ -150,12 +150,12 @@ async def check_workers(client: Client, task_queue: str) -> Check:
     return Check("workers", True, f"{len(names)} polling {task_queue!r}: {', '.join(names[:5])}")
 
 
-async def check_fleet(client: Client) -> list[Check]:
-    """Priority and fairness keys (batches sharing a fleet), tried on a probe queue."""
-    from episodes.client.doctor_fleet import probe_fleet
+async def check_priority(client: Client) -> list[Check]:
+    """Priority and fairness keys (batches sharing the workers), tried on a probe queue."""
+    from episodes.ops.doctor_priority import probe_priority
 
     try:
-        priority, fairness = await probe_fleet(client)
+        priority, fairness = await probe_priority(client)
     except Exception as e:
         detail = f"could not probe: {short_error(e)}"
         return [Check("priority", False, detail, required=False)]
@@ -176,7 +176,7 @@ async def check_fleet(client: Client) -> list[Check]:
             "the server shares a queue between fairness keys"
             if fairness
             else (unsure if fairness is None else "served in arrival order"),
-            "set the dynamic config `matching.enableFairness: true` (docs/operations/fleet.md)",
+            "set the dynamic config `matching.enableFairness: true` (docs/operations/priority.md)",
             required=False,
         ),
     ]
@@ -198,7 +198,7 @@ async def run_checks(
             checks.append(await check_search_attributes(client))
             if workers:
                 checks.append(await check_workers(client, cfg.settings.task_queue))
-            checks += await check_fleet(client)
+            checks += await check_priority(client)
     for name in RUNTIMES:
         checks.append(await asyncio.to_thread(check_runtime, name, name in wanted))
     checks += await check_payloads()

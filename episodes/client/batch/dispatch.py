@@ -13,27 +13,43 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from episodes import contract
+from episodes.client.starting import start_episode
 from episodes.errors import EpisodeFailed, EpisodesError
 from episodes.types.model import ModelSpec, UpstreamSpec
+from episodes.types.priority import BudgetName
 from episodes.types.results import (
     WORKFLOW_FAILED,
     Cut,
     EpisodeResult,
     Task,
+    Transcript,
     is_infra_failure,
 )
 from episodes.types.spec import EpisodeSpec
 
-if TYPE_CHECKING:
-    from episodes.client.core import EpisodesClient
+
+class BatchClient(Protocol):
+    """What a batch stream needs of the client it runs on (`EpisodesClient`): the
+    connection, the version and fleet episodes are dispatched at, and the counters it
+    reports what the last stream did in."""
+
+    client: Client
+    task_queue: str
+    policy_version: int | None
+    upstreams: list[UpstreamSpec] | None
+    budget_exhausted: BudgetName | None
+    zero_variance_skipped: int
+    groups_dropped: int
+    episodes_ran: int
+
+    async def transcript(self, workflow_id: str) -> Transcript: ...
 
 
 @dataclass
@@ -56,21 +72,6 @@ class Outcome:
     result: EpisodeResult
     infra: bool
     """It ended for an infrastructure reason, after the retries its budget allowed."""
-
-
-def batch_id_arg(batch_id: str | None, batch: str | None, where: str) -> str | None:
-    """`batch_id=`, or the deprecated `batch=` spelling of it (a warning says so)."""
-    if batch is None:
-        return batch_id
-    if batch_id is not None and batch_id != batch:
-        raise EpisodesError(f"{where}: batch_id={batch_id!r} and batch={batch!r}: give one")
-    warnings.warn(
-        f"{where}(batch=...) is deprecated: use batch_id=... (the batch id; the same "
-        "word as `episodes run --batch-id`)",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    return batch
 
 
 def dispatch_spec(
@@ -98,7 +99,7 @@ def dispatch_spec(
 
 
 async def run_member(
-    ec: EpisodesClient,
+    ec: BatchClient,
     spec: EpisodeSpec,
     m: Member,
     *,
@@ -115,8 +116,8 @@ async def run_member(
         m.wid = contract.retry_id(
             contract.episode_id(batch or spec.name, m.task.id, m.sample), attempt
         )
-        handle, closed = await ec._start_episode(
-            spec, m.task, m.sample, batch=batch, attempt=attempt
+        handle, closed = await start_episode(
+            ec.client, ec.task_queue, spec, m.task, m.sample, batch=batch, attempt=attempt
         )
         try:
             result = await await_result(handle)

@@ -34,8 +34,8 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import search_attributes as sa
-from episodes.client.batches import batch_input, total_episodes
-from episodes.client.fleet import on_fleet
+from episodes.client.batch.priority import with_priority
+from episodes.client.batch.server import batch_input, total_episodes
 from episodes.contract import BATCH_WORKFLOW
 from episodes.errors import ScheduleError
 from episodes.types.base import Model
@@ -104,9 +104,9 @@ async def create_schedule(
     overlap: str = "skip",
     concurrency: int | None = None,
     pass_threshold: float = 1.0,
-    fleet: dict[str, Any] | None = None,
+    priority_options: dict[str, Any] | None = None,
 ) -> ScheduleHandle:
-    """`fleet`: `episodes.client.fleet.on_fleet`'s keywords (priority, fairness, budget),
+    """`priority_options`: `episodes.client.batch.priority.with_priority`'s keywords (priority, fairness, budget),
     over the spec's; each run is a batch with them."""
     if (cron is None) == (every is None):
         raise ScheduleError("give exactly one of --cron EXPR or --every DURATION")
@@ -114,7 +114,7 @@ async def create_schedule(
         raise ScheduleError(f"--overlap {overlap!r}: choose one of {', '.join(OVERLAP)}")
     if not name or any(c.isspace() for c in name) or "'" in name or '"' in name:
         raise ScheduleError(f"schedule name {name!r}: use no spaces or quotes")
-    spec = on_fleet(spec, **(fleet or {}))
+    spec = with_priority(spec, **(priority_options or {}))
     inp = batch_input(spec, schedule=name, concurrency=concurrency, pass_threshold=pass_threshold)
     if cron is not None:
         when, sched_spec = f"cron {cron}", ScheduleSpec(cron_expressions=[cron])

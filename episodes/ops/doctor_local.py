@@ -1,6 +1,6 @@
 """The doctor's checks of the worker's own machine: its runtimes (the sandbox, Docker,
 Modal, Prime) and its payload storage; and `Check`, one line of the report, which
-every check returns (episodes/client/doctor.py runs them all and re-exports these)."""
+every check returns (episodes/ops/doctor.py runs them all and re-exports these)."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes import search_attributes as sa
-from episodes.client.dispatch import batch_id_arg
+from episodes.client.batch.options import batch_id_arg
 from episodes.errors import EpisodesError
 from episodes.search_attributes import batch_search_attributes, task_priority
 from episodes.types.attempts import final_attempts

@@ -1,6 +1,6 @@
 """`EpisodesClient`'s methods on episodes that replay their recorded turns exactly: fork
 an episode at a turn (one branch each, or the branches as a group), park and resume
-one episode or a whole batch. The work is in episodes/client/fork.py and parking.py.
+one episode or a whole batch. The work is in episodes/client/histories/fork.py and parking.py.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from episodes import contract
 from episodes.types.results import EpisodeResult
 
 if TYPE_CHECKING:
-    from episodes.client.groups import Group
+    from episodes.client.group.stream import Group
 
 
 class ReplayMethods:
@@ -34,9 +34,9 @@ class ReplayMethods:
         `at_turn` turns exactly (box, harness, env, model and tool calls: no model call
         for them reaches the upstream), then go on live; their results carry
         `forked_from`. `policy_version`: the branches' (their live calls record it). The
-        parent, running or finished, is untouched (episodes/client/fork.py). The
+        parent, running or finished, is untouched (episodes/client/histories/fork.py). The
         branches are a batch of their own, `<id>.f<at_turn>` (`episodes export` it)."""
-        from episodes.client.fork import fork_episode
+        from episodes.client.histories.fork import fork_episode
 
         return await fork_episode(
             self.client,
@@ -59,7 +59,7 @@ class ReplayMethods:
         branches (`group.advantages()`), their samples with the replayed calls as prompt
         (`await group.samples()`); `group_id` `<id>.f<at_turn>/<task>`, as `episodes
         export <id>.f<at_turn>` names it."""
-        from episodes.client.fork import fork_group
+        from episodes.client.histories.fork import fork_group
 
         return await fork_group(
             self.client,
@@ -84,15 +84,15 @@ class ReplayMethods:
         await self.client.get_workflow_handle(workflow_id).signal(contract.RESUME)
 
     async def park_batch(self, batch_id: str) -> list[str]:
-        """Park every running episode of the batch (`park` for each): the fleet is free
-        for another job. The ids asked, sorted (episodes/client/parking.py)."""
-        from episodes.client.parking import signal_batch
+        """Park every running episode of the batch (`park` for each): the workers are free
+        for another job. The ids asked, sorted (episodes/client/batch/parking.py)."""
+        from episodes.client.batch.parking import signal_batch
 
         return await signal_batch(self.client, batch_id, contract.PARK)
 
     async def resume_batch(self, batch_id: str) -> list[str]:
         """Resume the batch's episodes parked by `park_batch` (`resume` for each running
         one). The ids asked, sorted."""
-        from episodes.client.parking import signal_batch
+        from episodes.client.batch.parking import signal_batch
 
         return await signal_batch(self.client, batch_id, contract.RESUME)

@@ -15,19 +15,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Generator, Iterator
 from pathlib import Path
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar, cast, overload
 
 from temporalio.client import WorkflowHandle
 from temporalio.converter import DataConverter
 
+from episodes.client.batch.options import BatchOptions, batch_id_arg
+from episodes.client.blocking.group import SyncGroup
+from episodes.client.blocking.session import LoopThread, SyncInteractiveSession
 from episodes.client.core import EpisodesClient
-from episodes.client.dispatch import batch_id_arg
-from episodes.client.groups import Group
-from episodes.client.sync_group import SyncGroup
-from episodes.client.sync_session import SyncInteractiveSession, _LoopThread
-from episodes.types.group import Execution
+from episodes.client.group.stream import Group
 from episodes.types.model import UpstreamSpec
-from episodes.types.priority import BatchBudget, BudgetName
+from episodes.types.priority import BudgetName
 from episodes.types.results import EpisodeResult, Task, Transcript
 from episodes.types.spec import EpisodeSpec
 from episodes.types.tuning import DEFAULT_IDLE_TIMEOUT_S, DEFAULT_TURNS_PER_RUN
@@ -40,7 +39,7 @@ __all__ = ["SyncEpisodesClient", "SyncGroup", "SyncInteractiveSession"]
 class SyncEpisodesClient:
     """`EpisodesClient` with blocking methods. Close it (or use `with`) when done."""
 
-    def __init__(self, loop: _LoopThread, client: EpisodesClient) -> None:
+    def __init__(self, loop: LoopThread, client: EpisodesClient) -> None:
         self._loop = loop
         self.async_client = client
 
@@ -59,7 +58,7 @@ class SyncEpisodesClient:
         timeout_s: float = 10.0,
     ) -> SyncEpisodesClient:
         """As `EpisodesClient.connect`: arguments > environment > profile > defaults."""
-        loop = _LoopThread()
+        loop = LoopThread()
         try:
             client = loop.run(
                 EpisodesClient.connect(
@@ -154,19 +153,9 @@ class SyncEpisodesClient:
         self,
         spec: EpisodeSpec | str | Path,
         *,
-        concurrency: int | None = None,
-        batch_id: str | None = None,
+        options: None = None,
         groups: Literal[False] = False,
-        policy_version: int | None = None,
-        max_staleness: int | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        fairness_weight: float | None = None,
-        budget: BatchBudget | None = None,
-        oversample: int | None = None,
-        skip_zero_variance: bool | None = None,
-        batch: str | None = None,
-        execution: Execution | None = None,
+        **kwargs: Any,
     ) -> Iterator[EpisodeResult]: ...
 
     @overload
@@ -174,75 +163,32 @@ class SyncEpisodesClient:
         self,
         spec: EpisodeSpec | str | Path,
         *,
-        concurrency: int | None = None,
-        batch_id: str | None = None,
+        options: None = None,
         groups: Literal[True],
-        policy_version: int | None = None,
-        max_staleness: int | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        fairness_weight: float | None = None,
-        budget: BatchBudget | None = None,
-        oversample: int | None = None,
-        skip_zero_variance: bool | None = None,
-        batch: str | None = None,
-        execution: Execution | None = None,
+        **kwargs: Any,
     ) -> Iterator[SyncGroup]: ...
+
+    @overload
+    def run_batch(
+        self, spec: EpisodeSpec | str | Path, *, options: BatchOptions, **kwargs: Any
+    ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]: ...
 
     def run_batch(
         self,
         spec: EpisodeSpec | str | Path,
         *,
-        concurrency: int | None = None,
-        batch_id: str | None = None,
-        groups: bool = False,
-        policy_version: int | None = None,
-        max_staleness: int | None = None,
-        priority: int | None = None,
-        fairness_key: str | None = None,
-        fairness_weight: float | None = None,
-        budget: BatchBudget | None = None,
-        oversample: int | None = None,
-        skip_zero_variance: bool | None = None,
-        batch: str | None = None,
-        execution: Execution | None = None,
+        options: BatchOptions | None = None,
+        **kwargs: Any,
     ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]:
         """Results as each episode finishes, or with `groups` each task's samples as a
-        `SyncGroup` once all ended (see `EpisodesClient.run_batch`). Closing the iterator
+        `SyncGroup` once all ended (see `EpisodesClient.run_batch`: the same options,
+        `BatchOptions`' fields as keyword arguments or `options=`). Closing the iterator
         early (`break`, an exception, `.close()`) cancels the episodes it still waits for."""
-        batch_id = batch_id_arg(batch_id, batch, "run_batch")
-        if groups:
-            grouped = self.async_client.run_batch(
-                spec,
-                concurrency=concurrency,
-                batch_id=batch_id,
-                groups=True,
-                policy_version=policy_version,
-                max_staleness=max_staleness,
-                priority=priority,
-                fairness_key=fairness_key,
-                fairness_weight=fairness_weight,
-                budget=budget,
-                oversample=oversample,
-                skip_zero_variance=skip_zero_variance,
-                execution=execution,
-            )
-            return self._groups(grouped)
-        results = self.async_client.run_batch(
-            spec,
-            concurrency=concurrency,
-            batch_id=batch_id,
-            policy_version=policy_version,
-            max_staleness=max_staleness,
-            priority=priority,
-            fairness_key=fairness_key,
-            fairness_weight=fairness_weight,
-            budget=budget,
-            oversample=oversample,
-            skip_zero_variance=skip_zero_variance,
-            execution=execution,
-        )
-        return self._iterate(results)
+        o = BatchOptions.of(options, kwargs, where="run_batch")
+        stream = self.async_client.run_batch(spec, options=o)
+        if o.groups:
+            return self._groups(cast(AsyncGenerator[Group, None], stream))
+        return self._iterate(cast(AsyncGenerator[EpisodeResult, None], stream))
 
     def _groups(self, agen: AsyncGenerator[Group, None]) -> Iterator[SyncGroup]:
         inner = self._iterate(agen)

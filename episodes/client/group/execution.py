@@ -3,7 +3,7 @@
 Each task's `samples` members run as one `EpisodeGroupWorkflow` (`<batch>.<task>.g`;
 design: `episodes.types.group`, docs/training.md "Group execution") instead of one
 `EpisodeWorkflow` each: the server's cost is paid once per group, not per episode.
-Groups are yielded as `episodes.client.groups.Group`s, exactly as the default path
+Groups are yielded as `episodes.client.group.stream.Group`s, exactly as the default path
 yields them; each result's `workflow_id` is the member's id
 (`<batch>.<task>.g.s<sample>`), which `episodes show`, the viewer, `episodes export`
 and `Group.samples()` accept.
@@ -15,7 +15,7 @@ of execution is the group; a GRPO baseline wants its members run alike); past th
 it is yielded `failed`. `max_staleness` cancels a stale group's workflow and
 dispatches it again at the current version.
 
-As on the default path (`episodes.client.groups`): budgets are counted from the
+As on the default path (`episodes.client.group.stream`): budgets are counted from the
 members' results as each group ends (past one no new group starts,
 `client.budget_exhausted` names it); `skip_zero_variance` skips a zero-variance group
 and counts it (`client.zero_variance_skipped`); `oversample: k` runs `samples + k`
@@ -34,18 +34,16 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio.client import WorkflowFailureError, WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
-from episodes.client.dispatch import cancel_episode, dispatch_spec, failed
-from episodes.client.groups import VERSION_POLL_S, Group
-from episodes.client.spending import Spending
+from episodes.client.batch.dispatch import BatchClient, cancel_episode, dispatch_spec, failed
+from episodes.client.batch.spending import Spending
+from episodes.client.group.stream import VERSION_POLL_S, Group, reading
+from episodes.client.starting import start_options, start_or_attach
 from episodes.errors import EpisodesError
-from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.types.group import (
     GroupInput,
     GroupResult,
@@ -56,12 +54,9 @@ from episodes.types.group import (
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
 from episodes.types.spec import EpisodeSpec
 
-if TYPE_CHECKING:
-    from episodes.client.core import EpisodesClient
-
 
 def run_group_execution(
-    ec: EpisodesClient,
+    ec: BatchClient,
     spec: EpisodeSpec,
     batch: str | None,
     limit: int,
@@ -104,7 +99,7 @@ class _Run:
 
 
 async def stream_group_workflows(
-    ec: EpisodesClient,
+    ec: BatchClient,
     spec: EpisodeSpec,
     *,
     batch: str | None,
@@ -174,7 +169,7 @@ async def stream_group_workflows(
 
 
 async def _run_group(
-    ec: EpisodesClient, spec: EpisodeSpec, g: _Run, batch: str
+    ec: BatchClient, spec: EpisodeSpec, g: _Run, batch: str
 ) -> tuple[list[EpisodeResult], bool]:
     """The group's results (one per sample), run again whole as a fresh group workflow
     while a member ended for an infrastructure reason and `group_retries` allow; and
@@ -214,38 +209,31 @@ async def _run_group(
 
 
 async def _start(
-    ec: EpisodesClient, spec: EpisodeSpec, task: Task, batch: str, wid: str
+    ec: BatchClient, spec: EpisodeSpec, task: Task, batch: str, wid: str
 ) -> tuple[WorkflowHandle[Any, GroupResult], bool]:
     """Start the group workflow, or attach to the one under its id (and say it closed)."""
-    one = contract.single_task_spec(spec, task)
-    try:
-        handle = await ec.client.start_workflow(
-            contract.GROUP_WORKFLOW,
-            GroupInput(
-                spec=one,
-                task=task,
-                samples=spec.samples,
-                batch=batch,
-                oversample=spec.oversample,
-                group_timeout_s=spec.group_timeout_s,
-            ),
-            id=wid,
-            task_queue=ec.task_queue,
-            result_type=GroupResult,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            request_eager_start=True,
-            search_attributes=episode_search_attributes(spec, task, batch),
-            priority=task_priority(spec),
-            static_summary=f"{spec.env} · task {task.id} · {spec.samples} samples (group)",
-        )
-    except WorkflowAlreadyStartedError:
-        return ec.client.get_workflow_handle(wid, result_type=GroupResult), True
-    return handle, False
+    inp = GroupInput(
+        spec=contract.single_task_spec(spec, task),
+        task=task,
+        samples=spec.samples,
+        batch=batch,
+        oversample=spec.oversample,
+        group_timeout_s=spec.group_timeout_s,
+    )
+    options = start_options(
+        spec,
+        task,
+        batch,
+        workflow_id=wid,
+        task_queue=ec.task_queue,
+        summary=f"{spec.env} · task {task.id} · {spec.samples} samples (group)",
+        eager=True,
+    )
+    return await start_or_attach(ec.client, contract.GROUP_WORKFLOW, inp, GroupResult, options)
 
 
 def _group(
-    ec: EpisodesClient,
+    ec: BatchClient,
     batch: str,
     g: _Run,
     results: list[EpisodeResult],
@@ -273,6 +261,4 @@ def _group(
         partial=any(r.cut == "group_timeout" for r in results),
         cut=[r.workflow_id for r in results if r.cut is not None],
     )
-    group._fetch = ec.transcript
-    group._model = model
-    return group
+    return reading(group, ec.transcript, model=model)

@@ -1,5 +1,5 @@
 """The blocking client's event loop thread and its interactive session (split from
-`episodes.client.sync`, which re-exports both)."""
+`episodes.client.blocking.client`, which re-exports both)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from episodes.types.results import EpisodeResult, Termination
 T = TypeVar("T")
 
 
-class _LoopThread:
+class LoopThread:
     """An event loop running forever in a daemon thread."""
 
     def __init__(self) -> None:
@@ -52,7 +52,7 @@ class _LoopThread:
 class SyncInteractiveSession:
     """`InteractiveSession` with blocking `step`, `close`, `park` and `resume`."""
 
-    def __init__(self, loop: _LoopThread, session: InteractiveSession) -> None:
+    def __init__(self, loop: LoopThread, session: InteractiveSession) -> None:
         self._loop = loop
         self.async_session = session
 

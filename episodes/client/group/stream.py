@@ -22,7 +22,7 @@ and dispatched again at the current version, as fresh attempts; `Group.stale` co
 those re-dispatches. Complete groups are yielded as they are, with their version.
 
 Budgets (`spec.budget`, `run_batch(budget=)`): counted from the members' results as
-they end (`episodes.client.spending`); past one no new group is dispatched, the groups
+they end (`episodes.client.batch.spending`); past one no new group is dispatched, the groups
 already dispatched finish whole, and `client.budget_exhausted` names it. A re-run
 re-attaches to the members that ended, counts them again and stops where it stopped.
 
@@ -53,12 +53,12 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from episodes import contract
-from episodes.client.dispatch import (
+from episodes.client.batch.dispatch import (
+    BatchClient,
     Member,
     Outcome,
     cancel_episode,
@@ -66,15 +66,12 @@ from episodes.client.dispatch import (
     dispatch_spec,
     run_member,
 )
-from episodes.client.spending import Spending
+from episodes.client.batch.spending import Spending
 from episodes.errors import EpisodesError
 from episodes.training.estimators import Estimator, diverged, episode_advantages
 from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of
 from episodes.types.results import Cut, EpisodeResult, Transcript
 from episodes.types.spec import EpisodeSpec
-
-if TYPE_CHECKING:
-    from episodes.client.core import EpisodesClient
 
 # How often a waiting stream looks at `client.policy_version` when no episode ends (a
 # trainer may move it from another task while the stream waits).
@@ -180,6 +177,14 @@ class Group(BaseModel):
         return self._samples
 
 
+def reading(group: Group, fetch: Fetch, *, model: bool) -> Group:
+    """`group`, its transcripts read with `fetch` (a workflow id -> its transcript) on
+    `samples()`'s first use; `model`: its spec has a `model` (the calls `samples()`
+    gives). Every stream and fork that makes a `Group` hands it out through this."""
+    group._fetch, group._model = fetch, model
+    return group
+
+
 @dataclass
 class _State:
     """A group while it runs."""
@@ -208,7 +213,7 @@ class _State:
 
 
 async def stream_groups(
-    ec: EpisodesClient,
+    ec: BatchClient,
     spec: EpisodeSpec,
     *,
     batch: str | None,
@@ -352,9 +357,7 @@ async def stream_groups(
         )
 
 
-def _group(
-    ec: EpisodesClient, batch: str, g: _State, *, model: bool, partial: bool = False
-) -> Group:
+def _group(ec: BatchClient, batch: str, g: _State, *, model: bool, partial: bool = False) -> Group:
     ended = [m for m in g.members if m.sample in g.outcomes]
     outcomes = [g.outcomes[m.sample] for m in ended]
     failed = None
@@ -378,6 +381,4 @@ def _group(
         partial=partial,
         cut=list(g.cut),
     )
-    group._fetch = ec.transcript
-    group._model = model
-    return group
+    return reading(group, ec.transcript, model=model)

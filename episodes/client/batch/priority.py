@@ -1,7 +1,7 @@
-"""A batch's place on a shared fleet, given where it starts (`run_batch`, `episodes run`,
+"""A batch's place on shared workers, given where it starts (`run_batch`, `episodes run`,
 `episodes schedule create`) rather than in its spec: priority, fairness, budgets.
 
-    spec = on_fleet(spec, priority=1, fairness_key="evals", budget=BatchBudget(max_model_tokens=10**6))
+    spec = with_priority(spec, priority=1, fairness_key="evals", budget=BatchBudget(max_model_tokens=10**6))
 
 The values given replace the spec's (`priority`, `fairness_key`, `fairness_weight`;
 each budget limit given replaces that one limit); None keeps the spec's.
@@ -16,7 +16,7 @@ from episodes.types.priority import BatchBudget, BatchPriority
 from episodes.types.spec import EpisodeSpec
 
 
-def on_fleet(
+def with_priority(
     spec: EpisodeSpec,
     *,
     priority: int | None = None,
@@ -24,7 +24,7 @@ def on_fleet(
     fairness_weight: float | None = None,
     budget: BatchBudget | None = None,
 ) -> EpisodeSpec:
-    """The spec with these fleet settings (validated: priority 1 to 5, a key of at most
+    """The spec with these priority settings (validated: priority 1 to 5, a key of at most
     64 bytes, a weight of 0.001 to 1000)."""
     try:
         given = BatchPriority(
@@ -40,3 +40,7 @@ def on_fleet(
         limits.update({k: v for k, v in budget.model_dump().items() if v is not None})
         update["budget"] = BatchBudget(**limits)
     return spec.model_copy(update=update) if update else spec
+
+
+# The name before "fleet" came to mean the model upstreams only (`episodes.client.fleet.on_fleet`).
+on_fleet = with_priority

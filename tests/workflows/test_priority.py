@@ -1,4 +1,4 @@
-"""Batches sharing one fleet (issue 31): priority, fairness and budgets.
+"""Batches sharing the workers (issue 31): priority, fairness and budgets.
 
 A real dev server (the session's: `matching.enableFairness` is among the dev server's
 flags, `episodes.client.devserver.TUNING_FLAGS`), and per test one worker of its own
@@ -24,11 +24,11 @@ from temporalio.client import Client
 from episodes import contract
 from episodes import search_attributes as sa
 from episodes.client import EpisodesClient
-from episodes.client.batches import batch_input, start_batch, wait_batch
+from episodes.client.batch.server import batch_input, start_batch, wait_batch
 from episodes.client.connect import connect
 from episodes.client.devserver import DevServer
-from episodes.client.doctor import check_fleet
 from episodes.model.scripted.server import ScriptedUpstream, echo_policy
+from episodes.ops.doctor import check_priority
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import EpisodeSpec
 from episodes.viewer.pages import _batch, batch_view
@@ -286,10 +286,10 @@ def unfair_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServe
 async def test_doctor_says_whether_the_server_honours_priority_and_fairness(
     client, unfair_server
 ) -> None:
-    checks = {c.name: c for c in await check_fleet(client)}
+    checks = {c.name: c for c in await check_priority(client)}
     assert checks["priority"].ok and checks["fairness"].ok, checks
     unfair = await connect(unfair_server.address, timeout_s=30)
-    checks = {c.name: c for c in await check_fleet(unfair)}
+    checks = {c.name: c for c in await check_priority(unfair)}
     assert checks["priority"].ok, checks["priority"]
     assert not checks["fairness"].ok
     assert "served in arrival order" in checks["fairness"].line()

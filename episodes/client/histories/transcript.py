@@ -81,7 +81,7 @@ async def load_transcript(
             run_id = await _read_run(client, history.events, out, max_turns)
     except RPCError as e:
         # A group member (`episodes.types.group`) names no workflow: its group's history.
-        from episodes.client.group_history import load_member
+        from episodes.client.group.history import load_member
 
         member = await load_member(client, workflow_id, max_turns=max_turns, tolerant=tolerant)
         if member is not None:

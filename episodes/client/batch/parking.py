@@ -1,6 +1,6 @@
 """Park or resume every running episode of a batch at once: preemption.
 
-    parked = await client.park_batch("rollouts-step-120")    # the fleet is free for evals
+    parked = await client.park_batch("rollouts-step-120")    # the workers are free for evals
     ...                                                      # run the eval batch
     await client.resume_batch("rollouts-step-120")           # the rollouts go on
 
@@ -20,7 +20,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import contract
-from episodes.client.batches import episodes_query
+from episodes.client.batch.server import episodes_query
 from episodes.errors import EpisodesError
 
 # How many signals are in flight at once (a training batch may have thousands running).

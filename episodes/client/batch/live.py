@@ -27,7 +27,7 @@ from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.client import Client
 
 from episodes import contract
-from episodes.client.batches import episodes_query
+from episodes.client.batch.server import episodes_query
 
 DESCRIBE_CONCURRENCY = 16
 RPC_TIMEOUT = timedelta(seconds=5)

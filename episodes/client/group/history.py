@@ -3,7 +3,7 @@
 A member id (`<group workflow id>.s<sample>`) names no workflow of its own: its turns
 are in the group's `run_group` activity result once the group ended, in the activity's
 last heartbeat while it runs (the pending activity's details), or in the lost
-attempt's timeout failure when its restarts ran out. `episodes.client.history.
+attempt's timeout failure when its restarts ran out. `episodes.client.histories.transcript.
 load_transcript` comes here for an id that names no workflow, so `episodes show`, the
 viewer, `episodes export` and `EpisodesClient.transcript` take member ids as they take
 episode ids, and get the same shape (`load_transcript`'s dict).
@@ -110,7 +110,7 @@ async def _heartbeat(client: Client, desc: WorkflowExecutionDescription) -> Grou
 
 def groups_query(batch: str) -> str:
     """The visibility query of a batch's group workflows (quotes refused as
-    `episodes.client.batches.episodes_query` refuses them)."""
+    `episodes.client.batch.server.episodes_query` refuses them)."""
     if "'" in batch or "\\" in batch:
         raise EpisodesError(f"batch id {batch!r}: quotes and backslashes are not allowed")
     return f"{sa.BATCH.name} = '{batch}' AND WorkflowType = '{contract.GROUP_WORKFLOW}'"

@@ -1,5 +1,5 @@
-"""The fleet options of `episodes run` and `episodes schedule create`: a batch's priority,
-fairness and budgets (they replace the spec's; docs/operations/fleet.md)."""
+"""The priority options of `episodes run` and `episodes schedule create`: a batch's priority,
+fairness and budgets (they replace the spec's; docs/operations/priority.md)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from episodes.types.priority import BatchBudget
 
 Priority = Annotated[
     int | None,
-    typer.Option(min=1, max=5, help="The batch's priority on a shared fleet: 1 first .. 5 last."),
+    typer.Option(min=1, max=5, help="The batch's priority on shared workers: 1 first .. 5 last."),
 ]
 FairnessKey = Annotated[
     str | None,
-    typer.Option(help="Within a priority, keys share the fleet by weight (a tenant, `evals`)."),
+    typer.Option(help="Within a priority, keys share the workers by weight (a tenant, `evals`)."),
 ]
 FairnessWeight = Annotated[
     float | None, typer.Option(min=0.001, max=1000, help="This fairness key's share (1.0).")
@@ -42,7 +42,7 @@ Oversample = Annotated[
 ]
 
 
-def fleet_kwargs(
+def priority_kwargs(
     priority: int | None,
     fairness_key: str | None,
     fairness_weight: float | None,
@@ -50,7 +50,7 @@ def fleet_kwargs(
     max_model_calls: int | None,
     max_episode_seconds: float | None,
 ) -> dict[str, Any]:
-    """The keyword arguments of `episodes.client.fleet.on_fleet` (and `run_batch`)."""
+    """The keyword arguments of `episodes.client.batch.priority.with_priority` (and `run_batch`)."""
     budget = BatchBudget(
         max_model_tokens=max_model_tokens,
         max_model_calls=max_model_calls,

@@ -1,11 +1,11 @@
 """`SyncGroup`: a `Group` of the blocking client (`SyncEpisodesClient.run_batch(...,
-groups=True)`, `fork_group`). Importable from `episodes.client.sync` as before.
+groups=True)`, `fork_group`). Importable from `episodes.client.blocking.client` as before.
 """
 
 from __future__ import annotations
 
-from episodes.client.groups import Group
-from episodes.client.sync_session import _LoopThread
+from episodes.client.blocking.session import LoopThread
+from episodes.client.group.stream import Group
 from episodes.training.estimators import Estimator
 from episodes.training.samples import EpisodeSamples
 from episodes.types.results import EpisodeResult
@@ -14,7 +14,7 @@ from episodes.types.results import EpisodeResult
 class SyncGroup:
     """`Group` with a blocking `samples()`: a task's samples in a batch, every member ended."""
 
-    def __init__(self, loop: _LoopThread, group: Group) -> None:
+    def __init__(self, loop: LoopThread, group: Group) -> None:
         self._loop = loop
         self.async_group = group
 

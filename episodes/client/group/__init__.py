@@ -1,0 +1,7 @@
+"""Groups: the samples of one task in a batch, yielded whole (`run_batch(groups=True)`).
+
+`stream` (the `Group` and the default stream: one episode workflow a member),
+`execution` (`execution="group"`: one workflow a group), `options` (the spec a groups
+stream runs: `oversample`, `skip_zero_variance`), `history` (a group member's
+transcript, read from its group workflow).
+"""
