@@ -134,7 +134,7 @@ async def run_spec(
         if grouped:
             line = groups_line(tally, episodes.zero_variance_skipped, episodes.budget_exhausted)
             console.print(line, highlight=False)
-        for line in failure_lines(results):
+        for line in failure_lines(results) or some_failed_lines(results):
             console.print(line, highlight=False, soft_wrap=True)
         if out:
             console.print(f"results: {out}")
@@ -240,6 +240,25 @@ def failure_lines(results: list[EpisodeResult]) -> list[str]:
         lines = every_failed_lines(
             Counter(r.termination for r in results), failed[0] if failed else None
         )
+    return lines
+
+
+def some_failed_lines(results: list[EpisodeResult]) -> list[str]:
+    """When some episodes (not all, no configuration error) ended badly: how many, how,
+    and the first one's error, so a failure among successes is not a silent row. A
+    cancelled episode is no failure (Ctrl-C says so on its own)."""
+    if failure_lines(results):
+        return []
+    failed = [r for r in results if r.termination not in (*OK_TERMINATIONS, "cancelled")]
+    if not failed:
+        return []
+    kinds = ", ".join(f"{k} {n}" for k, n in Counter(r.termination for r in failed).items())
+    lines = [
+        f"[bold yellow]{len(failed)} of {len(results)} episodes failed[/] ({kinds}): "
+        f"`episodes show {failed[0].workflow_id}` shows one"
+    ]
+    if failed[0].error:
+        lines.append(f"  first error: {_first_line(failed[0].error)}")
     return lines
 
 
