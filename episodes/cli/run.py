@@ -19,7 +19,7 @@ from episodes.cli.common import (
     progress_bar,
     summary_table,
 )
-from episodes.cli.embedded import client_for
+from episodes.cli.embedded import STATE_DIR, WORKER_LOG, client_for
 from episodes.client import EpisodesClient
 from episodes.client.batches import episodes_query
 from episodes.client.config import Config
@@ -140,6 +140,8 @@ async def run_spec(
             console.print(f"results: {out}")
         if ui_url:
             console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
+            if any(r.termination not in OK_TERMINATIONS for r in results):
+                console.print(f"worker log: {STATE_DIR / WORKER_LOG}", highlight=False)
         return results
 
 
