@@ -15,11 +15,15 @@ $(STAMP): pyproject.toml
 	@$(BIN)/python -m pip install -q -e '.[dev,docs]'
 	@touch $(STAMP)
 
-# The type check runs here too: CI runs `make test`, so it enforces it.
+# The type check runs here too: CI runs `make test`, so it enforces it. The suite runs on
+# TEST_WORKERS processes (pytest-xdist; each has its own dev server and worker): most of
+# a test's time is spent waiting on servers and processes, so more processes than cores
+# pay. TEST_WORKERS=0 runs it in this one process.
+TEST_WORKERS ?= 4
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -ra --durations=25 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -ra --durations=25 $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal) $(PYTEST_ARGS)
 
 # The demo's Temporal dev server: free ports unless PORT=7233 (say) asks for one.
 demo: $(STAMP)

@@ -90,8 +90,22 @@ class HarnessFailure(EpisodesError):
         if exit_code is not None:
             full += f" (exit code {exit_code})"
         if stderr_tail:
+            # The first line is what summaries show: quote the stderr line that most
+            # often names the cause (`ModuleNotFoundError: ...`, `nodee: not found`).
+            last = last_line(stderr_tail)
+            if last:
+                full += f": {last}"
             full += f"\n--- harness stderr (tail) ---\n{stderr_tail.rstrip()}"
         super().__init__(full)
+
+
+def last_line(text: str, limit: int = 200) -> str:
+    """The last non-blank line of `text`, stripped and cut to `limit` characters."""
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            line = line.strip()
+            return line if len(line) <= limit else line[: limit - 3] + "..."
+    return ""
 
 
 class HarnessStartFailed(HarnessFailure):

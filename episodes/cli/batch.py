@@ -16,7 +16,13 @@ from rich.table import Table
 
 from episodes.cli.common import console, err_console, live_progress, progress_bar
 from episodes.cli.embedded import client_for
-from episodes.cli.run import budget_line, config_error_lines, every_failed_lines, reused_note
+from episodes.cli.run import (
+    budget_line,
+    config_error_lines,
+    every_failed_lines,
+    fresh_batch_said,
+    reused_note,
+)
 from episodes.client.batch.dispatch import dispatch_spec
 from episodes.client.batch.priority import with_priority
 from episodes.client.batch.server import (
@@ -44,6 +50,7 @@ async def run_spec_batch(
     pass_threshold: float,
     policy_version: int | None = None,
     priority_options: dict[str, Any] | None = None,
+    fresh: bool = False,
 ) -> int:
     """The batch on the server, its metrics and what went wrong; the exit status (1: a
     configuration error stopped episodes, or every episode failed)."""
@@ -56,9 +63,15 @@ async def run_spec_batch(
 
     async with contextlib.AsyncExitStack() as stack:
         client, ui_url, task_queue = await client_for(stack, cfg)
-        note = await reused_note(client, inp.batch or spec.name, given=batch is not None)
-        if note:
-            err_console.print(note, highlight=False, soft_wrap=True)
+        if fresh:
+            batch = await fresh_batch_said(client, batch or spec.name)
+            inp = batch_input(
+                spec, batch_id=batch, concurrency=concurrency, pass_threshold=pass_threshold
+            )
+        else:
+            note = await reused_note(client, inp.batch or spec.name, given=batch is not None)
+            if note:
+                err_console.print(note, highlight=False, soft_wrap=True)
         handle = await start_batch(client, inp, task_queue=task_queue)
         console.print(f"batch workflow [bold]{handle.id}[/]", highlight=False, soft_wrap=True)
         ceiling = inp.concurrency or spec.concurrency
@@ -67,7 +80,7 @@ async def run_spec_batch(
             live_progress(
                 progress,
                 client,
-                title=spec.name,
+                title=inp.batch or spec.name,
                 batch=inp.batch or spec.name,
                 ceiling=ceiling,
                 total=total,

@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import os
 import signal
 import statistics
+import threading
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
+    Task,
     TaskID,
     TextColumn,
     TimeElapsedColumn,
@@ -112,16 +115,65 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
     return table
 
 
+class _PlainProgress(Progress):
+    """Off a terminal (nohup, a CI log) a live bar draws nothing until it ends: a plain
+    line per unfinished bar every `every_s` seconds instead, so a long run shows it
+    is alive (`3/16 · a#1 env_done 1.000 · 0:01:05`)."""
+
+    def __init__(self, *columns: Any, every_s: float, **options: Any) -> None:
+        super().__init__(*columns, **options)
+        self.every_s = every_s
+        self._done = threading.Event()
+        self._ticker: threading.Thread | None = None
+
+    def start(self) -> None:
+        super().start()
+        self._ticker = threading.Thread(target=self._tick, name="progress-lines", daemon=True)
+        self._ticker.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._ticker is not None:
+            self._ticker.join()
+        super().stop()
+
+    def _tick(self) -> None:
+        while not self._done.wait(self.every_s):
+            for task in self.tasks:
+                if not task.finished:
+                    self.console.print(plain_progress_line(task), highlight=False, soft_wrap=True)
+
+
+def plain_progress_line(task: Task) -> str:
+    """One bar as a line of text: `title: 3/16 · last · 0:01:05`."""
+    done = f"{int(task.completed)}/{int(task.total)}" if task.total else str(int(task.completed))
+    parts = [f"{task.description}: {done}"]
+    last = str(task.fields.get("last") or "")
+    if last:
+        parts.append(last)
+    elapsed = int(task.elapsed or 0)
+    parts.append(f"{elapsed // 3600}:{elapsed // 60 % 60:02d}:{elapsed % 60:02d}")
+    return " · ".join(parts)
+
+
+PROGRESS_EVERY_S = 5.0
+"""Off a terminal, a progress line this often (EPISODES_PROGRESS_EVERY_S)."""
+
+
 def progress_bar() -> Progress:
-    """The bar `episodes run` shows, with the last finished episode beside it."""
-    return Progress(
+    """The bar `episodes run` shows, with the last finished episode beside it; off a
+    terminal, a plain progress line every few seconds instead."""
+    columns = (
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn("{task.fields[last]}"),
         TimeElapsedColumn(),
-        console=console,
     )
+    if console.is_terminal:
+        return Progress(*columns, console=console)
+    every = float(os.environ.get("EPISODES_PROGRESS_EVERY_S") or PROGRESS_EVERY_S)
+    return _PlainProgress(*columns, console=console, every_s=every)
 
 
 @contextlib.contextmanager

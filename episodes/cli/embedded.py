@@ -6,8 +6,10 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
-from collections.abc import AsyncIterator
+import logging
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from temporalio.client import Client
@@ -197,6 +199,41 @@ async def viewer_beside(stack: Embedded, port: int) -> AsyncIterator[Running]:
         yield viewer
 
 
+WORKER_LOG = "worker.log"
+"""The in-process worker's log of an embedded `episodes run`, in `.episodes/`."""
+
+# The loggers of the worker in this process: the SDK's (an activity that failed, with
+# its traceback) and ours.
+_WORKER_LOGGERS = ("temporalio", "episodes", "workers", "activities")
+
+
+@contextlib.contextmanager
+def worker_log(path: Path) -> Iterator[Path]:
+    """The in-process worker's log records go to `path`, not the user's terminal: a
+    harness that cannot start is one line under the summary (with its cause), not an
+    SDK traceback per episode. Left alone when the process configured logging itself
+    (the root logger has a handler)."""
+    if logging.getLogger().handlers:
+        yield path
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(path, delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    saved = []
+    for name in _WORKER_LOGGERS:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.propagate))
+        logger.addHandler(handler)
+        logger.propagate = False
+    try:
+        yield path
+    finally:
+        for logger, propagate in saved:
+            logger.removeHandler(handler)
+            logger.propagate = propagate
+        handler.close()
+
+
 async def client_for(
     stack: contextlib.AsyncExitStack, cfg: Config
 ) -> tuple[Client, str | None, str]:
@@ -211,6 +248,7 @@ async def client_for(
         return await connect_config(cfg), None, cfg.settings.task_queue
     from episodes.cli.common import console
 
+    stack.enter_context(worker_log(STATE_DIR / WORKER_LOG))
     with console.status("starting the embedded Temporal dev server and a worker"):
         emb = await stack.enter_async_context(
             embedded_stack(

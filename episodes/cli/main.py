@@ -57,6 +57,14 @@ def run_cmd(
         str | None,
         typer.Option("--batch-id", help="Batch id for workflow ids (default: spec name)."),
     ] = None,
+    fresh: Annotated[
+        bool,
+        typer.Option(
+            "--fresh",
+            help="Run the spec afresh under a new batch id derived from the old one "
+            "(NAME-2, NAME-3, ...) instead of re-attaching to its finished episodes.",
+        ),
+    ] = False,
     concurrency: Annotated[int | None, typer.Option(help="Episodes in flight.")] = None,
     on_server: Annotated[
         bool,
@@ -124,6 +132,7 @@ def run_cmd(
                 pass_threshold=pass_threshold,
                 policy_version=policy_version,
                 priority_options=priority_options,
+                fresh=fresh,
             )
         )
         raise typer.Exit(code)
@@ -137,6 +146,7 @@ def run_cmd(
             policy_version=policy_version,
             priority_options=priority_options,
             oversample=oversample,
+            fresh=fresh,
         )
     )
     raise typer.Exit(exit_code(results))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import re
 from collections import Counter
 from collections.abc import AsyncGenerator
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from temporalio.client import Client
 
+from episodes import search_attributes as sa
 from episodes.cli.common import (
     console,
     err_console,
@@ -19,7 +22,7 @@ from episodes.cli.common import (
     progress_bar,
     summary_table,
 )
-from episodes.cli.embedded import client_for
+from episodes.cli.embedded import STATE_DIR, WORKER_LOG, client_for
 from episodes.client import EpisodesClient
 from episodes.client.batch.dispatch import dispatch_spec
 from episodes.client.batch.server import episodes_query
@@ -43,6 +46,7 @@ async def run_spec(
     policy_version: int | None = None,
     priority_options: dict[str, Any] | None = None,
     oversample: int | None = None,
+    fresh: bool = False,
 ) -> list[EpisodeResult]:
     from episodes.envs import check_env_ref
 
@@ -64,9 +68,12 @@ async def run_spec(
         sink = stack.enter_context(out.open("w")) if out else None
         results: list[EpisodeResult] = []
         episodes = EpisodesClient(client, task_queue=task_queue)
-        note = await reused_note(client, batch or spec.name, given=batch is not None)
-        if note:
-            err_console.print(note, highlight=False, soft_wrap=True)
+        if fresh:
+            batch = await fresh_batch_said(client, batch or spec.name)
+        else:
+            note = await reused_note(client, batch or spec.name, given=batch is not None)
+            if note:
+                err_console.print(note, highlight=False, soft_wrap=True)
         tally: Counter[str] = Counter()
         kw: dict[str, Any] = dict(
             concurrency=concurrency,
@@ -85,7 +92,7 @@ async def run_spec(
                 live_progress(
                     progress,
                     client,
-                    title=f"{spec.name} (groups)" if grouped else spec.name,
+                    title=f"{batch or spec.name} (groups)" if grouped else batch or spec.name,
                     batch=batch or spec.name,
                     ceiling=concurrency or spec.concurrency,
                     total=bar_total,
@@ -124,9 +131,10 @@ async def run_spec(
                 f"{total} finished; the same command runs the cancelled ones again"
             ) from None
         title = (
-            f"{spec.name}: {len(results)} episodes in {tally['groups']} groups"
+            f"{batch or spec.name}: {plural(len(results), 'episode')} in "
+            f"{plural(tally['groups'], 'group')}"
             if grouped
-            else f"{spec.name}: {total} episodes"
+            else f"{batch or spec.name}: {plural(total, 'episode')}"
         )
         console.print(summary_table(results, title=title))
         if episodes.budget_exhausted:
@@ -137,12 +145,14 @@ async def run_spec(
         if grouped:
             line = groups_line(tally, episodes.zero_variance_skipped, episodes.budget_exhausted)
             console.print(line, highlight=False)
-        for line in failure_lines(results):
+        for line in failure_lines(results) or some_failed_lines(results):
             console.print(line, highlight=False, soft_wrap=True)
         if out:
             console.print(f"results: {out}")
         if ui_url:
             console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
+            if any(r.termination not in OK_TERMINATIONS for r in results):
+                console.print(f"worker log: {STATE_DIR / WORKER_LOG}", highlight=False)
         return results
 
 
@@ -198,21 +208,69 @@ def episodes_note(missing: int, budget: str | None) -> str:
     return f"{missing} episode{'s' if missing > 1 else ''} {why}"
 
 
+def plural(n: int, noun: str) -> str:
+    """`1 episode`, `2 episodes`."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+async def fresh_batch(client: Client, batch_id: str) -> str:
+    """`--fresh`: a batch id no episode has yet, derived from `batch_id` (`name-2`,
+    `name-3`, ... after a `-N` it already ends with): the spec runs afresh, nothing of an
+    earlier run is reused. `batch_id` itself when nothing ran under it."""
+    if not await _count(client, episodes_query(batch_id)):
+        return batch_id
+    root = re.sub(r"-\d+$", "", batch_id)
+    for n in itertools.count(2):
+        candidate = f"{root}-{n}"
+        if not await _count(client, episodes_query(candidate)):
+            return candidate
+    raise AssertionError("unreachable")
+
+
+async def fresh_batch_said(client: Client, batch_id: str) -> str:
+    """`fresh_batch`, said on stderr when it is a new id."""
+    fresh = await fresh_batch(client, batch_id)
+    if fresh != batch_id:
+        err_console.print(
+            f"note: --fresh: batch {batch_id!r} has episodes; this run is batch {fresh!r}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    return fresh
+
+
+async def _count(client: Client, query: str) -> int:
+    return (await client.count_workflows(query)).count
+
+
 async def reused_note(client: Client, batch_id: str, *, given: bool) -> str:
     """Before a run: one line when the batch id already has finished episodes, which are
     attached to, not run again (a spec edited since would otherwise look ignored)."""
     try:
-        query = f"{episodes_query(batch_id)} AND ExecutionStatus = 'Completed'"
-        n = (await client.count_workflows(query)).count
+        done = f"{episodes_query(batch_id)} AND ExecutionStatus = 'Completed'"
+        n = await _count(client, done)
+        cancelled = await _count(client, f"{done} AND {sa.TERMINATION.name} = 'cancelled'")
+        cancelled += await _count(
+            client, f"{episodes_query(batch_id)} AND ExecutionStatus = 'Canceled'"
+        )
     except Exception:  # an id visibility cannot hold, a server without our attributes
         return ""
-    if not n:
+    reused = n - min(cancelled, n)
+    if not reused and not cancelled:
         return ""
     where = f"batch {batch_id!r}" + ("" if given else " (the spec's name)")
-    return (
-        f"note: {where} has {n} finished episode{'s' if n > 1 else ''} from an earlier run: "
-        "they are reused, not run again; --batch-id NEW runs the spec afresh"
-    )
+    said = []
+    if reused:
+        said.append(
+            f"has {reused} finished episode{'s' if reused > 1 else ''} from an earlier run: "
+            f"{'they are' if reused > 1 else 'it is'} reused, not run again"
+        )
+    if cancelled:
+        said.append(
+            f"{'has ' if not reused else ''}{cancelled} cancelled "
+            f"episode{'s' if cancelled > 1 else ''} that run{'' if cancelled > 1 else 's'} again"
+        )
+    return f"note: {where} {'; '.join(said)}; --fresh (or --batch-id NEW) runs the spec afresh"
 
 
 async def _settle(client: Client, batch_id: str, timeout_s: float = 15.0) -> None:
@@ -243,6 +301,25 @@ def failure_lines(results: list[EpisodeResult]) -> list[str]:
         lines = every_failed_lines(
             Counter(r.termination for r in results), failed[0] if failed else None
         )
+    return lines
+
+
+def some_failed_lines(results: list[EpisodeResult]) -> list[str]:
+    """When some episodes (not all, no configuration error) ended badly: how many, how,
+    and the first one's error, so a failure among successes is not a silent row. A
+    cancelled episode is no failure (Ctrl-C says so on its own)."""
+    if failure_lines(results):
+        return []
+    failed = [r for r in results if r.termination not in (*OK_TERMINATIONS, "cancelled")]
+    if not failed:
+        return []
+    kinds = ", ".join(f"{k} {n}" for k, n in Counter(r.termination for r in failed).items())
+    lines = [
+        f"[bold yellow]{len(failed)} of {len(results)} episodes failed[/] ({kinds}): "
+        f"`episodes show {failed[0].workflow_id}` shows one"
+    ]
+    if failed[0].error:
+        lines.append(f"  first error: {_first_line(failed[0].error)}")
     return lines
 
 

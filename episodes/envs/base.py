@@ -40,7 +40,9 @@ import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
 
 from episodes.errors import EnvironmentFailed
 from episodes.runtimes.box import Box
@@ -262,6 +264,26 @@ class EnvCalls:
         return tool
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def _returned(model: type[M], value: Any, method: str, fields: str) -> M:
+    """What an env method returned, as `model`: a dict of its fields is taken too;
+    anything else is one clear TypeError naming the fix, not pydantic's error list."""
+    if isinstance(value, model):
+        return value
+    try:
+        return model.model_validate(value)
+    except ValidationError:
+        got = type(value).__name__
+        if isinstance(value, dict):
+            got += f" with keys {sorted(map(str, value))}"
+        raise TypeError(
+            f"{method}() must return episodes.{model.__name__}, not {got}: "
+            f"return {model.__name__}({fields})"
+        ) from None
+
+
 async def step_turn(
     env: Environment,
     record: TurnRecord,
@@ -283,8 +305,7 @@ async def step_turn(
                 return None
         else:
             outcome = await calls(env.step, reply)
-        if not isinstance(outcome, StepOutcome):
-            outcome = StepOutcome.model_validate(outcome)
+        outcome = _returned(StepOutcome, outcome, method, "message=..., done=..., reward=...")
     except Exception as e:
         raise EnvironmentFailed(method, e) from e
     return outcome
@@ -301,8 +322,8 @@ async def score_transcript(
         result = await (calls or EnvCalls())(env.score, transcript)
         if result is None:
             result = ScoreResult()
-        elif not isinstance(result, ScoreResult):
-            result = ScoreResult.model_validate(result)
+        else:
+            result = _returned(ScoreResult, result, "score", "reward=..., details=...")
     except Exception as e:
         raise EnvironmentFailed("score", e) from e
     return result

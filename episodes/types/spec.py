@@ -7,13 +7,16 @@ import these models.
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     ValidationError,
@@ -303,29 +306,93 @@ def load_dataset(path: Path) -> list[Task]:
     return tasks
 
 
-def describe_validation(e: ValidationError, *, unknown: str = "unknown field") -> str:
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (through Optional, unions, lists, dicts
+    and Annotated), for finding which fields a location's misspelt key stood among."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in get_args(annotation):
+        found += [m for m in _models_in(arg) if m not in found]
+    return found
+
+
+def _field_names(model: type[BaseModel]) -> set[str]:
+    return {n for name, f in model.model_fields.items() for n in (name, f.alias) if n}
+
+
+def _siblings(root: type[BaseModel], loc: tuple[int | str, ...]) -> set[str]:
+    """The field names a key at `loc` could have meant: those of the models found by
+    following `loc[:-1]` from `root` (a union's tag or a list index stays put)."""
+    models = [root]
+    for part in loc[:-1]:
+        nxt: list[type[BaseModel]] = []
+        for m in models:
+            field = m.model_fields.get(str(part))
+            if field is not None:
+                nxt += [x for x in _models_in(field.annotation) if x not in nxt]
+        if nxt:
+            models = nxt
+        elif isinstance(part, str) and not any(
+            part == str(getattr(m.model_fields.get("type"), "default", None)) for m in models
+        ):
+            # Neither a field nor a tag of the models here (a dict's key): below it,
+            # any model the values may hold.
+            models = [
+                x for m in models for f in m.model_fields.values() for x in _models_in(f.annotation)
+            ] or models
+    return {n for m in models for n in _field_names(m)}
+
+
+def did_you_mean(key: str, names: set[str]) -> str:
+    """' (did you mean `max_turns`?)' when one name is close to `key`, else ''."""
+    close = difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.7)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def describe_validation(
+    e: ValidationError,
+    *,
+    unknown: str = "unknown field",
+    model: type[BaseModel] | None = None,
+    where: Callable[[tuple[int | str, ...]], str | None] | None = None,
+) -> str:
     """A pydantic error as one line: each field's path and what is wrong with it;
-    `unknown` says what an extra field is (a spec's typo, a task file's unsupported key)."""
+    `unknown` says what an extra field is (a spec's typo, a task file's unsupported key).
+    With `model` (what was validated), a misspelt key names the field it is close to;
+    with `where`, each part starts with the place in the file (`line 4: `)."""
     parts = []
     for err in e.errors():
         loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"]
         if err["type"] == "extra_forbidden":
             msg = unknown
+            if model is not None and err["loc"]:
+                msg += did_you_mean(str(err["loc"][-1]), _siblings(model, err["loc"]))
         # A check across fields (a model validator) has no location: its message names
         # the fields itself.
-        parts.append(f"{loc}: {msg}" if loc else msg.removeprefix("Value error, "))
+        part = f"{loc}: {msg}" if loc else msg.removeprefix("Value error, ")
+        place = where(err["loc"]) if where is not None and err["loc"] else None
+        parts.append(f"{place}: {part}" if place else part)
     return "; ".join(parts)
 
 
-def parse_spec(data: Any, *, source: str = "<spec>", base_dir: Path | None = None) -> EpisodeSpec:
-    """Validate a spec dict; errors name the field and `source`."""
+def parse_spec(
+    data: Any,
+    *,
+    source: str = "<spec>",
+    base_dir: Path | None = None,
+    where: Callable[[tuple[int | str, ...]], str | None] | None = None,
+) -> EpisodeSpec:
+    """Validate a spec dict; errors name the field and `source` (and, with `where`, the
+    place of each field in the file: `episodes.specfile` passes YAML's lines)."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: a spec must be a mapping, got {type(data).__name__}")
     try:
         spec = EpisodeSpec.model_validate(data)
     except ValidationError as e:
-        raise SpecError(f"{source}: {describe_validation(e)}") from None
+        described = describe_validation(e, model=EpisodeSpec, where=where)
+        raise SpecError(f"{source}: {described}") from None
     for message in [*inline_secret_warnings(spec, source=source), *trust_warnings(spec, source)]:
         warnings.warn(message, SpecWarning, stacklevel=2)
     for key in ("dataset", "harbor"):

@@ -113,12 +113,23 @@ async def test_a_rerun_of_a_finished_batch_says_its_results_are_reused(
     assert code == 0, stderr
     flat = " ".join(stderr.split())
     assert f"note: batch '{name}' (the spec's name) has 4 finished episodes" in flat, stderr
-    assert "--batch-id NEW runs the spec afresh" in flat
+    assert "--fresh (or --batch-id NEW) runs the spec afresh" in flat
     assert "0.500" in stdout, stdout
     # A new batch id is a new batch: nothing to say.
     code, _, stderr = await episodes(*args, "--batch-id", f"{name}-2")
     assert code == 0, stderr
     assert "note:" not in stderr
+    # --fresh: past the taken `-2`, a new id derived from the name, and it says so.
+    for _ in range(300):
+        if (await client.count_workflows(episodes_query(f"{name}-2"))).count == 4:
+            break
+        await asyncio.sleep(0.1)
+    code, stdout, stderr = await episodes(*args, "--fresh")
+    assert code == 0, stderr
+    said = " ".join(stderr.split())
+    assert f"note: --fresh: batch '{name}' has episodes; this run is batch '{name}-3'" in said
+    assert f"{name}-3" in stdout, stdout
+    assert (await client.count_workflows(episodes_query(f"{name}-3"))).count == 4
 
 
 @pytest.mark.parametrize(

@@ -284,3 +284,24 @@ async def test_runs_of_one_checkout_share_no_server_and_a_rerun_goes_on(tmp_path
     code, out, err = await episodes(tmp_path, "run", str(path), "--out", "r3.jsonl", timeout=600)
     assert code == 0, out + err
     assert sorted(r["task_id"] for r in results(tmp_path / "r3.jsonl")) == sorted(tasks)
+
+
+async def test_an_embedded_run_keeps_worker_tracebacks_in_its_log(tmp_path) -> None:
+    """A harness that cannot start: the terminal shows the summary's one line with the
+    cause from its stderr, never the SDK's traceback per episode, which goes to the
+    worker log the closing lines name."""
+    spec = spec_file(tmp_path, "nomodule")
+    data = yaml.safe_load(spec.read_text())
+    data["harness"]["command"] = "{python} -c 'import requestsx'"
+    spec.write_text(yaml.safe_dump(data))
+    code, out, err = await episodes(tmp_path, "run", str(spec))
+    assert code == 1, out + err
+    assert "Traceback" not in out + err, err
+    flat = " ".join(out.split())
+    assert (
+        "first error: harness exited before it sent 'ready' (exit code 1): "
+        "ModuleNotFoundError: No module named 'requestsx'"
+    ) in flat, out
+    assert "worker log: .episodes/worker.log" in flat
+    log = (tmp_path / ".episodes" / "worker.log").read_text()
+    assert "Traceback" in log and "requestsx" in log

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from episodes.client.batch.server import episode_ids
+from episodes.client.batch.server import episode_ids, episodes_query
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
 from tests.conftest import ROOT
@@ -111,10 +111,19 @@ async def test_ctrl_c_is_a_cancel(tmp_path, dev_server, client, worker) -> None:
                 await client.get_workflow_handle(wid).terminate()
 
     # The same batch again (now quick): the cancelled episodes run again as `.r1`,
-    # which is not an infrastructure retry.
+    # which is not an infrastructure retry, and the note says so (it used to call them
+    # reused, not run again). Visibility is eventually consistent: wait until it shows.
+    query = f"{episodes_query(name)} AND EpisodeTermination = 'cancelled'"
+    for _ in range(300):
+        if (await client.count_workflows(query)).count == 2:
+            break
+        await asyncio.sleep(0.1)
     write_spec(tmp_path, _spec(name, slow=False))
     code, stdout, stderr = await episodes(*args)
     assert code == 0, stdout + stderr
+    said = " ".join(stderr.split())
+    assert f"note: batch '{name}' (the spec's name) has 2 cancelled episodes that run again" in said
+    assert "reused" not in said
     flat = " ".join(stdout.split())
     assert "retried as fresh episodes │ 0" in flat, stdout
     assert "cancelled" not in flat

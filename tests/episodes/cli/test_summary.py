@@ -54,3 +54,22 @@ def test_the_summary_counts_zero_variance_groups() -> None:
     text = re.sub(r"[ │┃]+", " ", console.export_text())
     assert text.count("zero-variance groups") == 1
     assert " zero-variance groups 1 of 1 (all scored the same) " in text
+
+
+def test_some_failed_episodes_get_a_line_of_their_own() -> None:
+    from episodes.cli.run import exit_code, some_failed_lines
+
+    ok = _result("b.t.s0", "env_done", 1.0)
+    crashed = _result("b.t.s1", "harness_crashed", None).model_copy(
+        update={"error": "harness exited during turn 2 (exit code 1): KeyError: 'x'\nmore"}
+    )
+    lines = some_failed_lines([ok, crashed, _result("b.t.s2", "cancelled", None)])
+    assert lines == [
+        "[bold yellow]1 of 3 episodes failed[/] (harness_crashed 1): "
+        "`episodes show b.t.s1` shows one",
+        "  first error: harness exited during turn 2 (exit code 1): KeyError: 'x'",
+    ]
+    assert exit_code([ok, crashed]) == 0  # a partial failure is not the run's failure
+    assert some_failed_lines([ok]) == []
+    # Every episode failed: that line is printed instead (and the exit code is 1).
+    assert some_failed_lines([crashed]) == [] and exit_code([crashed]) == 1

@@ -253,7 +253,22 @@ async def test_exit_before_ready_carries_exit_code(runtime):
     assert info.value.exit_code == 3
     assert "cannot load the model config" in info.value.stderr_tail
     assert "cannot load the model config" in str(info.value)
+    # The first line, which summaries show, quotes the stderr line naming the cause.
+    first = str(info.value).splitlines()[0]
+    assert first.startswith("harness exited before it sent 'ready' (exit code 3): "), first
+    assert "cannot load the model config" in first
     assert_group_gone(s.pid)
+
+
+async def test_a_missing_module_is_named_on_the_first_line(runtime):
+    s = NativeDriver(runtime, [sys.executable, "-c", "import requestsx"], **FAST)
+    with pytest.raises(HarnessStartFailed) as info:
+        await s.start()
+    first = str(info.value).splitlines()[0]
+    assert first == (
+        "harness exited before it sent 'ready' (exit code 1): "
+        "ModuleNotFoundError: No module named 'requestsx'"
+    )
 
 
 async def test_protocol_error_before_ready(runtime):

@@ -55,12 +55,22 @@ async def _escape(
         reuse_key="escape",  # parked after a sweep: the sweep must find the daemon
         harness=harness,
     )
-    # Live (with a model: its harness holds session tokens) for as long as the probe looks.
+    # Live (with a model: its harness holds session tokens) for as long as the probe looks:
+    # it waits at a held turn until the hold file goes, which happens once the escape
+    # attempt has closed, however slow the machine (no race against its 40 turns).
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    hold = gate / "hold"
+    hold.touch()
+    messages = turns("beside", 8)
+    messages[2] += ":held"
     healthy = script_spec(
         f"beside-{uuid.uuid4().hex[:6]}",
-        {"beside": turns("beside", 40)},
-        ["{python}", str(HARNESS), "log", "delay=0.35", f"tag={healthy_tag}"],
+        {"beside": messages},
+        ["{python}", str(HARNESS), "log", "delay=0.1", f"hold={hold}", f"tag={healthy_tag}"],
         model={"base_url": "http://127.0.0.1:9/v1", "model": "m", "api_key_env": UPSTREAM},
+        harness={"runtime": {"type": "subprocess", "ro_paths": [str(gate)]}},
+        turn_timeout_s=900,  # the held turn waits for the escape attempt, however long
     )
     queue = f"escape-{uuid.uuid4().hex[:6]}"
     worker = WorkerProc(chaos_server.address, queue, tmp_path / "worker.log").start()
@@ -69,10 +79,13 @@ async def _escape(
         [beside] = await start_all(client, queue, healthy)
         assert await wait_until(lambda: bool(tagged_processes(healthy_tag)), timeout=60)
         [escape] = await start_all(client, queue, hostile)
-        closed = await wait_closed(client, [escape, beside], timeout_s=180)
-        assert len(closed) == 2, worker.text()
-        # The other session was live all through the probe: a fair chance to find it.
-        assert closed[beside] > closed[escape]
+        closed = await wait_closed(client, [escape], timeout_s=180)
+        assert len(closed) == 1, worker.text()
+        # The other session was live all through the probe (held): a fair chance to find it.
+        assert tagged_processes(healthy_tag), "the session beside ended before the probe did"
+        hold.unlink()
+        closed = await wait_closed(client, [beside], timeout_s=180)
+        assert len(closed) == 1, worker.text()
         by_id = await results(client, [escape, beside])
         assert by_id[escape].termination == "env_done", by_id[escape]
         assert by_id[beside].termination == "env_done", by_id[beside]
