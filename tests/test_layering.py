@@ -215,3 +215,75 @@ def test_the_closure_goes_beyond_direct_imports() -> None:
 def test_the_named_modules_exist() -> None:
     for name in (*WORKFLOW_FLOOR, *TEMPORAL_FACING):
         assert _path(name) is not None, name
+
+
+def _edges(path: Path) -> set[str]:
+    """The project modules one file imports, anywhere in it (functions and TYPE_CHECKING
+    blocks included). `from pkg import sub` is an edge to `pkg.sub` alone when `sub` is a
+    module: the package's own file does not run anything of the importer's."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            subs = {f"{node.module}.{a.name}" for a in node.names}
+            modules = {s for s in subs if _path(s) is not None}
+            found |= modules if modules == subs else {node.module, *modules}
+    return {n for n in found if n.split(".")[0] in PROJECT and _path(n) is not None}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next((c for c in children if c in graph), None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """No cycle over every import, `TYPE_CHECKING` and function-level ones included: a
+    cycle hidden that way is still two modules that cannot be read apart."""
+    cycles = _cycles({_module(p): _edges(p) for pkg in PROJECT for p in _files(pkg)})
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_check_finds_cycles() -> None:
+    """The check itself: a two-module cycle and a longer one, apart from a tail."""
+    graph = {"a": {"b"}, "b": {"a"}, "c": {"a", "d"}, "d": {"e"}, "e": {"c"}, "f": {"a"}}
+    assert sorted(_cycles(graph)) == [["a", "b"], ["c", "d", "e"]]
+    assert _edges(ROOT / "episodes" / "specfile.py") >= {"episodes.types.spec"}

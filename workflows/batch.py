@@ -24,7 +24,6 @@ them: no patch marker.)
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio import workflow
@@ -33,12 +32,12 @@ from temporalio.exceptions import (
     ActivityError,
     ApplicationError,
     ChildWorkflowError,
-    FailureError,
     WorkflowAlreadyStartedError,
 )
 from temporalio.workflow import ParentClosePolicy
 
 from workflows.batch_groups import group_outcomes
+from workflows.outcome import MemberOutcome, root_cause
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
@@ -66,21 +65,6 @@ BATCH_RETRY_PATCH = "batch-infra-retries"
 SHARED_INFRA_PATCH = "batch-shared-infra-set"
 # What older histories re-ran: worker_lost only (and failed provisions).
 LEGACY_RERUN = ("worker_lost",)
-
-
-@dataclass
-class _Outcome:
-    index: int
-    task_id: str
-    sample: int
-    termination: str
-    reward: float | None
-    duration_s: float
-    error: str | None = None
-    infra: bool = False  # ended for an infrastructure reason (after its retries)
-    retries: int = 0  # fresh episodes run for it after infrastructure failures
-    model_calls: int = 0
-    model_tokens: int = 0
 
 
 @workflow.defn(name=contract.BATCH_WORKFLOW)
@@ -140,7 +124,7 @@ class EvalBatchWorkflow:
 
         nxt = state.next_index
         started = 0
-        in_flight: dict[asyncio.Task[list[_Outcome]], int] = {}
+        in_flight: dict[asyncio.Task[list[MemberOutcome]], int] = {}
         # `execution: group` (opt-in): a child a task, its samples its members
         # (workflows/batch_groups.py); histories from before it never set it.
         groups = spec.execution == "group"
@@ -208,13 +192,15 @@ class EvalBatchWorkflow:
 
     # -- one child -----------------------------------------------------------------
 
-    async def _one(self, inp: BatchInput, index: int, task: Task, sample: int) -> list[_Outcome]:
+    async def _one(
+        self, inp: BatchInput, index: int, task: Task, sample: int
+    ) -> list[MemberOutcome]:
         return [await self._child(inp, index, task, sample)]
 
-    async def _group(self, inp: BatchInput, index: int, task: Task) -> list[_Outcome]:
+    async def _group(self, inp: BatchInput, index: int, task: Task) -> list[MemberOutcome]:
         return await group_outcomes(self._batch, inp, index, task)
 
-    async def _child(self, inp: BatchInput, index: int, task: Task, sample: int) -> _Outcome:
+    async def _child(self, inp: BatchInput, index: int, task: Task, sample: int) -> MemberOutcome:
         """The episode; one that ended for an infrastructure reason (its worker lost after
         its restarts, a provision that failed for a non-harness reason) runs again as a
         fresh episode `<id>.r1`, ... up to `spec.batch_retries` times."""
@@ -230,7 +216,7 @@ class EvalBatchWorkflow:
 
     async def _attempt(
         self, inp: BatchInput, index: int, task: Task, sample: int, attempt: int
-    ) -> _Outcome:
+    ) -> MemberOutcome:
         spec = inp.spec
         wid = contract.retry_id(contract.episode_id(self._batch, task.id, sample), attempt)
         began = workflow.now()
@@ -273,17 +259,17 @@ class EvalBatchWorkflow:
                     summary=f"await existing {wid}",
                 )
         except (ChildWorkflowError, ActivityError) as e:
-            return _Outcome(
+            return MemberOutcome(
                 index,
                 task.id,
                 sample,
                 WORKFLOW_FAILED,
                 None,
                 (workflow.now() - began).total_seconds(),
-                error=f"{wid}: {_root_cause(e)}",
+                error=f"{wid}: {root_cause(e)}",
                 infra=_provision_failed(e),
             )
-        return _Outcome(
+        return MemberOutcome(
             index,
             task.id,
             sample,
@@ -302,7 +288,7 @@ class EvalBatchWorkflow:
         # replay as they ran.
         return is_infra_failure(termination) and workflow.patched(SHARED_INFRA_PATCH)
 
-    def _record(self, o: _Outcome) -> None:
+    def _record(self, o: MemberOutcome) -> None:
         self._acc.add(
             o.task_id,
             o.termination,
@@ -384,10 +370,3 @@ def _provision_failed(e: BaseException) -> bool:
     a reason other than the harness (those are outcomes): the infrastructure failed."""
     cause = e.cause if isinstance(e, ChildWorkflowError) else e
     return isinstance(cause, ActivityError) and cause.activity_type == contract.PROVISION
-
-
-def _root_cause(e: BaseException) -> str:
-    """The innermost failure's message: "Activity task failed" says nothing."""
-    while isinstance(e, FailureError) and e.cause is not None:
-        e = e.cause
-    return getattr(e, "message", None) or str(e)

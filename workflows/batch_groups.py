@@ -14,12 +14,13 @@ Deterministic: a batch workflow runs it; models only.
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ActivityError, ChildWorkflowError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
+
+from workflows.outcome import MemberOutcome, root_cause
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
@@ -34,19 +35,16 @@ with workflow.unsafe.imports_passed_through():
     from episodes.types.io import BatchInput
     from episodes.types.results import WORKFLOW_FAILED, Task, is_infra_failure
 
-if TYPE_CHECKING:
-    from workflows.batch import _Outcome
-
 # Histories from before a batch's groups honoured `group_timeout_s` (it was dropped):
 # their group workflows started without it.
 GROUP_TIMEOUT_PATCH = "batch-group-timeout"
 
 
-async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) -> list[_Outcome]:
+async def group_outcomes(
+    batch: str, inp: BatchInput, index: int, task: Task
+) -> list[MemberOutcome]:
     """The group's members as the batch records them, in sample order (work indices
     `index` .. `index + samples - 1`)."""
-    from workflows.batch import _Outcome, _root_cause
-
     spec = inp.spec
     attempt = 0
     while True:
@@ -62,7 +60,7 @@ async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) ->
                     task.id,
                     MemberState(sample=s),
                     termination=WORKFLOW_FAILED,
-                    error=f"{wid}: {_root_cause(e)}",
+                    error=f"{wid}: {root_cause(e)}",
                     duration_s=(workflow.now() - began).total_seconds(),
                 )
                 for s in range(spec.samples)
@@ -72,7 +70,7 @@ async def group_outcomes(batch: str, inp: BatchInput, index: int, task: Task) ->
             attempt += 1
             continue
         return [
-            _Outcome(
+            MemberOutcome(
                 index + r.sample,
                 task.id,
                 r.sample,
