@@ -17,6 +17,7 @@ from rich.table import Table
 from episodes.cli.common import console, err_console, live_progress, progress_bar
 from episodes.cli.embedded import client_for
 from episodes.cli.run import (
+    KEPT_LINE,
     budget_line,
     config_error_lines,
     every_failed_lines,
@@ -127,7 +128,7 @@ async def run_spec_batch(
                     sink.write(r.model_dump_json() + "\n")
             console.print(f"results: {out} ({len(results)} episodes)", soft_wrap=True)
         if ui_url:
-            console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
+            console.print(KEPT_LINE, highlight=False, soft_wrap=True)
         return 1 if lines else 0
 
 

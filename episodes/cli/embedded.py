@@ -10,7 +10,7 @@ import logging
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 
@@ -18,7 +18,7 @@ from episodes.client.config import Config
 from episodes.client.connect import connect, connect_config
 from episodes.client.devserver import DevServer, port_open
 from episodes.client.devstate import forget_server, record_server, running_server
-from episodes.errors import DevServerError, SandboxUnavailable
+from episodes.errors import DevServerError, SandboxUnavailable, ServerUnreachable
 from episodes.payloads.settings import DEV_STATE_DIR, configured_data_converter, dev_storage
 from episodes.types.tuning import DEFAULT_TASK_QUEUE
 
@@ -232,6 +232,40 @@ def worker_log(path: Path) -> Iterator[Path]:
             logger.removeHandler(handler)
             logger.propagate = propagate
         handler.close()
+
+
+async def reading_client(
+    stack: contextlib.AsyncExitStack, cfg: Config, **client_options: Any
+) -> Client:
+    """A client for commands that read histories (`show`, `view`, `export`): the
+    configured server; with no address configured anywhere and no dev server of this
+    checkout running, this checkout's own histories (`.episodes/temporal.db`, which an
+    embedded `episodes run` keeps) served by a dev server started for the command and
+    stopped after it, said on stderr."""
+    from episodes.cli.common import err_console
+
+    db = STATE_DIR / "temporal.db"
+    if cfg.address is not None or running_server(STATE_DIR) is not None or not db.exists():
+        try:
+            return await connect_config(cfg, **client_options)
+        except ServerUnreachable as e:
+            if cfg.address is not None:
+                raise
+            raise ServerUnreachable(
+                f"{e}; no address is configured and no .episodes/ here holds a run's "
+                "histories: run this where `episodes run` ran, or start `episodes dev`"
+            ) from None
+    err_console.print(
+        f"reading this checkout's histories ({db}): its dev server runs for this command",
+        highlight=False,
+        soft_wrap=True,
+    )
+    with open(STATE_DIR / "server.lock", "w") as lock:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        server = DevServer(auto_port=True, db_file=db, log_file=STATE_DIR / "temporal.log")
+        await asyncio.to_thread(server.start)
+        stack.push_async_callback(asyncio.to_thread, server.stop)
+    return await connect(server.address, namespace=cfg.namespace, timeout_s=30, **client_options)
 
 
 async def client_for(

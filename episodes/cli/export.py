@@ -22,16 +22,17 @@ Episodes a groups stream cut (`EpisodeResult.cut`: stragglers past a group's
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 
 from temporalio.client import WorkflowExecution, WorkflowExecutionStatus
 
 from episodes import search_attributes as sa
 from episodes.cli.common import console, err_console, fail, progress_bar
+from episodes.cli.embedded import reading_client
 from episodes.cli.show import show_converter
 from episodes.client.batch.server import final_episodes
 from episodes.client.config import Config
-from episodes.client.connect import connect_config
 from episodes.client.group.history import group_members
 from episodes.client.histories.transcript import load_transcript, transcript_of
 from episodes.contract import group_id
@@ -59,65 +60,68 @@ async def export_batch(
     skip_diverged: bool = False,
 ) -> None:
     check_out(out)
-    client = await connect_config(cfg, data_converter=show_converter())
-    # ... and the members of its group workflows (`execution: group`), by member id.
-    found = [*await final_episodes(client, batch), *await group_members(client, batch)]
-    if not found:
-        raise EpisodesError(f"batch {batch!r}: no episodes found (none has EpisodeBatch={batch})")
-    gate = asyncio.Semaphore(READ_CONCURRENCY)
-    with progress_bar() as progress:
-        bar = progress.add_task(f"export {batch}", total=len(found), last="")
+    async with contextlib.AsyncExitStack() as stack:
+        client = await reading_client(stack, cfg, data_converter=show_converter())
+        # ... and the members of its group workflows (`execution: group`), by member id.
+        found = [*await final_episodes(client, batch), *await group_members(client, batch)]
+        if not found:
+            raise EpisodesError(
+                f"batch {batch!r}: no episodes found (none has EpisodeBatch={batch})"
+            )
+        gate = asyncio.Semaphore(READ_CONCURRENCY)
+        with progress_bar() as progress:
+            bar = progress.add_task(f"export {batch}", total=len(found), last="")
 
-        async def one(wid: str) -> Episode | None:
-            async with gate:
-                data = await load_transcript(client, wid)
-            progress.update(bar, advance=1, last=wid)
-            if data["result"] is None:
-                return None
-            # Samples now, transcripts dropped: a big batch never holds every history.
-            result = EpisodeResult.model_validate(data["result"])
-            return result, samples_of(transcript_of(data))
+            async def one(wid: str) -> Episode | None:
+                async with gate:
+                    data = await load_transcript(client, wid)
+                progress.update(bar, advance=1, last=wid)
+                if data["result"] is None:
+                    return None
+                # Samples now, transcripts dropped: a big batch never holds every history.
+                result = EpisodeResult.model_validate(data["result"])
+                return result, samples_of(transcript_of(data))
 
-        loaded = await asyncio.gather(*(one(wf.id) for wf in found))
-    # Cut by a groups stream (stragglers, `oversample`): in no group, never a row.
-    kept = [(wf, e) for wf, e in zip(found, loaded, strict=True) if e is None or not e[0].cut]
-    cut = len(found) - len(kept)
-    done = _whole_or_fail(batch, [wf for wf, _ in kept], [e for _, e in kept], skip_incomplete)
-    incomplete = [(r, s) for r, s in done if not s.complete]
-    if incomplete and not skip_incomplete:
-        named = "; ".join(
-            f"{r.workflow_id} (call {s.incomplete[0].call}: {s.incomplete[0].reason})"
-            for r, s in incomplete[:NAMED]
+            loaded = await asyncio.gather(*(one(wf.id) for wf in found))
+        # Cut by a groups stream (stragglers, `oversample`): in no group, never a row.
+        kept = [(wf, e) for wf, e in zip(found, loaded, strict=True) if e is None or not e[0].cut]
+        cut = len(found) - len(kept)
+        done = _whole_or_fail(batch, [wf for wf, _ in kept], [e for _, e in kept], skip_incomplete)
+        incomplete = [(r, s) for r, s in done if not s.complete]
+        if incomplete and not skip_incomplete:
+            named = "; ".join(
+                f"{r.workflow_id} (call {s.incomplete[0].call}: {s.incomplete[0].reason})"
+                for r, s in incomplete[:NAMED]
+            )
+            more = f"; and {len(incomplete) - NAMED} more" if len(incomplete) > NAMED else ""
+            fail(
+                f"batch {batch}: {len(incomplete)} episode(s) lack token data, nothing written: "
+                f"{named}{more}. --skip-incomplete exports the others",
+                code=1,
+            )
+        if done and not any(s.made_calls for _, s in done):
+            fail(f"{no_model_calls(f'batch {batch}')}; nothing written", code=1)
+        rows = export_rows(
+            batch,
+            done,
+            normalize_std=normalize_std,
+            estimator=estimator,
+            include_diverged=not skip_diverged,
         )
-        more = f"; and {len(incomplete) - NAMED} more" if len(incomplete) > NAMED else ""
-        fail(
-            f"batch {batch}: {len(incomplete)} episode(s) lack token data, nothing written: "
-            f"{named}{more}. --skip-incomplete exports the others",
-            code=1,
+        if not rows:
+            fail(f"batch {batch}: no complete episode left to export, nothing written", code=1)
+        write_rows(rows, out)
+        skipped = f", skipped {len(incomplete)} incomplete episode(s)" if incomplete else ""
+        skipped += f", left out {cut} cut episode(s) (stragglers)" if cut else ""
+        gone = sum(1 for r, s in done if s.complete and diverged(r)) if skip_diverged else 0
+        skipped += f", left out {gone} episode(s) whose replay diverged" if gone else ""
+        splits = sum(s.splits for _, s in done if s.complete)
+        console.print(
+            f"{out}: {len(rows)} samples from {len(done) - len(incomplete) - gone} episodes "
+            f"({splits} split(s)){skipped}",
+            highlight=False,
+            soft_wrap=True,
         )
-    if done and not any(s.made_calls for _, s in done):
-        fail(f"{no_model_calls(f'batch {batch}')}; nothing written", code=1)
-    rows = export_rows(
-        batch,
-        done,
-        normalize_std=normalize_std,
-        estimator=estimator,
-        include_diverged=not skip_diverged,
-    )
-    if not rows:
-        fail(f"batch {batch}: no complete episode left to export, nothing written", code=1)
-    write_rows(rows, out)
-    skipped = f", skipped {len(incomplete)} incomplete episode(s)" if incomplete else ""
-    skipped += f", left out {cut} cut episode(s) (stragglers)" if cut else ""
-    gone = sum(1 for r, s in done if s.complete and diverged(r)) if skip_diverged else 0
-    skipped += f", left out {gone} episode(s) whose replay diverged" if gone else ""
-    splits = sum(s.splits for _, s in done if s.complete)
-    console.print(
-        f"{out}: {len(rows)} samples from {len(done) - len(incomplete) - gone} episodes "
-        f"({splits} split(s)){skipped}",
-        highlight=False,
-        soft_wrap=True,
-    )
 
 
 def _whole_or_fail(

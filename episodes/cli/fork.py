@@ -8,9 +8,11 @@ import contextlib
 import time
 from pathlib import Path
 
+from temporalio.client import Client
+
 from episodes.cli.common import console, progress_bar, summary_table
+from episodes.cli.embedded import client_for
 from episodes.client.config import Config
-from episodes.client.connect import connect_config
 from episodes.client.histories.fork import branch_ended, start_branches
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult
 
@@ -26,11 +28,26 @@ async def fork_command(
 ) -> list[EpisodeResult]:
     """Start the branches, wait for them (one progress bar), write their results (a
     branch whose workflow failed: a `workflow_failed` result, `failed_line` says it)."""
-    client = await connect_config(cfg)
+    async with contextlib.AsyncExitStack() as stack:
+        # With no address configured: this checkout's server (the histories an embedded
+        # run kept) and a worker here for the branches, as `episodes run` does.
+        client, _, task_queue = await client_for(stack, cfg)
+        return await _fork(client, task_queue, workflow_id, at_turn, samples, out, policy_version)
+
+
+async def _fork(
+    client: Client,
+    task_queue: str,
+    workflow_id: str,
+    at_turn: int,
+    samples: int,
+    out: Path | None,
+    policy_version: int | None,
+) -> list[EpisodeResult]:
     began = time.monotonic()
     parent, handles = await start_branches(
         client,
-        cfg.settings.task_queue,
+        task_queue,
         workflow_id,
         at_turn=at_turn,
         samples=samples,

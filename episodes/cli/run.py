@@ -150,7 +150,7 @@ async def run_spec(
         if out:
             console.print(f"results: {out}")
         if ui_url:
-            console.print(f"Temporal UI: {ui_url} (histories kept in .episodes/)")
+            console.print(KEPT_LINE, highlight=False, soft_wrap=True)
             if any(r.termination not in OK_TERMINATIONS for r in results):
                 console.print(f"worker log: {STATE_DIR / WORKER_LOG}", highlight=False)
         return results
@@ -206,6 +206,14 @@ def episodes_note(missing: int, budget: str | None) -> str:
         return ""
     why = "not started (budget reached)" if budget else "cut or dropped with their group"
     return f"{missing} episode{'s' if missing > 1 else ''} {why}"
+
+
+# After an embedded run its server is gone (its UI address with it): what reads the
+# histories it kept.
+KEPT_LINE = (
+    "histories kept in .episodes/: `episodes show ID`, `episodes view` and `episodes "
+    "export` read them here; `episodes dev` serves them in the Temporal UI"
+)
 
 
 def plural(n: int, noun: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -10,8 +11,8 @@ from rich.panel import Panel
 from temporalio.converter import DataConverter
 
 from episodes.cli.common import console
+from episodes.cli.embedded import reading_client
 from episodes.client.config import Config
-from episodes.client.connect import connect_config
 from episodes.client.histories.transcript import load_transcript
 from episodes.payloads.settings import configured_data_converter, existing_dev_storage
 
@@ -102,8 +103,9 @@ def show_converter() -> DataConverter:
 
 
 async def show_episode(workflow_id: str, *, cfg: Config, as_json: bool) -> None:
-    client = await connect_config(cfg, data_converter=show_converter())
-    data = await load_transcript(client, workflow_id)
+    async with contextlib.AsyncExitStack() as stack:
+        client = await reading_client(stack, cfg, data_converter=show_converter())
+        data = await load_transcript(client, workflow_id)
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return

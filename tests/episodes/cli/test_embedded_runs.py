@@ -305,3 +305,44 @@ async def test_an_embedded_run_keeps_worker_tracebacks_in_its_log(tmp_path) -> N
     assert "worker log: .episodes/worker.log" in flat
     log = (tmp_path / ".episodes" / "worker.log").read_text()
     assert "Traceback" in log and "requestsx" in log
+
+
+async def test_after_an_embedded_run_show_and_export_read_its_histories(tmp_path) -> None:
+    """The run's server died with it: `show` (and `export`) with no address start this
+    checkout's server on `.episodes/temporal.db` for themselves, instead of failing on
+    127.0.0.1:7233; the run's closing lines name only commands that work."""
+    spec = spec_file(tmp_path, "kept")
+    code, out, err = await episodes(tmp_path, "run", str(spec))
+    assert code == 0, out + err
+    flat = " ".join(out.split())
+    assert "histories kept in .episodes/: `episodes show ID`" in flat, out
+    assert "Temporal UI: http" not in flat  # its server is gone with the run
+    code, out, err = await episodes(tmp_path, "show", "kept.a.s0", "--json")
+    assert code == 0, out + err
+    assert json.loads(out)["result"]["termination"] == "env_done"
+    assert "reading this checkout's histories" in err
+    code, out, err = await episodes(tmp_path, "export", "kept", "--out", "x.jsonl")
+    # The echo harness makes no model calls: export refuses in one line, but it read
+    # the batch (four episodes found) from this checkout's histories.
+    assert "4/4" in out and "no episode made model calls" in err, out + err
+    assert not any(str(tmp_path) in " ".join(p.cmdline()) for p in _dev_servers())
+
+
+def _dev_servers() -> list:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        if "start-dev" in (proc.info["cmdline"] or []):
+            found.append(proc)
+    return found
+
+
+async def test_show_with_nothing_to_read_says_what_to_do(tmp_path) -> None:
+    if port_open("127.0.0.1", 7233):
+        pytest.skip("127.0.0.1:7233 is in use on this machine")
+    code, out, err = await episodes(tmp_path, "show", "nothing.a.s0", timeout=120)
+    assert code == 2, out + err
+    assert "cannot reach Temporal at 127.0.0.1:7233" in err
+    assert "no .episodes/ here holds a run's histories" in " ".join(err.split())
+    assert "Traceback" not in out + err
