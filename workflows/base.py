@@ -97,6 +97,7 @@ class EpisodeBase(Scoring):
         self._earlier_tokens = 0
         # It could not start for a reason in its configuration (a spec error).
         self._config_error = False
+        self._park = False  # a `park` signal asks for the next turn (or step) boundary
 
     @property
     def _turns_done(self) -> int:
@@ -162,6 +163,7 @@ class EpisodeBase(Scoring):
             first_turn=turns[0].turn if turns else self._turns_done,
             runs=self._runs,
             restarts=self._restarts,
+            park_asked=self._park,
         )
 
     # -- the story, step by step -------------------------------------------------------

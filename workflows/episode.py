@@ -50,6 +50,10 @@ PARK_PATCH = "park-and-resume"
 # taken and is spent, instead of staying set for the next park (which then resumed at
 # once: a batch resumed after a preemption could never be preempted again).
 RESUME_PATCH = "resume-when-not-parked"
+# A `park` that reaches an episode parked (or parking) is spent, instead of staying set
+# for after the resume (the whole batch parked again right after `resume --batch`
+# when `park --batch` had been repeated while it was parked).
+PARK_ONCE_PATCH = "park-while-parked-is-spent"
 
 
 @workflow.defn(name=contract.EPISODE_WORKFLOW)
@@ -127,7 +131,10 @@ class EpisodeWorkflow(EpisodeBase):
 
     @workflow.signal(name=contract.PARK)
     def park(self) -> None:
-        """Release the box and harness at the next turn boundary and wait, durably."""
+        """Release the box and harness at the next turn boundary and wait, durably. One
+        parked (or parking) already: nothing to do."""
+        if self._parking and workflow.patched(PARK_ONCE_PATCH):
+            return
         self._park = True
 
     @workflow.signal(name=contract.RESUME)

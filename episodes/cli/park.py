@@ -58,7 +58,11 @@ async def signal_command(
         raise EpisodesError(f"{what}: give an episode's workflow id or --batch BATCH_ID (one)")
     episodes = EpisodesClient(await connect_config(cfg), task_queue=cfg.settings.task_queue)
     if batch is not None:
-        ids = await (episodes.park_batch if what == "park" else episodes.resume_batch)(batch)
+        if what == "park":
+            report = await episodes.park_batch(batch)
+            common.console.print(report.line(batch), highlight=False)
+            return
+        ids = await episodes.resume_batch(batch)
         common.console.print(f"{what} asked of {len(ids)} running episode(s) of batch {batch}")
         return
     assert workflow_id is not None

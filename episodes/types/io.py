@@ -221,6 +221,9 @@ class EpisodeProgress(Model):
     first_turn: int = 0
     runs: int = 1
     restarts: int = 0
+    park_asked: bool = False
+    """A `park` was asked and not taken yet (the episode parks at its next turn
+    boundary); a parked one says so in `status`."""
 
 
 # -- interactive sessions (the trainer writes each turn) -------------------------------

@@ -230,6 +230,14 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
         for wid in ids:
             assert await wait_until(lambda wid=wid: _status_is(client, wid, "parked"), timeout=60)
         assert await wait_until(lambda: not _harnesses(ECHO), timeout=30)
+        # Parked episodes are running workflows: asking again asks none of them, says
+        # they are parked, and a park signal that reaches one anyway is spent (it used
+        # to stay pending, and the batch parked again right after its resume).
+        code, out, err = await cli("park", "--batch", train.name, *flags)
+        assert code == 0, out + err
+        said = " ".join(out.split())
+        assert "park asked of 0 running episode(s)" in said and "0 asked already, 2 parked" in said
+        await client.get_workflow_handle(ids[0]).signal(contract.PARK)
 
         evals = spec(
             name=_name("eval"),

@@ -21,6 +21,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.converter import DataConverter
 
 from episodes.client.batch.options import BatchOptions, batch_id_arg
+from episodes.client.batch.parking import ParkReport
 from episodes.client.blocking.group import SyncGroup
 from episodes.client.blocking.session import LoopThread, SyncInteractiveSession
 from episodes.client.core import EpisodesClient
@@ -253,7 +254,7 @@ class SyncEpisodesClient:
         """Resume a parked episode (see `EpisodesClient.resume`)."""
         self._loop.run(self.async_client.resume(workflow_id))
 
-    def park_batch(self, batch_id: str) -> list[str]:
+    def park_batch(self, batch_id: str) -> ParkReport:
         """Park every running episode of the batch (see `EpisodesClient.park_batch`)."""
         return self._loop.run(self.async_client.park_batch(batch_id))
 

@@ -13,6 +13,7 @@ from episodes import contract
 from episodes.types.results import EpisodeResult
 
 if TYPE_CHECKING:
+    from episodes.client.batch.parking import ParkReport
     from episodes.client.group.stream import Group
 
 
@@ -83,12 +84,14 @@ class ReplayMethods:
         park asked and not taken yet is called off."""
         await self.client.get_workflow_handle(workflow_id).signal(contract.RESUME)
 
-    async def park_batch(self, batch_id: str) -> list[str]:
-        """Park every running episode of the batch (`park` for each): the workers are free
-        for another job. The ids asked, sorted (episodes/client/batch/parking.py)."""
-        from episodes.client.batch.parking import signal_batch
+    async def park_batch(self, batch_id: str) -> ParkReport:
+        """Park every running episode of the batch not parked or asked to park already
+        (`park` for each): the workers are free for another job. The ids asked now,
+        sorted, with `.already_asked` and `.parked` beside them
+        (episodes/client/batch/parking.py)."""
+        from episodes.client.batch.parking import park_batch
 
-        return await signal_batch(self.client, batch_id, contract.PARK)
+        return await park_batch(self.client, batch_id)
 
     async def resume_batch(self, batch_id: str) -> list[str]:
         """Resume the batch's episodes parked by `park_batch` (`resume` for each running
