@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+from datetime import timedelta
 from typing import Any
 
 from rich.markup import escape
 from rich.panel import Panel
+from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from episodes.cli.common import console
@@ -106,6 +108,8 @@ async def show_episode(workflow_id: str, *, cfg: Config, as_json: bool) -> None:
     async with contextlib.AsyncExitStack() as stack:
         client = await reading_client(stack, cfg, data_converter=show_converter())
         data = await load_transcript(client, workflow_id)
+        if data["result"] is None:
+            data["progress"] = await _progress(client, workflow_id)
     if as_json:
         print(json.dumps(data, indent=2, ensure_ascii=False))
         return
@@ -145,4 +149,43 @@ def print_transcript(data: dict[str, Any]) -> None:
             f"{r['duration_s']:.2f} s" + (f"\n[red]{escape(r['error'])}[/]" if r["error"] else "")
         )
     else:
-        console.print("[yellow]still running[/]")
+        console.print(running_line(data["workflow_id"], data.get("progress")), highlight=False)
+
+
+async def _progress(client: Client, workflow_id: str) -> dict[str, Any] | None:
+    """A running episode's `progress` (its status), or None when no worker answers."""
+    from episodes import contract
+    from episodes.types.io import EpisodeProgress
+
+    try:
+        progress = await client.get_workflow_handle(workflow_id).query(
+            contract.PROGRESS,
+            args=[None, 0],
+            result_type=EpisodeProgress,
+            rpc_timeout=timedelta(seconds=10),
+        )
+    except Exception:
+        return None
+    return {
+        "status": progress.status,
+        "turns_done": progress.turns_done,
+        "max_turns": progress.max_turns,
+        "park_asked": progress.park_asked,
+    }
+
+
+def running_line(workflow_id: str, progress: dict[str, Any] | None) -> str:
+    """What `show` says of an episode that has no result yet: parked, or where it is."""
+    if progress is None:
+        return "[yellow]still running[/] (no worker answered for its status)"
+    turn = progress["turns_done"]
+    if progress["status"] == "parked":
+        return (
+            f"[yellow]parked at turn {turn}[/]: `episodes resume {workflow_id}` goes on "
+            "(it holds no box)"
+        )
+    asked = "; parks at its next turn boundary" if progress["park_asked"] else ""
+    return (
+        f"[yellow]still running[/] ({progress['status']}, turn {turn} of "
+        f"{progress['max_turns']}{asked})"
+    )

@@ -238,6 +238,15 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
         said = " ".join(out.split())
         assert "park asked of 0 running episode(s)" in said and "0 asked already, 2 parked" in said
         await client.get_workflow_handle(ids[0]).signal(contract.PARK)
+        # `show` says where a parked episode is (it used to say only "still running").
+        code, out, err = await cli("show", ids[1], *flags)
+        assert code == 0, out + err
+        progress = await _progress(client, ids[1])
+        assert progress is not None
+        turn = progress.turns_done
+        assert f"parked at turn {turn}: `episodes resume {ids[1]}` goes on" in " ".join(
+            out.split()
+        ), out
 
         evals = spec(
             name=_name("eval"),
