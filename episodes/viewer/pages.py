@@ -16,7 +16,6 @@ from typing import Any
 from temporalio.client import Client
 
 import episodes.viewer.visibility as visibility
-from episodes.viewer.fleet import batch_fleet
 from episodes.viewer.markup import (
     _a,
     _banner,
@@ -35,6 +34,7 @@ from episodes.viewer.markup import (
     _when,
 )
 from episodes.viewer.members import batch_rows
+from episodes.viewer.placement import batch_placement
 from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound
 
@@ -50,13 +50,13 @@ async def batch_view(client: Client, name: str, threshold: float = 1.0) -> dict[
         raise NotFound(f"no episodes in batch {name!r}")
     stats = batch_stats(rows, threshold)
     rows.sort(key=lambda r: (r.get("task") or "", r.get("sample") or 0, r.get("start") or ""))
-    fleet = await batch_fleet(client, name, rows)
+    placement = await batch_placement(client, name, rows)
     return {
         "batch": name,
         "stats": stats,
         "episodes": rows,
         "truncated": truncated,
-        "fleet": fleet,
+        "placement": placement,
     }
 
 
@@ -166,7 +166,7 @@ def _batch(data: dict[str, Any]) -> str:
         _card("agent failures", sides.get("agent", 0)),
         _card("infra failures", sides.get("infra", 0)),
         _card("env errors", sides.get("env", 0)),
-        *_fleet_cards(data.get("fleet") or {}),
+        *_placement_cards(data.get("placement") or {}),
     ]
     d, t = s["duration_s"], s["turns"]
     groups = [
@@ -271,7 +271,7 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
     return "\n".join(head + turns)
 
 
-def _fleet_cards(f: Mapping[str, Any]) -> list[str]:
+def _placement_cards(f: Mapping[str, Any]) -> list[str]:
     """Priority, fairness key, and a batch workflow's status and spending (as batch.js)."""
     cards = []
     if f.get("priority") is not None:
@@ -280,6 +280,7 @@ def _fleet_cards(f: Mapping[str, Any]) -> list[str]:
         cards.append(_card("fairness key", f["fairness_key"]))
     if f.get("live") is not None:
         cards.append(_card("live", f["live"], f"{f['waiting']} wait for a box"))
+        cards.append(_card("parked", f.get("parked", 0), "no box; resume goes on"))
     if f.get("status") == "budget_exhausted":
         cards.append(_card("budget_exhausted", f.get("budget") or "", "no more episodes started"))
     if f.get("model_calls"):

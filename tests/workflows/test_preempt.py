@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.client import EpisodesClient
+from episodes.client.batch.live import live_figure
 from episodes.client.batch.server import batch_input, start_batch, wait_batch
 from episodes.model.scripted.server import ScriptedUpstream
 from episodes.types.io import EpisodeProgress
@@ -238,6 +239,10 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
         said = " ".join(out.split())
         assert "park asked of 0 running episode(s)" in said and "0 asked already, 2 parked" in said
         await client.get_workflow_handle(ids[0]).signal(contract.PARK)
+        # The progress line and the viewer count them apart from live ones.
+        figure = await live_figure(client, train.name)
+        assert (figure.running, figure.parked, figure.live) == (2, 2, 0), figure
+        assert figure.line(2) == "live 0/2 · 2 parked"
         # `show` says where a parked episode is (it used to say only "still running").
         code, out, err = await cli("show", ids[1], *flags)
         assert code == 0, out + err

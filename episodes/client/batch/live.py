@@ -28,6 +28,7 @@ from temporalio.client import Client
 
 from episodes import contract
 from episodes.client.batch.server import episodes_query
+from episodes.types.io import EpisodeProgress
 
 DESCRIBE_CONCURRENCY = 16
 RPC_TIMEOUT = timedelta(seconds=5)
@@ -41,16 +42,20 @@ class LiveFigure:
     """Of those, the ones whose `provision` no worker has taken yet, or a worker took
     and holds until its saturated model fleet has room (activities/fleet_wait.py): no
     box either way."""
+    parked: int = 0
+    """Of those, the parked ones (`episodes park`): a running workflow, no box."""
 
     @property
     def live(self) -> int:
-        return self.running - self.waiting
+        return self.running - self.waiting - self.parked
 
     def line(self, ceiling: int | None = None) -> str:
-        """`live 3/16 · 5 wait for a box` (the ceiling: the batch's `concurrency`)."""
+        """`live 3/16 · 5 wait for a box · 2 parked` (the ceiling: the batch's
+        `concurrency`)."""
         of = f"/{ceiling}" if ceiling is not None else ""
         wait = f" · {self.waiting} wait for a box" if self.waiting else ""
-        return f"live {self.live}{of}{wait}"
+        parked = f" · {self.parked} parked" if self.parked else ""
+        return f"live {self.live}{of}{wait}{parked}"
 
 
 async def live_figure(client: Client, batch: str, *, limit: int = 1000) -> LiveFigure:
@@ -60,26 +65,41 @@ async def live_figure(client: Client, batch: str, *, limit: int = 1000) -> LiveF
     ids = [wf.id async for wf in client.list_workflows(query, limit=limit)]
     gate = asyncio.Semaphore(DESCRIBE_CONCURRENCY)
 
-    async def waits(wid: str) -> bool:
+    async def state(wid: str) -> str:
+        """`waiting`, `parked` or `live`."""
         async with gate:
             try:
-                desc = await client.get_workflow_handle(wid).describe(rpc_timeout=RPC_TIMEOUT)
-                for a in desc.raw_description.pending_activities:
+                handle = client.get_workflow_handle(wid)
+                desc = await handle.describe(rpc_timeout=RPC_TIMEOUT)
+                pending = desc.raw_description.pending_activities
+                for a in pending:
                     if a.activity_type.name != contract.PROVISION:
                         continue
                     if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
-                        return True  # no worker took it
+                        return "waiting"  # no worker took it
                     details = a.heartbeat_details.payloads
                     if details and contract.FLEET_WAIT in await client.data_converter.decode(
                         details
                     ):
-                        return True  # a worker took it and waits for its fleet
+                        return "waiting"  # a worker took it and waits for its fleet
+                if not pending:
+                    # No activity: parked, or between two (its progress says which).
+                    progress = await handle.query(
+                        contract.PROGRESS,
+                        args=[None, 0],
+                        result_type=EpisodeProgress,
+                        rpc_timeout=RPC_TIMEOUT,
+                    )
+                    if progress.status == "parked":
+                        return "parked"
             except Exception:
-                return False
-        return False
+                return "live"
+        return "live"
 
-    flags = await asyncio.gather(*(waits(w) for w in ids))
-    return LiveFigure(running=len(ids), waiting=sum(flags))
+    states = await asyncio.gather(*(state(w) for w in ids))
+    return LiveFigure(
+        running=len(ids), waiting=states.count("waiting"), parked=states.count("parked")
+    )
 
 
 async def watch_live(

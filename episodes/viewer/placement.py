@@ -1,5 +1,6 @@
-"""A batch's place on the fleet, for its page: priority and fairness key (indexed on
-its episodes), and for a batch run by the server (EvalBatchWorkflow) its status and
+"""A batch's placement among the batches sharing the workers, for its page: priority and
+fairness key (indexed on its episodes), how many of its episodes are live, wait for a
+box or are parked, and for a batch run by the server (EvalBatchWorkflow) its status and
 what it spent against its budget (`spec.budget`)."""
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from episodes.types.io import BatchProgress, BatchResult
 from episodes.types.metrics import BatchMetrics
 
 
-async def batch_fleet(client: Client, batch: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+async def batch_placement(client: Client, batch: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """`priority`, `fairness_key` (None: the server's defaults); while episodes run,
-    `live` and `waiting` (`episodes.client.batch.live`); with a batch workflow,
+    `live`, `waiting` and `parked` (`episodes.client.batch.live`); with a batch workflow,
     `status` (`budget_exhausted` names the budget in `budget`), `model_tokens`,
     `model_calls`, `episode_seconds`, `groups_zero_variance` (None: one sample per task)."""
     first = rows[0] if rows else {}
@@ -27,10 +28,10 @@ async def batch_fleet(client: Client, batch: str, rows: list[dict[str, Any]]) ->
         "fairness_key": first.get("fairness_key"),
     }
     if any(r.get("status") == "running" for r in rows):
-        # Episodes in flight: how many are live, how many wait for a box.
+        # Episodes in flight: how many are live, wait for a box, are parked.
         with contextlib.suppress(Exception):
             figure = await live_figure(client, batch)
-            out.update(live=figure.live, waiting=figure.waiting)
+            out.update(live=figure.live, waiting=figure.waiting, parked=figure.parked)
     handle = client.get_workflow_handle(contract.batch_workflow_id(batch), result_type=BatchResult)
     try:
         desc = await handle.describe()
