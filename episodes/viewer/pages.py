@@ -16,7 +16,6 @@ from typing import Any
 from temporalio.client import Client
 
 from episodes.viewer import visibility
-from episodes.viewer.fleet import batch_fleet
 from episodes.viewer.markup import (
     _a,
     _banner,
@@ -34,6 +33,7 @@ from episodes.viewer.markup import (
     _text,
     _when,
 )
+from episodes.viewer.priority import batch_priority
 from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound
 
@@ -49,13 +49,13 @@ async def batch_view(client: Client, name: str, threshold: float = 1.0) -> dict[
         raise NotFound(f"no episodes in batch {name!r}")
     stats = batch_stats(rows, threshold)
     rows.sort(key=lambda r: (r.get("task") or "", r.get("sample") or 0, r.get("start") or ""))
-    fleet = await batch_fleet(client, name, rows)
+    priority = await batch_priority(client, name, rows)
     return {
         "batch": name,
         "stats": stats,
         "episodes": rows,
         "truncated": truncated,
-        "fleet": fleet,
+        "fleet": priority,  # the key batch.js and API readers know (priority, fairness, budget)
     }
 
 
@@ -165,7 +165,7 @@ def _batch(data: dict[str, Any]) -> str:
         _card("agent failures", sides.get("agent", 0)),
         _card("infra failures", sides.get("infra", 0)),
         _card("env errors", sides.get("env", 0)),
-        *_fleet_cards(data.get("fleet") or {}),
+        *_priority_cards(data.get("fleet") or {}),
     ]
     d, t = s["duration_s"], s["turns"]
     groups = [
@@ -270,7 +270,7 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
     return "\n".join(head + turns)
 
 
-def _fleet_cards(f: Mapping[str, Any]) -> list[str]:
+def _priority_cards(f: Mapping[str, Any]) -> list[str]:
     """Priority, fairness key, and a batch workflow's status and spending (as batch.js)."""
     cards = []
     if f.get("priority") is not None:

@@ -9,7 +9,7 @@ function card(k, v, title) {
   return h("div", { class: "card", title }, h("div", { class: "v" }, v), h("div", { class: "k" }, k));
 }
 
-function cards(s, fleet) {
+function cards(s, priority) {
   const passK = Object.entries(s.pass_at_k).map(([k, v]) => card(`pass@${k}`, num(v, 3)));
   return h("div", { class: "cards" },
     card("episodes", s.episodes, s.attempts > s.episodes ? `${s.attempts} attempts` : null),
@@ -19,11 +19,11 @@ function cards(s, fleet) {
     card("agent failures", s.sides.agent || 0, "harness_*, protocol_error, turn_timeout"),
     card("infra failures", s.sides.infra || 0, "worker_lost, workflow_failed, model_error"),
     card("env errors", s.sides.env || 0),
-    fleetCards(fleet || {}));
+    priorityCards(priority || {}));
 }
 
 // Priority, fairness key, and a batch workflow's status and spending (pages.py's too).
-function fleetCards(f) {
+function priorityCards(f) {
   const out = [];
   if (f.priority != null) out.push(card("priority", f.priority, "1 first .. 5 last"));
   if (f.fairness_key) out.push(card("fairness key", f.fairness_key));
