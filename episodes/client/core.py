@@ -254,28 +254,6 @@ class EpisodesClient(ReplayMethods):
         return stream_results(self, spec, batch=batch, limit=limit)
 
 
-async def connect(
-    address: str | None = None,
-    *,
-    namespace: str | None = None,
-    api_key: str | None = None,
-    tls: bool | None = None,
-    profile: str | None = None,
-    config_file: str | Path | None = None,
-    task_queue: str | None = None,
-    data_converter: DataConverter | None = None,
-    timeout_s: float = 10.0,
-) -> EpisodesClient:
-    """`episodes.connect()`: an `EpisodesClient` configured as the CLI is (see
-    `EpisodesClient.connect`)."""
-    return await EpisodesClient.connect(
-        address,
-        namespace=namespace,
-        api_key=api_key,
-        tls=tls,
-        profile=profile,
-        config_file=config_file,
-        task_queue=task_queue,
-        data_converter=data_converter,
-        timeout_s=timeout_s,
-    )
+# `episodes.connect()`: an `EpisodesClient` configured as the CLI is, the same function
+# as `EpisodesClient.connect` (one signature, not a copy of it).
+connect = EpisodesClient.connect

@@ -19,6 +19,7 @@ back on any worker with its recorded turns replayed exactly.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from temporalio.client import (
@@ -28,16 +29,13 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import (
-    WorkflowIDConflictPolicy,
-    WorkflowIDReusePolicy,
-)
+from temporalio.common import Priority, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import contract
+from episodes.client.starting import start_options
 from episodes.errors import SessionFailed, StepRejected
-from episodes.search_attributes import episode_search_attributes
 from episodes.types.io import EpisodeProgress, InteractiveInput, SessionOpened, StepInput, StepReply
 from episodes.types.results import EpisodeResult, Task, Termination
 from episodes.types.spec import EpisodeSpec
@@ -171,6 +169,18 @@ async def open_session(
     """
     batch = batch or spec.name
     wid = workflow_id or contract.session_workflow_id(batch, task.id, sample)
+    options = start_options(
+        spec,
+        task,
+        batch,
+        workflow_id=wid,
+        task_queue=task_queue,
+        summary=f"interactive · {spec.env} · task {task.id} · sample {sample}",
+    )
+    # A session's id is reused once it ended (a fresh session); it carries no priority.
+    options = dataclasses.replace(
+        options, id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE, priority=Priority.default
+    )
     handle = await client.start_workflow(
         contract.INTERACTIVE_WORKFLOW,
         InteractiveInput(
@@ -181,13 +191,8 @@ async def open_session(
             idle_timeout_s=idle_timeout_s,
             turns_per_run=turns_per_run,
         ),
-        id=wid,
-        task_queue=task_queue,
         result_type=EpisodeResult,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=episode_search_attributes(spec, task, batch),
-        static_summary=f"interactive · {spec.env} · task {task.id} · sample {sample}",
+        **options.kwargs(),
     )
     try:
         opened = await handle.execute_update(contract.OPEN, result_type=SessionOpened)

@@ -7,7 +7,9 @@ findable by their spec, task and batch (`episodes.search_attributes`), carrying 
 batch's priority and fairness (the server hands them down to their activities), a
 finished one never run twice (a failed one may be), and a start under an id that
 exists attaches to that workflow instead (`start_or_attach` says whether it had
-already closed).
+already closed). An interactive session's start options are these too, with its own
+id reuse (a session id is reused once it ended) and no priority
+(`episodes.client.interactive`).
 """
 
 from __future__ import annotations

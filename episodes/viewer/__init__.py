@@ -14,9 +14,10 @@ episodes. Nothing is stored beside Temporal. See docs/viewer.md.
 from __future__ import annotations
 
 from episodes import _moved
-from episodes.viewer.app import DEFAULT_UI, make_app, serve
 
-# "fleet" means the model upstreams only: the batch's placement module was named so.
-_moved.alias(__name__, {"fleet": "episodes.viewer.placement"})
+# `episodes.viewer.fleet` before "fleet" came to mean the model upstreams only.
+_moved.alias(__name__, {"fleet": "episodes.viewer.priority"})
+
+from episodes.viewer.app import DEFAULT_UI, make_app, serve  # noqa: E402
 
 __all__ = ["DEFAULT_UI", "make_app", "serve"]

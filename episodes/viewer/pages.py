@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-import episodes.viewer.visibility as visibility
+from episodes.viewer import visibility
 from episodes.viewer.markup import (
     _a,
     _banner,
@@ -33,8 +33,7 @@ from episodes.viewer.markup import (
     _text,
     _when,
 )
-from episodes.viewer.members import batch_rows
-from episodes.viewer.placement import batch_placement
+from episodes.viewer.priority import batch_priority
 from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound
 
@@ -45,18 +44,18 @@ COMPARE_TURNS = 100
 
 async def batch_view(client: Client, name: str, threshold: float = 1.0) -> dict[str, Any]:
     """`/api/batch`: the batch's figures (its final attempts) and every attempt's row."""
-    rows, truncated = await batch_rows(client, name)
+    rows, truncated = await visibility.batch_rows(client, name)
     if not rows:
         raise NotFound(f"no episodes in batch {name!r}")
     stats = batch_stats(rows, threshold)
     rows.sort(key=lambda r: (r.get("task") or "", r.get("sample") or 0, r.get("start") or ""))
-    placement = await batch_placement(client, name, rows)
+    priority = await batch_priority(client, name, rows)
     return {
         "batch": name,
         "stats": stats,
         "episodes": rows,
         "truncated": truncated,
-        "placement": placement,
+        "fleet": priority,  # the key batch.js and API readers know (priority, fairness, budget)
     }
 
 
@@ -166,7 +165,7 @@ def _batch(data: dict[str, Any]) -> str:
         _card("agent failures", sides.get("agent", 0)),
         _card("infra failures", sides.get("infra", 0)),
         _card("env errors", sides.get("env", 0)),
-        *_placement_cards(data.get("placement") or {}),
+        *_priority_cards(data.get("fleet") or {}),
     ]
     d, t = s["duration_s"], s["turns"]
     groups = [
@@ -271,7 +270,7 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
     return "\n".join(head + turns)
 
 
-def _placement_cards(f: Mapping[str, Any]) -> list[str]:
+def _priority_cards(f: Mapping[str, Any]) -> list[str]:
     """Priority, fairness key, and a batch workflow's status and spending (as batch.js)."""
     cards = []
     if f.get("priority") is not None:

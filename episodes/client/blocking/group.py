@@ -1,5 +1,6 @@
 """`SyncGroup`: a `Group` of the blocking client (`SyncEpisodesClient.run_batch(...,
-groups=True)`, `fork_group`). Importable from `episodes.client.blocking.client` as before.
+groups=True)`, `fork_group`). Importable from `episodes.client.blocking.client` (and
+its old path `episodes.client.sync`) too.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The blocking client's event loop thread and its interactive session (split from
-`episodes.client.blocking.client`, which re-exports both)."""
+"""The blocking client's event loop thread and its interactive session (`LoopThread`,
+`SyncInteractiveSession`; `episodes.client.blocking.client` re-exports the session)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """`EpisodesClient`'s methods on episodes that replay their recorded turns exactly: fork
 an episode at a turn (one branch each, or the branches as a group), park and resume
-one episode or a whole batch. The work is in episodes/client/histories/fork.py and parking.py.
+one episode or a whole batch. The work is in episodes/client/histories/fork.py and
+episodes/client/batch/parking.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ function card(k, v, title) {
   return h("div", { class: "card", title }, h("div", { class: "v" }, v), h("div", { class: "k" }, k));
 }
 
-function cards(s, placement) {
+function cards(s, priority) {
   const passK = Object.entries(s.pass_at_k).map(([k, v]) => card(`pass@${k}`, num(v, 3)));
   return h("div", { class: "cards" },
     card("episodes", s.episodes, s.attempts > s.episodes ? `${s.attempts} attempts` : null),
@@ -19,11 +19,11 @@ function cards(s, placement) {
     card("agent failures", s.sides.agent || 0, "harness_*, protocol_error, turn_timeout"),
     card("infra failures", s.sides.infra || 0, "worker_lost, workflow_failed, model_error"),
     card("env errors", s.sides.env || 0),
-    placementCards(placement || {}));
+    priorityCards(priority || {}));
 }
 
 // Priority, fairness key, and a batch workflow's status and spending (pages.py's too).
-function placementCards(f) {
+function priorityCards(f) {
   const out = [];
   if (f.priority != null) out.push(card("priority", f.priority, "1 first .. 5 last"));
   if (f.fairness_key) out.push(card("fairness key", f.fairness_key));
@@ -148,7 +148,7 @@ async function render() {
     h("h1", {}, batchId),
     h("div", { class: "muted small" }, `${data.episodes[0]?.env || ""} · pass threshold ${s.threshold}` +
       (data.truncated ? " · showing the first episodes only" : "")),
-    cards(s, data.placement),
+    cards(s, data.fleet),
     h("div", { class: "grid2" },
       h("div", {}, h("h2", {}, "Terminations"), terminations(s, data.episodes)),
       h("div", {}, h("h2", {}, "Search transcripts"), search_ui)),

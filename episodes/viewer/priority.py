@@ -1,6 +1,5 @@
-"""A batch's placement among the batches sharing the workers, for its page: priority and
-fairness key (indexed on its episodes), how many of its episodes are live, wait for a
-box or are parked, and for a batch run by the server (EvalBatchWorkflow) its status and
+"""A batch's place on shared workers, for its page: priority and fairness key (indexed on
+its episodes), and for a batch run by the server (EvalBatchWorkflow) its status and
 what it spent against its budget (`spec.budget`)."""
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from episodes.types.io import BatchProgress, BatchResult
 from episodes.types.metrics import BatchMetrics
 
 
-async def batch_placement(client: Client, batch: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+async def batch_priority(client: Client, batch: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
     """`priority`, `fairness_key` (None: the server's defaults); while episodes run,
     `live`, `waiting` and `parked` (`episodes.client.batch.live`); with a batch workflow,
     `status` (`budget_exhausted` names the budget in `budget`), `model_tokens`,
