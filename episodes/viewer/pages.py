@@ -15,7 +15,7 @@ from typing import Any
 
 from temporalio.client import Client
 
-from episodes.viewer import visibility
+import episodes.viewer.visibility as visibility
 from episodes.viewer.markup import (
     _a,
     _banner,
@@ -33,6 +33,7 @@ from episodes.viewer.markup import (
     _text,
     _when,
 )
+from episodes.viewer.members import batch_rows
 from episodes.viewer.priority import batch_priority
 from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound
@@ -44,7 +45,7 @@ COMPARE_TURNS = 100
 
 async def batch_view(client: Client, name: str, threshold: float = 1.0) -> dict[str, Any]:
     """`/api/batch`: the batch's figures (its final attempts) and every attempt's row."""
-    rows, truncated = await visibility.batch_rows(client, name)
+    rows, truncated = await batch_rows(client, name)
     if not rows:
         raise NotFound(f"no episodes in batch {name!r}")
     stats = batch_stats(rows, threshold)
