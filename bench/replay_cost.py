@@ -71,7 +71,7 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
                     await client.close()
                 events = json.loads(json.dumps(events))  # as a restore reads it back
                 t0 = time.perf_counter()
-                replay = Replay(events)
+                replay = Replay([events])  # one turn
                 plan_ms = (time.perf_counter() - t0) * 1000 / turns
                 before = len(up.chat_requests)
                 async with ModelProxy(spec) as proxy:

@@ -20,9 +20,10 @@ those calls from the record instead, in the order they were made:
   effects on the fresh env (its state, its box) are rebuilt by running them, in the
   recorded order, and their answers are what the record said again.
 
-A call that does not match the next recorded one is a divergence: counted (the turn
-it happened in is a divergent turn: `EpisodeResult.replay_divergences`) and, from
-then on, every call goes live (`on_divergence: live`, the default), or the replay
+Calls are matched turn by turn: a call that does not match the next recorded one of
+its turn, or a turn that ends with recorded calls it did not make (`Replay.end_turn`),
+is a divergence: counted (that turn is a divergent turn:
+`EpisodeResult.replay_divergences`) and, from then on, every call goes live (`on_divergence: live`, the default), or the replay
 fails (`on_divergence: fail`: the restore fails as a harness failure).
 """
 
@@ -164,70 +165,108 @@ def synthetic_stream(response: dict[str, Any]) -> bytes:
 
 
 class Replay:
-    """The recorded calls of the turns being replayed, answered in order, until the
-    first divergence. Shared by the session's proxy and bridge (one order of calls)."""
+    """The recorded calls of the turns being replayed, answered in order, turn by turn,
+    until the first divergence. Shared by the session's proxy and bridge (one order of
+    calls). `turns`: each replayed turn's recorded events, in order.
+
+    A turn's calls are matched against that turn's record only, and `end_turn()` checks
+    that it made them all: a turn that makes more calls, other ones, or fewer than its
+    record holds is the divergent one (not the turn after it)."""
 
     def __init__(
         self,
-        events: list[Any],
+        turns: list[list[Any]],
         *,
         deterministic_tools: bool = False,
         on_divergence: str = "live",
     ) -> None:
         self.deterministic_tools = deterministic_tools
         self.fail = on_divergence == "fail"
-        # resolve_model_calls keeps the conversations; the raw bytes are the events' own.
+        # resolve_model_calls keeps the conversations (a call may extend one of an earlier
+        # turn: resolved over all of them); the raw bytes are the events' own.
+        events = [e for turn in turns for e in turn]
         raws = [e for e in events if isinstance(e, dict) and e.get("kind") == "model_call"]
-        self._model: list[tuple[str, Answer | None]] = []
+        planned: list[tuple[str, Answer | None]] = []
         for call, event in zip(resolve_model_calls(events), raws, strict=True):
             if not call.messages_complete:  # its conversation was not kept: never matches
-                self._model.append(("", None))
+                planned.append(("", None))
                 continue
             body = dict(call.request)
             if "messages" in body or call.extends is not None:
                 body["messages"] = call.full_messages
-            self._model.append((request_digest(body), answer_of(event)))
-        self._tools = [
-            (tool_digest(e.get("name"), e.get("arguments")), e)
-            for e in events
-            if isinstance(e, dict) and e.get("kind") == "tool_call"
-        ]
-        self._next_model = 0
+            planned.append((request_digest(body), answer_of(event)))
+        self._model: list[list[tuple[str, Answer | None]]] = []
+        self._tools: list[list[tuple[str, dict[str, Any]]]] = []
+        for turn in turns:
+            calls = sum(1 for e in turn if isinstance(e, dict) and e.get("kind") == "model_call")
+            self._model.append(planned[:calls])
+            planned = planned[calls:]
+            self._tools.append(
+                [
+                    (tool_digest(e.get("name"), e.get("arguments")), e)
+                    for e in turn
+                    if isinstance(e, dict) and e.get("kind") == "tool_call"
+                ]
+            )
+        self.turn = 0  # the index (in `turns`) of the turn being replayed
+        self._next_model = 0  # of that turn's calls
         self._next_tool = 0
         self.live = False  # diverged: every call from now on goes live
         self.divergences = 0  # calls that did not match (counted once: then live)
         self.answered = 0  # model calls answered from the record
         self.why: str | None = None
 
+    def _recorded(self) -> tuple[list[tuple[str, Answer | None]], list[tuple[str, Any]]]:
+        """The current turn's recorded model and tool calls (none past the last turn)."""
+        if self.turn >= len(self._model):
+            return [], []
+        return self._model[self.turn], self._tools[self.turn]
+
     @property
     def done(self) -> bool:
-        return self.live or (
-            self._next_model >= len(self._model) and self._next_tool >= len(self._tools)
-        )
+        """Diverged (live from here), or every turn's calls replayed."""
+        return self.live or self.turn >= len(self._model)
 
-    def diverge(self, why: str) -> None:
+    def _diverged(self, why: str) -> None:
         if not self.live:
             self.live = True
             self.divergences += 1
             self.why = why
+
+    def diverge(self, why: str) -> None:
+        self._diverged(why)
         if self.fail:
             raise Divergence(why)
+
+    def end_turn(self) -> None:
+        """The current turn's harness answered: a divergence if it made fewer calls than
+        its record holds (counted, not raised: the caller checks `divergences`); then
+        calls are the next turn's (a harness's calls between turns were recorded there)."""
+        model, tools = self._recorded()
+        if not self.live and (self._next_model < len(model) or self._next_tool < len(tools)):
+            self._diverged(
+                f"turn {self.turn} made {self._next_model} of its {len(model)} recorded model "
+                f"call(s) and {self._next_tool} of its {len(tools)} tool call(s)"
+            )
+        self.turn += 1
+        self._next_model = self._next_tool = 0
 
     def model(self, sent: dict[str, Any]) -> Answer | None:
         """The recorded answer to this request (None: answer it live)."""
         if self.live:
             return None
+        recorded, _ = self._recorded()
         i = self._next_model
-        if i >= len(self._model):
-            self.diverge(f"model call {i + 1} was not in the record")
+        if i >= len(recorded):
+            self.diverge(f"turn {self.turn}: model call {i + 1} was not in the record")
             return None
-        digest, answer = self._model[i]
+        digest, answer = recorded[i]
         if digest != request_digest(sent):
-            self.diverge(f"model call {i + 1} differs from the recorded request")
+            self.diverge(f"turn {self.turn}: model call {i + 1} differs from the recorded request")
             return None
         self._next_model += 1
         if answer is None:
-            self.diverge(f"model call {i + 1} has no recorded answer")
+            self.diverge(f"turn {self.turn}: model call {i + 1} has no recorded answer")
             return None
         self.answered += 1
         return answer
@@ -236,12 +275,13 @@ class Replay:
         """The recorded call of this tool (its `result` or `error`), None: run it."""
         if self.live:
             return None
+        _, recorded = self._recorded()
         i = self._next_tool
-        if i >= len(self._tools) or self._tools[i][0] != tool_digest(name, arguments):
-            self.diverge(f"tool call {i + 1} ({name}) differs from the record")
+        if i >= len(recorded) or recorded[i][0] != tool_digest(name, arguments):
+            self.diverge(f"turn {self.turn}: tool call {i + 1} ({name}) differs from the record")
             return None
         self._next_tool += 1
-        return None if self.deterministic_tools else self._tools[i][1]
+        return None if self.deterministic_tools else recorded[i][1]
 
 
 def recorded_tool_result(value: Any, output_schema: dict[str, Any] | None = None) -> Any:

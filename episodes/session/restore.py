@@ -76,7 +76,7 @@ async def restore_session(
         transcript = [{"turn": r.turn, "message": r.message, "reply": r.reply} for r in records]
         await session.harness.resume(transcript, timeout_s=timeout)  # type: ignore[attr-defined]
     replay = Replay(
-        [e for r in records for e in r.events],
+        [r.events for r in records],
         deterministic_tools=bool(getattr(session.env, "deterministic_tools", False)),
         on_divergence=session.spec.on_divergence,
     )
@@ -106,6 +106,7 @@ async def _replay_turns(
                 new = await session.harness.turn(rec.turn, rec.message, timeout_s=timeout)
             finally:
                 session.services.end_turn()
+                replay.end_turn()  # fewer calls than recorded: this turn diverged
             if replay.divergences > before and replay.fail:
                 raise _diverged(rec.turn, replay)
             if new.error_type not in (None, "harness_error"):

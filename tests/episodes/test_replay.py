@@ -139,6 +139,41 @@ async def test_on_divergence_fail_fails_the_restore() -> None:
     assert caught.value.error_type == "harness_start_failed"
 
 
+@pytest.mark.parametrize("on_divergence", ["live", "fail"])
+async def test_a_turn_that_makes_fewer_calls_than_its_record_diverges_at_its_end(
+    on_divergence: str,
+) -> None:
+    """Issue 40: calls were matched across turns and a turn's leftovers never checked, so
+    a record whose turn 0 holds turn 1's calls too replayed without a divergence."""
+    from episodes.errors import HarnessFailure
+
+    async with ScriptedUpstream(policy=sampling_policy) as upstream:
+        spec = _spec(upstream.base_url, "DeterministicNotebook")
+        spec = spec.model_copy(update={"on_divergence": on_divergence})
+        first = LiveSession(spec, spec.tasks[0], 0, "s-first")
+        try:
+            await first.open()
+            records = [(await first.turn(n)).record for n in range(2)]
+        finally:
+            await first.close()
+        # Turn 0's record holds its own calls and then turn 1's; turn 1's holds none.
+        records[0] = records[0].model_copy(
+            update={"events": [*records[0].events, *records[1].events]}
+        )
+        records[1] = records[1].model_copy(update={"events": []})
+        second = LiveSession(spec, spec.tasks[0], 0, "s-second")
+        try:
+            await second.open()
+            if on_divergence == "fail":
+                with pytest.raises(HarnessFailure, match=r"turn 0.*on_divergence: fail"):
+                    await second.restore(records)
+            else:
+                divergent, _ = await second.restore(records)
+                assert divergent[:1] == [0], "blamed on the turn that made fewer calls"
+        finally:
+            await second.close()
+
+
 # -- the proxy alone: byte for byte --------------------------------------------------------
 
 
@@ -164,7 +199,7 @@ async def test_the_proxy_replays_the_bytes_it_served(replay_bytes: bool) -> None
             served = [await _call(live, b) for b in bodies]
         # Through the history: what a restore reads back is JSON.
         events = json.loads(json.dumps(events))
-        replay = Replay(events)
+        replay = Replay([events])  # one turn
         again: list[Any] = []
         async with ModelProxy(spec, on_call=again.append) as proxy:
             proxy.replay = replay
