@@ -95,11 +95,8 @@ class LimitWatch:
         root = self._root()
         if root is None:
             return None
-        if self.disk is not None:
-            with contextlib.suppress(OSError):
-                st = os.statvfs(root / "tmp")
-                if st.f_bavail * st.f_frsize < _FULL_BYTES:
-                    return "disk"
+        if self.disk is not None and _disk_full(root, self.disk):
+            return "disk"
         if self.group is None:
             with contextlib.suppress(OSError):
                 n = sum(1 for p in os.listdir(root / "proc") if p.isdigit())
@@ -144,6 +141,19 @@ class LimitWatch:
         log.warning("sandbox %s: its cgroup %s is still busy", self.box.id, group.dirs)
 
 
+def _disk_full(root: Path, disk: int) -> bool:
+    """The box's /tmp (its workdir in it) or /dev/shm is full, or both together hold
+    its disk budget."""
+    used = 0
+    for mount in ("tmp", "dev/shm"):
+        with contextlib.suppress(OSError):
+            st = os.statvfs(root / mount)
+            if st.f_bavail * st.f_frsize < _FULL_BYTES:
+                return True
+            used += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return used >= disk - _FULL_BYTES
+
+
 def _message(which: str, limits: Limits, cgroup: bool) -> str:
     if which == "memory":
         return (
@@ -157,6 +167,6 @@ def _message(which: str, limits: Limits, cgroup: bool) -> str:
             f"harness.runtime.limits.processes): {how}"
         )
     return (
-        f"the box went past its disk limit ({size(limits.disk)} for its workdir and /tmp, "
+        f"the box went past its disk limit ({size(limits.disk)} for its workdir, /tmp and /dev/shm, "
         "harness.runtime.limits.disk): it filled them"
     )
