@@ -127,6 +127,26 @@ async def test_without_a_cgroup_memory_is_bounded_per_process(monkeypatch):
         await box.stop()
 
 
+# Shared anonymous memory, touched in full, then wait: RLIMIT_DATA does not count it.
+SHARED_HOG = (
+    "import mmap, time\nm = mmap.mmap(-1, 160 * 2**20)\n"
+    "for i in range(0, len(m), 4096):\n    m[i] = 1\nwhile True:\n    time.sleep(1)\n"
+)
+
+
+async def test_shared_memory_counts_against_the_memory_limit(mode):
+    """`mmap(-1, ...)` is MAP_SHARED: RLIMIT_DATA lets it through, so without a cgroup
+    the watch sums the box's processes' memory, shared memory included (PSS), and
+    ends a box past the limit naming it (issue 40 c); a cgroup counts it anyway."""
+    box = await _box()
+    try:
+        rc, _ = await _run(box, SHARED_HOG, timeout_s=30)
+        assert rc == -signal.SIGKILL
+        assert "memory limit (64 MiB" in (await box.limit_exceeded() or "")
+    finally:
+        await box.stop()
+
+
 # 16 files of 4 MiB in /dev/shm (shared memory a harness may use as a disk), then wait:
 # only the worker's watch can end the box.
 SHM_FILL = (
