@@ -132,6 +132,12 @@ def _outermost(binds: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return out
 
 
+def shm_size(disk: int) -> int:
+    """The size of a box's /dev/shm: a quarter of its disk budget, which /dev/shm and
+    /tmp share (the limit watch counts both; docs/containment.md)."""
+    return max(disk // 4, 2**20)
+
+
 def bwrap_argv(
     bwrap: str,
     workdir: str,
@@ -146,8 +152,8 @@ def bwrap_argv(
 ) -> list[str]:
     """The whole bwrap command line of a box (its agent is the command; bwrap passes the
     worker's end of the control socket on as `control_fd`). `disk`: the size of the
-    box's /tmp tmpfs, in which its workdir lies (it must be under /tmp then); None: an
-    unsized /tmp. `seccomp_fd`: a compiled seccomp program bwrap installs. `rlimits`:
+    box's /tmp tmpfs, in which its workdir lies (it must be under /tmp then), and the
+    budget its /dev/shm tmpfs is sized within (`shm_size`); None: unsized ones. `seccomp_fd`: a compiled seccomp program bwrap installs. `rlimits`:
     what `sandbox.box_init` sets on itself before it starts anything. `agent`: the
     compiled agent (`sandbox_agent.agent_binary`), None for the Python one. `etc`:
     the binds of the box's /etc (`box_etc.etc_binds`)."""
@@ -166,6 +172,8 @@ def bwrap_argv(
         argv += etc
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += [*(["--size", str(disk)] if disk is not None else []), "--tmpfs", "/tmp"]
+    if disk is not None:  # else --dev's own /dev/shm: bwrap without --size sizes nothing
+        argv += ["--size", str(shm_size(disk)), "--tmpfs", "/dev/shm"]
     for host, box in _outermost([*_python_binds(), *((p, p) for p in ro_paths)]):
         argv += ["--ro-bind", host, box]
     if agent is None:  # the compiled agent is its own relay (`SandboxRuntime.open_relay`)

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from episodes.runtimes.sandbox import cgroup_pool
 from episodes.runtimes.sandbox.cgroup import BoxCgroup
 from episodes.types.runtime import Limits
@@ -95,17 +97,30 @@ class LimitWatch:
         root = self._root()
         if root is None:
             return None
-        if self.disk is not None:
-            with contextlib.suppress(OSError):
-                st = os.statvfs(root / "tmp")
-                if st.f_bavail * st.f_frsize < _FULL_BYTES:
-                    return "disk"
+        if self.disk is not None and _disk_full(root, self.disk):
+            return "disk"
         if self.group is None:
             with contextlib.suppress(OSError):
                 n = sum(1 for p in os.listdir(root / "proc") if p.isdigit())
                 if n >= self.limits.processes - _NPROC_SLACK:
                     return "processes"
+            # RLIMIT_DATA bounds each process's private memory, not shared memory
+            # (MAP_SHARED, System V): the box's proportional share of it all is summed.
+            if self._pss() >= self.limits.memory:
+                return "memory"
         return None
+
+    def _pss(self) -> int:
+        """The box's processes' memory (PSS: shared pages split among their sharers,
+        shared memory included), in bytes; what cannot be read counts nothing."""
+        pid = self.box.bwrap_pid
+        if pid is None:
+            return 0
+        try:
+            pids = [p.pid for p in psutil.Process(pid).children(recursive=True)]
+        except psutil.Error:
+            return 0
+        return sum(_pss_of(p) for p in pids)
 
     def _root(self) -> Path | None:
         """The box's root as the host sees it: through its pid 1, bwrap's child (found
@@ -144,11 +159,40 @@ class LimitWatch:
         log.warning("sandbox %s: its cgroup %s is still busy", self.box.id, group.dirs)
 
 
+def _pss_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            for line in f:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _disk_full(root: Path, disk: int) -> bool:
+    """The box's /tmp (its workdir in it) or /dev/shm is full, or both together hold
+    its disk budget."""
+    used = 0
+    for mount in ("tmp", "dev/shm"):
+        with contextlib.suppress(OSError):
+            st = os.statvfs(root / mount)
+            if st.f_bavail * st.f_frsize < _FULL_BYTES:
+                return True
+            used += (st.f_blocks - st.f_bfree) * st.f_frsize
+    return used >= disk - _FULL_BYTES
+
+
 def _message(which: str, limits: Limits, cgroup: bool) -> str:
     if which == "memory":
+        how = (
+            "the kernel killed a process of it"
+            if cgroup
+            else "its processes held that much (shared memory included)"
+        )
         return (
             f"the box went past its memory limit ({size(limits.memory)}, "
-            "harness.runtime.limits.memory): the kernel killed a process of it"
+            f"harness.runtime.limits.memory): {how}"
         )
     if which == "processes":
         how = "its cgroup refused a fork" if cgroup else "it holds as many as its rlimit allows"
@@ -157,6 +201,6 @@ def _message(which: str, limits: Limits, cgroup: bool) -> str:
             f"harness.runtime.limits.processes): {how}"
         )
     return (
-        f"the box went past its disk limit ({size(limits.disk)} for its workdir and /tmp, "
+        f"the box went past its disk limit ({size(limits.disk)} for its workdir, /tmp and /dev/shm, "
         "harness.runtime.limits.disk): it filled them"
     )

@@ -127,6 +127,49 @@ async def test_without_a_cgroup_memory_is_bounded_per_process(monkeypatch):
         await box.stop()
 
 
+# Shared anonymous memory, touched in full, then wait: RLIMIT_DATA does not count it.
+SHARED_HOG = (
+    "import mmap, time\nm = mmap.mmap(-1, 160 * 2**20)\n"
+    "for i in range(0, len(m), 4096):\n    m[i] = 1\nwhile True:\n    time.sleep(1)\n"
+)
+
+
+async def test_shared_memory_counts_against_the_memory_limit(mode):
+    """`mmap(-1, ...)` is MAP_SHARED: RLIMIT_DATA lets it through, so without a cgroup
+    the watch sums the box's processes' memory, shared memory included (PSS), and
+    ends a box past the limit naming it (issue 40 c); a cgroup counts it anyway."""
+    box = await _box()
+    try:
+        rc, _ = await _run(box, SHARED_HOG, timeout_s=30)
+        assert rc == -signal.SIGKILL
+        assert "memory limit (64 MiB" in (await box.limit_exceeded() or "")
+    finally:
+        await box.stop()
+
+
+# 16 files of 4 MiB in /dev/shm (shared memory a harness may use as a disk), then wait:
+# only the worker's watch can end the box.
+SHM_FILL = (
+    "import time\nfor i in range(16):\n    try:\n"
+    "        with open(f'/dev/shm/f{i}', 'wb') as f:\n"
+    "            for _ in range(64):\n                f.write(b'x' * 65536)\n"
+    "    except OSError:\n        pass\nwhile True:\n    time.sleep(1)\n"
+)
+
+
+async def test_dev_shm_is_sized_and_counted_as_disk(mode):
+    """/dev/shm is a tmpfs of its own, sized within the disk budget and watched with
+    /tmp: a box that fills it is ended naming the disk limit, and the host's shared
+    memory is spared (issue 40 a: it was an unsized tmpfs nobody watched)."""
+    box = await _box()
+    try:
+        rc, _ = await _run(box, SHM_FILL, timeout_s=30)
+        assert rc == -signal.SIGKILL
+        assert "disk limit (16 MiB" in (await box.limit_exceeded() or "")
+    finally:
+        await box.stop()
+
+
 async def test_open_files_are_bounded_whatever_the_worker_allows(mode):
     """RLIMIT_NOFILE is not the worker's (often 1,048,576 in a container): a box's
     processes hold at most `OPEN_FILES` each, in either mode (issue 40 b)."""
