@@ -16,7 +16,9 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 # old dotted name -> new dotted name, over every package that registered aliases
 _TABLE: dict[str, str] = {}
@@ -51,6 +53,28 @@ def alias(package: str, moved: dict[str, str]) -> None:
     # sandbox re-imports modules): a finder already installed is recognised by name.
     if not any(type(f).__name__ == _AliasFinder.__name__ for f in sys.meta_path):
         sys.meta_path.insert(0, _AliasFinder())
+
+
+def names_of(package: str, module: str) -> Callable[[str], Any]:
+    """A package's `__getattr__` for a module that became that package (the module's
+    code moved to `module` inside it): `from package import Name` still gives the old
+    module's public names (its `__all__`), imported when first asked for, so that
+    importing one part of the package does not import all of it.
+
+        __getattr__ = _moved.names_of(__name__, "episodes.runtimes.sandbox.runtime")
+    """
+
+    def __getattr__(name: str) -> Any:
+        # A submodule's name is the import system's to find (`from . import cgroup`
+        # asks here first): only the old module's own names import it.
+        if name.startswith("__") or importlib.util.find_spec(f"{package}.{name}") is not None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        found = importlib.import_module(module)
+        if name in found.__all__:
+            return getattr(found, name)
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    return __getattr__
 
 
 def moved() -> dict[str, str]:

@@ -10,19 +10,6 @@ here, imported when first asked for.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-from typing import Any
+from episodes import _moved
 
-_MAIN = "episodes.runtimes.pool.runtime_pool"
-
-
-def __getattr__(name: str) -> Any:
-    # A submodule's name is the import system's to find (`from . import cgroup` asks here
-    # first): only the old module's own names import it.
-    if name.startswith("__") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(_MAIN)
-    if name in module.__all__:
-        return getattr(module, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _moved.names_of(__name__, "episodes.runtimes.pool.runtime_pool")
