@@ -65,7 +65,7 @@ class Answer:
     content_type: str = "application/json"
 
     def send(self, request: Any) -> None:
-        """Answer the harness's request (`serve_request.Request`) as the upstream did."""
+        """Answer the harness's request (`episodes.model.serve.Request`) as the upstream did."""
         if not self.stream:
             return request.respond(self.status, self.body, self.content_type)
         request.start_stream()
