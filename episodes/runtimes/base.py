@@ -15,6 +15,11 @@ from typing import Protocol
 
 from episodes.aio import finish
 
+# The most files a process of a box may hold open (RLIMIT_NOFILE, soft and hard), where
+# the runtime sets it (the sandbox in every mode, Docker): never the worker's or the
+# engine's own, often 1,048,576 in a container (docs/containment.md).
+OPEN_FILES = 4096
+
 
 class ByteStream(Protocol):
     """An async byte stream. `read()` returns b"" at end of stream, like asyncio.StreamReader."""

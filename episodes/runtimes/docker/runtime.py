@@ -21,7 +21,7 @@ from typing import Any
 import psutil
 
 from episodes.errors import ImageMissing, RuntimeUnavailable
-from episodes.runtimes.base import Runtime
+from episodes.runtimes.base import OPEN_FILES, Runtime
 from episodes.runtimes.docker.engine import (
     ENGINE_HINT,
     MANAGED_LABEL,
@@ -187,6 +187,7 @@ class DockerRuntime(Runtime):
             mem_limit=cfg.limits.memory,
             memswap_limit=cfg.limits.memory,
             nano_cpus=int(cfg.limits.cpus * 1e9),
+            ulimits=[docker.types.Ulimit(name="nofile", soft=OPEN_FILES, hard=OPEN_FILES)],
             environment=dict(cfg.env),
             working_dir=cfg.workdir,
             mounts=mounts,

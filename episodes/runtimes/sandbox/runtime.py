@@ -34,7 +34,7 @@ import uuid
 from pathlib import Path
 
 from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.runtimes.base import Runtime, RuntimeProcess
+from episodes.runtimes.base import OPEN_FILES, Runtime, RuntimeProcess
 from episodes.runtimes.host_dirs import box_dir_prefix
 from episodes.runtimes.sandbox import agent as sandbox_agent
 from episodes.runtimes.sandbox import cgroup, cgroup_pool, seccomp
@@ -68,9 +68,6 @@ __all__ = [
 from episodes.types.runtime import SubprocessConfig
 
 _READY_TIMEOUT_S = 30.0
-# The most files a process of a box may hold open (RLIMIT_NOFILE, both soft and hard),
-# in every mode: not the worker's own limit, often 1,048,576 in a container.
-OPEN_FILES = 4096
 
 
 class SandboxRuntime(AgentChannel, Runtime):

@@ -94,6 +94,16 @@ async def test_root_cannot_write_the_image_either_and_read_only_false_opens_it(
         assert await writes(box, "/", "/work") == {"/": "ok", "/work": "ok"}
 
 
+async def test_open_files_are_bounded_not_the_engines_default(box: Any) -> None:
+    """RLIMIT_NOFILE is `OPEN_FILES`, not the engine's default (often 1,048,576):
+    as in the sandbox (issue 40 b)."""
+    from episodes.runtimes.base import OPEN_FILES
+
+    code = "import resource; print(*resource.getrlimit(resource.RLIMIT_NOFILE))"
+    rc, out = await py(box, code)
+    assert rc == 0 and [int(n) for n in out.split()] == [OPEN_FILES, OPEN_FILES]
+
+
 async def test_processes_run_as_the_unprivileged_box_user(box: Any) -> None:
     code, out = await py(box, "import os; print(os.getuid(), os.getgid(), os.getcwd())")
     assert code == 0 and out.split() == [str(BOX_UID), str(BOX_UID), "/work"]

@@ -173,7 +173,7 @@ async def test_dev_shm_is_sized_and_counted_as_disk(mode):
 async def test_open_files_are_bounded_whatever_the_worker_allows(mode):
     """RLIMIT_NOFILE is not the worker's (often 1,048,576 in a container): a box's
     processes hold at most `OPEN_FILES` each, in either mode (issue 40 b)."""
-    from episodes.runtimes.sandbox.runtime import OPEN_FILES
+    from episodes.runtimes.base import OPEN_FILES
 
     box = await _box()
     try:
