@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import functools
 import inspect
 import os
@@ -13,7 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, get_args
 
 import typer
 from rich.console import Console
@@ -363,13 +364,37 @@ def resolve(flags: dict[str, Any]) -> Config:
         fail(str(e))
 
 
-def with_config(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Give a command the shared option set; it receives the resolved `cfg: Config`."""
+# What a command that hosts no worker takes of the shared set: where the server is and
+# the task queue. The worker's own settings stay accepted (a script that passes them
+# keeps working) but are hidden from its --help.
+CLIENT_OPTIONS = ("config", "profile", *_TEMPORAL_FLAGS, "task_queue")
+
+
+def _hidden(annotation: Any) -> Any:
+    """The same option, left out of --help."""
+    base, info, *rest = get_args(annotation)
+    shown = copy.copy(info)
+    shown.hidden = True
+    return Annotated[(base, shown, *rest)]
+
+
+def with_config(
+    func: Callable[..., Any] | None = None, *, worker: bool = True
+) -> Callable[..., Any]:
+    """Give a command the shared option set; it receives the resolved `cfg: Config`.
+    `worker=False` (a command that hosts no worker): its --help lists only the
+    connection options and the task queue."""
+    if func is None:
+        return functools.partial(with_config, worker=worker)
+    options = {
+        name: ann if worker or name in CLIENT_OPTIONS else _hidden(ann)
+        for name, ann in CONFIG_OPTIONS.items()
+    }
     sig = inspect.signature(func)
     own = [p for p in sig.parameters.values() if p.name != "cfg"]
     extra = [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)
-        for name, ann in CONFIG_OPTIONS.items()
+        for name, ann in options.items()
     ]
 
     @functools.wraps(func)
@@ -382,7 +407,7 @@ def with_config(func: Callable[..., Any]) -> Callable[..., Any]:
         for k, v in func.__annotations__.items()
         if k not in ("cfg", "return")
     }
-    command.__annotations__ = {**hints, **CONFIG_OPTIONS}
+    command.__annotations__ = {**hints, **options}
     command.__signature__ = sig.replace(  # type: ignore[attr-defined]
         parameters=[p.replace(annotation=hints.get(p.name, p.annotation)) for p in own] + extra
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -178,7 +179,7 @@ app.command()(setup)
 
 
 @app.command()
-@common.with_config
+@common.with_config(worker=False)
 def show(
     workflow_id: Annotated[str, typer.Argument(help="The episode's workflow id.")],
     cfg: Config,
@@ -191,7 +192,7 @@ def show(
 
 
 @app.command("fork")
-@common.with_config
+@common.with_config(worker=False)
 def fork_cmd(
     workflow_id: Annotated[str, typer.Argument(help="The episode to fork (running or done).")],
     cfg: Config,
@@ -225,7 +226,7 @@ app.command()(resume)
 
 
 @app.command("export")
-@common.with_config
+@common.with_config(worker=False)
 def export_cmd(
     batch: Annotated[str, typer.Argument(help="The batch id (its episodes' EpisodeBatch).")],
     cfg: Config,
@@ -267,7 +268,7 @@ def export_cmd(
 
 
 @app.command()
-@common.with_config
+@common.with_config(worker=False)
 def view(
     cfg: Config,
     port: Annotated[int, typer.Option(help="Port to serve on (0: any free port).")] = 8234,
@@ -361,7 +362,22 @@ def _one_line_spec_warnings() -> None:
     warnings.showwarning = show
 
 
+def reflow_help(group: typer.Typer) -> None:
+    """Each command's help as paragraphs, not the docstring's source lines: rich keeps
+    a docstring's line breaks, so a terminal narrower than the source broke sentences
+    mid-line (`episodes --help` at 80 columns)."""
+    for info in group.registered_commands:
+        text = info.help or inspect.getdoc(info.callback) or ""
+        info.help = "\n\n".join(
+            " ".join(line.strip() for line in para.splitlines()) for para in text.split("\n\n")
+        )
+    for sub in group.registered_groups:
+        if sub.typer_instance is not None:
+            reflow_help(sub.typer_instance)
+
+
 def main() -> None:
+    reflow_help(app)
     _one_line_spec_warnings()
     # `env: my_envs:MyEnv` in a spec should find my_envs.py where the user runs us.
     if os.getcwd() not in sys.path:

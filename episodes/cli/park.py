@@ -23,7 +23,7 @@ def _batch_help(what: str) -> str:
     return f"{what} every running episode of this batch id instead of one episode."
 
 
-@common.with_config
+@common.with_config(worker=False)
 def park(
     cfg: Config,
     workflow_id: _ID = None,
@@ -33,7 +33,7 @@ def park(
     common.run(signal_command("park", workflow_id, batch, cfg=cfg))
 
 
-@common.with_config
+@common.with_config(worker=False)
 def resume(
     cfg: Config,
     workflow_id: _ID = None,

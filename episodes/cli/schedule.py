@@ -45,7 +45,7 @@ async def _client(cfg: Config) -> Client:
 
 
 @app.command()
-@common.with_config
+@common.with_config(worker=False)
 def create(
     name: Name,
     spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
@@ -102,7 +102,7 @@ def create(
 
 
 @app.command("list")
-@common.with_config
+@common.with_config(worker=False)
 def list_cmd(cfg: Config) -> None:
     """List the schedules that start batches."""
     from episodes.ops.schedules import list_schedules
@@ -133,7 +133,7 @@ def list_cmd(cfg: Config) -> None:
 
 
 @app.command()
-@common.with_config
+@common.with_config(worker=False)
 def describe(name: Name, cfg: Config) -> None:
     """Show a schedule: its spec, timing, state, recent and next runs."""
     from episodes.ops.schedules import describe_schedule
@@ -166,7 +166,7 @@ def describe(name: Name, cfg: Config) -> None:
 
 
 @app.command()
-@common.with_config
+@common.with_config(worker=False)
 def pause(
     name: Name,
     cfg: Config,
@@ -183,7 +183,7 @@ def pause(
 
 
 @app.command()
-@common.with_config
+@common.with_config(worker=False)
 def unpause(
     name: Name,
     cfg: Config,
@@ -200,7 +200,7 @@ def unpause(
 
 
 @app.command()
-@common.with_config
+@common.with_config(worker=False)
 def trigger(
     name: Name,
     cfg: Config,
@@ -222,7 +222,7 @@ def trigger(
 
 
 @app.command()
-@common.with_config
+@common.with_config(worker=False)
 def delete(name: Name, cfg: Config) -> None:
     """Delete a schedule (the batches it started stay, findable by EpisodeSchedule)."""
     from episodes.ops.schedules import delete_schedule

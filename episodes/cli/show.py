@@ -82,14 +82,29 @@ def _fmt_event(ev: Any) -> str:
         calls = [c.get("function", {}).get("name") for c in msg.get("tool_calls") or []]
         said = f"tool calls {', '.join(map(str, calls))}" if calls else _short(msg.get("content"))
         status = f" [red]HTTP {ev['status']}[/]" if ev.get("status", 200) != 200 else ""
+        model = ev.get("request", {}).get("model")
+        failed = _call_error(ev)
+        if failed is not None:  # no tokens to count: the recorded cause
+            return f"[magenta]model[/] {model}{status}: {escape(failed)} [dim]{ev.get('ms', 0):.1f} ms[/]"
         return (
-            f"[magenta]model[/] {ev.get('request', {}).get('model')}{status}: "
+            f"[magenta]model[/] {model}{status}: "
             f"{usage.get('prompt_tokens', '?')}+{usage.get('completion_tokens', '?')} tokens, "
             f"{escape(said)} [dim]{ev.get('ms', 0):.1f} ms[/]"
         )
     if _has_lines(ev):
         return f"[dim]event[/]\n{escape(_fmt(ev))}"
     return f"[dim]event[/] {escape(json.dumps(ev, ensure_ascii=False))}"
+
+
+def _call_error(ev: dict[str, Any]) -> str | None:
+    """Why a recorded model call failed (the proxy's cause, or the upstream's error
+    body's message), or None for a call that answered."""
+    response = ev.get("response")
+    body = response.get("error") if isinstance(response, dict) else None
+    message = body.get("message") if isinstance(body, dict) else None
+    if ev.get("status", 200) == 200 and message is None:
+        return None
+    return str(message or ev.get("error") or "no answer")
 
 
 def _short(value: Any, limit: int = 120) -> str:

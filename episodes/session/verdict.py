@@ -43,9 +43,13 @@ def ended(
         )
     if model_failure is not None:
         # The harness saw a failed model call; however it answered, the episode cannot
-        # go on as the trainer meant it: `model_error`, with the reason.
+        # go on as the trainer meant it: `model_error`, with the reason first (what the
+        # harness made of it, "HTTP Error 502", after it).
+        error = str(model_failure)
+        if record.error:
+            error += f"\n--- the harness ---\n{record.error}"
         return TurnResult(
-            record=record.model_copy(update={"error": record.error or str(model_failure)}),
+            record=record.model_copy(update={"error": error}),
             observation=StepOutcome(done=True),
             termination="model_error",
         )

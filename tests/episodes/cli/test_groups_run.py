@@ -18,9 +18,10 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _bar(stdout: str) -> tuple[int, int, str]:
-    """The progress bar's final line (a console that is no terminal prints it once):
-    completed, total, and the text after them."""
-    [line] = [ln for ln in stdout.splitlines() if "(groups)" in ln]
+    """The progress bar's final line (a console that is no terminal prints the bar once,
+    at the end, after the plain progress lines `title: done/total · ...`): completed,
+    total, and the text after them."""
+    line = [ln for ln in stdout.splitlines() if "(groups)" in ln and "(groups):" not in ln][-1]
     *_, m = re.finditer(r" (\d+)/(\d+) ", line)  # the last: "live 0/2" comes before
     return int(m[1]), int(m[2]), line[m.end() :]
 
