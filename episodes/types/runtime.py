@@ -46,7 +46,8 @@ class Limits(_Config):
     processes: int = Field(default=512, gt=0)
     """The most processes (threads included) the box may hold: a fork bomb stops there."""
     disk: Bytes = 2 * 2**30
-    """What the box may write: its workdir and /tmp together."""
+    """What the box may write: its workdir and /tmp together, and its /dev/shm (sized at a
+    quarter of it in the sandbox, and counted with /tmp)."""
     cpus: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """CPU cores' worth of time the box may use at once."""
 
