@@ -53,14 +53,6 @@ def _dur(s: float | None) -> str:
     return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def counted(n: int, noun: str) -> str:
-    """`1 batch`, `2 batches`: a count with the noun its number needs (static/common.js
-    has the twin). English plurals of the nouns the viewer counts: -s, -es after s/ch."""
-    if n == 1:
-        return f"{n} {noun}"
-    return f"{n} {noun}{'es' if noun.endswith(('s', 'ch', 'sh', 'x')) else 's'}"
-
-
 def _when(iso: str | None) -> str:
     return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S UTC") if iso else "-"
 

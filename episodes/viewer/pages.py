@@ -32,12 +32,12 @@ from episodes.viewer.markup import (
     _table,
     _text,
     _when,
-    counted,
 )
 from episodes.viewer.members import batch_rows
 from episodes.viewer.priority import batch_priority
 from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound
+from episodes.words import plural
 
 log = logging.getLogger(__name__)
 FIRST_TURNS = 50  # the episode page's first page of turns (as its script asks)
@@ -110,8 +110,8 @@ async def _index(client: Client, query: Mapping[str, str]) -> str:
     more = " (more exist: narrow the search)" if data["truncated"] else ""
     parts = [
         "<h1>Batches</h1>",
-        f'<p class="muted small">{counted(len(data["batches"]), "batch")} in the latest '
-        f"{counted(data['scanned'], 'episode')}{more}</p>",
+        f'<p class="muted small">{plural(len(data["batches"]), "batch")} in the latest '
+        f"{plural(data['scanned'], 'episode')}{more}</p>",
     ]
     rows = [
         [
@@ -252,7 +252,7 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
     head = [
         f'<h1 class="mono">{_e(wid)}</h1>',
         f'<div class="row">{_pill(e)} reward <b>{_num(e.get("reward"))}</b> · '
-        f"{_e(counted(e['turns'] if e.get('turns') is not None else d['total_turns'], 'turn'))}"
+        f"{_e(plural(e['turns'] if e.get('turns') is not None else d['total_turns'], 'turn'))}"
         f" · {_dur(duration_of(e, r))}"
         + (f" · {_a(_batch_link(e['batch']), 'batch ' + e['batch'])}" if e.get("batch") else "")
         + f" · task {_e(e.get('task') or '?')} · sample {_e(e.get('sample'))}</div>",
@@ -276,7 +276,7 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
         turns.append(f"<pre>{_e(_text(d['first_message']))}</pre>")
     shown = len(d["turns"])
     if d["total_turns"] > shown:
-        turns.append(f'<p class="muted">{shown} of {counted(d["total_turns"], "turn")} shown</p>')
+        turns.append(f'<p class="muted">{shown} of {plural(d["total_turns"], "turn")} shown</p>')
     return "\n".join(head + turns)
 
 
@@ -293,7 +293,7 @@ def _priority_cards(f: Mapping[str, Any]) -> list[str]:
     if f.get("status") == "budget_exhausted":
         cards.append(_card("budget_exhausted", f.get("budget") or "", "no more episodes started"))
     if f.get("model_calls"):
-        cards.append(_card("model tokens", f["model_tokens"], counted(f["model_calls"], "call")))
+        cards.append(_card("model tokens", f["model_tokens"], plural(f["model_calls"], "call")))
     if f.get("episode_seconds") is not None:
         cards.append(_card("episode time", _dur(f["episode_seconds"]), "summed"))
     if f.get("groups_zero_variance") is not None:
@@ -310,7 +310,7 @@ def _compare(ids: list[str], pages: list[dict[str, Any]]) -> str:
         columns.append(
             f'<div><h2 class="mono">{_a(_episode_link(wid), wid)}</h2>'
             f'<div class="row">{_pill(e)} reward {_num(e.get("reward"))} · '
-            f"{counted(d['total_turns'], 'turn')}</div>"
+            f"{plural(d['total_turns'], 'turn')}</div>"
             + "".join(_turn(t) for t in d["turns"])
             + "</div>"
         )
@@ -326,7 +326,7 @@ def _turn(t: dict[str, Any]) -> str:
     said = t.get("error") if t.get("error") or t.get("error_type") else t.get("reply")
     who = (t.get("error_type") or "error") if t.get("error") or t.get("error_type") else "harness"
     calls = (
-        f'<div class="small muted">{counted(len(t["events"]), "call")}</div>'
+        f'<div class="small muted">{plural(len(t["events"]), "call")}</div>'
         if t.get("events")
         else ""
     )

@@ -89,8 +89,8 @@ function text(value) {
   return typeof value === "string" ? value : prettyJson(value);
 }
 
-// `1 batch`, `2 batches` (markup.py's `counted`).
-function counted(n, noun) {
+// `1 batch`, `2 batches` (episodes/words.py's `plural`).
+function plural(n, noun) {
   if (n === 1) return `${n} ${noun}`;
   return `${n} ${noun}${/(s|ch|sh|x)$/.test(noun) ? "es" : "s"}`;
 }

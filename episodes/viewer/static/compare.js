@@ -10,7 +10,7 @@ function column(id, d) {
   const marks = restartMarks(d.restarts || []);
   return h("div", {},
     h("h2", { class: "mono" }, h("a", { href: link.episode(id) }, id)),
-    h("div", { class: "row" }, outcome(e), `reward ${num(e.reward)}`, counted(d.total_turns, "turn"),
+    h("div", { class: "row" }, outcome(e), `reward ${num(e.reward)}`, plural(d.total_turns, "turn"),
       h("span", { class: "muted" }, dur(e.duration_s))),
     d.turns.map((t) => turnView(id, t, marks)),
     d.total_turns > d.turns.length

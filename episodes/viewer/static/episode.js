@@ -14,7 +14,7 @@ function header(d) {
     h("h1", { class: "mono" }, wid),
     h("div", { class: "row" }, outcome(e),
       e.reward !== null ? h("span", {}, "reward ", h("b", {}, num(e.reward))) : "",
-      h("span", { id: "turn-count" }, counted(e.turns ?? d.total_turns, "turn")),
+      h("span", { id: "turn-count" }, plural(e.turns ?? d.total_turns, "turn")),
       // One duration (pages.py's duration_of): the result's once there is one.
       (r && r.duration_s !== null ? r.duration_s : e.duration_s) !== null
         ? h("span", { class: "muted" }, dur(r && r.duration_s !== null ? r.duration_s : e.duration_s)) : "",
@@ -123,7 +123,7 @@ function follow(list, more) {
     total = Math.max(total, have);
     updateMore(more);
     const count = document.getElementById("turn-count");
-    if (count && p.turns_done !== undefined) count.textContent = counted(p.turns_done, "turn");
+    if (count && p.turns_done !== undefined) count.textContent = plural(p.turns_done, "turn");
     live.textContent = `live: ${p.status || "waiting"} · turn ${p.turns_done ?? have}` +
       (p.max_turns ? `/${p.max_turns}` : "") + ` · ${new Date().toLocaleTimeString()}`;
     return true;

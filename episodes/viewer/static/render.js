@@ -61,7 +61,7 @@ function modelCall(ev) {
   const messages = req.messages || [];
   const logprobs = choice.logprobs && Array.isArray(choice.logprobs.content) ? choice.logprobs.content : null;
   const body = h("div", { class: "body" },
-    h("details", {}, h("summary", { class: "small muted" }, `request: ${counted(messages.length, "message")}`),
+    h("details", {}, h("summary", { class: "small muted" }, `request: ${plural(messages.length, "message")}`),
       messages.map(chatMessage)),
     h("div", { class: "who" }, "sampled"),
     logprobs && logprobs.length ? tokens(logprobs) : block(said || "(no text)"),

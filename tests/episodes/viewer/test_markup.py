@@ -15,19 +15,20 @@ from typing import Any
 import pytest
 
 import episodes.viewer
-from episodes.viewer.markup import _bars, _num, _text, counted, pretty_json
+from episodes.viewer.markup import _bars, _num, _text, pretty_json
 from episodes.viewer.pages import _episode
 from episodes.viewer.stats import histogram
+from episodes.words import plural
 
 STATIC = Path(episodes.viewer.__file__).parent / "static"
 
 
 def test_a_count_takes_the_noun_its_number_needs() -> None:
-    assert counted(1, "batch") == "1 batch"
-    assert counted(2, "batch") == "2 batches"
-    assert counted(0, "episode") == "0 episodes"
-    assert counted(1, "episode") == "1 episode"
-    assert counted(3, "call") == "3 calls"
+    assert plural(1, "batch") == "1 batch"
+    assert plural(2, "batch") == "2 batches"
+    assert plural(0, "episode") == "0 episodes"
+    assert plural(1, "episode") == "1 episode"
+    assert plural(3, "call") == "3 calls"
 
 
 def _episode_data(**result: Any) -> dict[str, Any]:
@@ -100,15 +101,15 @@ CASES: list[Any] = [
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="the script's twin needs `node` on PATH")
 def test_the_scripts_twins_give_the_same_text() -> None:
-    # common.js's prettyJson and counted, run by node, against markup.py's.
+    # common.js's prettyJson and plural, run by node, against markup.py's.
     script = (STATIC / "common.js").read_text() + (
         "\nconst cases = JSON.parse(process.argv[1]);"
         "\nconsole.log(JSON.stringify({json: cases.map((c) => prettyJson(c)),"
-        " counts: [counted(1, 'batch'), counted(2, 'batch'), counted(0, 'episode')]}));"
+        " counts: [plural(1, 'batch'), plural(2, 'batch'), plural(0, 'episode')]}));"
     )
     out = subprocess.run(
         ["node", "-e", script, json.dumps(CASES)], capture_output=True, text=True, check=True
     ).stdout
     got = json.loads(out)
     assert got["json"] == [pretty_json(c) for c in CASES]
-    assert got["counts"] == [counted(1, "batch"), counted(2, "batch"), counted(0, "episode")]
+    assert got["counts"] == [plural(1, "batch"), plural(2, "batch"), plural(0, "episode")]

@@ -143,7 +143,7 @@ async def test_batch_page_figures_and_a_search_hit(client, worker, viewer_url, b
             "return bars({counts: [4, 5], edges: [0, 0.5, 1]}, (x) => x.toFixed(3)).outerHTML"
         )
         seen["words"] = browser.execute_script(
-            "return [counted(1, 'batch'), counted(2, 'batch'), prettyJson({a: [1, 2, 3]})]"
+            "return [plural(1, 'batch'), plural(2, 'batch'), prettyJson({a: [1, 2, 3]})]"
         )
         browser.save_screenshot(str(shots / "viewer-batch.png"))
         box = browser.find_element(By.CSS_SELECTOR, "input[name=q]")
