@@ -89,6 +89,13 @@ function text(value) {
   return typeof value === "string" ? value : prettyJson(value);
 }
 
+// An episode's one duration (pages.py's duration_of): its result's once it has one,
+// else the workflow's time since it started.
+function episodeDuration(d) {
+  const r = d.result;
+  return r && r.duration_s !== null && r.duration_s !== undefined ? r.duration_s : d.episode.duration_s;
+}
+
 // `1 batch`, `2 batches` (episodes/words.py's `plural`).
 function plural(n, noun) {
   if (n === 1) return `${n} ${noun}`;

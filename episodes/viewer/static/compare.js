@@ -11,7 +11,7 @@ function column(id, d) {
   return h("div", {},
     h("h2", { class: "mono" }, h("a", { href: link.episode(id) }, id)),
     h("div", { class: "row" }, outcome(e), `reward ${num(e.reward)}`, plural(d.total_turns, "turn"),
-      h("span", { class: "muted" }, dur(e.duration_s))),
+      h("span", { class: "muted" }, dur(episodeDuration(d)))),
     d.turns.map((t) => turnView(id, t, marks)),
     d.total_turns > d.turns.length
       ? h("p", {}, h("a", { href: link.episode(id) + "#turn-" + d.turns.length },

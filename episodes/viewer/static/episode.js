@@ -15,9 +15,7 @@ function header(d) {
     h("div", { class: "row" }, outcome(e),
       e.reward !== null ? h("span", {}, "reward ", h("b", {}, num(e.reward))) : "",
       h("span", { id: "turn-count" }, plural(e.turns ?? d.total_turns, "turn")),
-      // One duration (pages.py's duration_of): the result's once there is one.
-      (r && r.duration_s !== null ? r.duration_s : e.duration_s) !== null
-        ? h("span", { class: "muted" }, dur(r && r.duration_s !== null ? r.duration_s : e.duration_s)) : "",
+      episodeDuration(d) !== null ? h("span", { class: "muted" }, dur(episodeDuration(d))) : "",
       e.batch ? h("a", { href: link.batch(e.batch) }, "batch " + e.batch) : "",
       h("span", { class: "muted" }, `task ${e.task || "?"} · sample ${e.sample ?? "?"} · ${e.env || ""}`),
       h("a", { href: d.ui_url, target: "_blank", rel: "noopener" }, "Temporal UI ↗")));

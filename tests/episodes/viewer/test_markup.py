@@ -16,7 +16,7 @@ import pytest
 
 import episodes.viewer
 from episodes.viewer.markup import _bars, _num, _text, pretty_json
-from episodes.viewer.pages import _episode
+from episodes.viewer.pages import _episode, duration_of
 from episodes.viewer.stats import histogram
 from episodes.words import plural
 
@@ -105,11 +105,22 @@ def test_the_scripts_twins_give_the_same_text() -> None:
     script = (STATIC / "common.js").read_text() + (
         "\nconst cases = JSON.parse(process.argv[1]);"
         "\nconsole.log(JSON.stringify({json: cases.map((c) => prettyJson(c)),"
-        " counts: [plural(1, 'batch'), plural(2, 'batch'), plural(0, 'episode')]}));"
+        " counts: [plural(1, 'batch'), plural(2, 'batch'), plural(0, 'episode')],"
+        " durations: [episodeDuration(DONE), episodeDuration(RUNNING)]}));"
     )
+    done, running = _episode_data(), {**_episode_data(), "result": None}
+    script = f"const DONE = {json.dumps(done)}, RUNNING = {json.dumps(running)};\n" + script
     out = subprocess.run(
         ["node", "-e", script, json.dumps(CASES)], capture_output=True, text=True, check=True
     ).stdout
     got = json.loads(out)
     assert got["json"] == [pretty_json(c) for c in CASES]
+    assert (
+        got["durations"]
+        == [
+            duration_of(done["episode"], done["result"]),
+            duration_of(running["episode"], None),
+        ]
+        == [1.14, 1.2]
+    )
     assert got["counts"] == [plural(1, "batch"), plural(2, "batch"), plural(0, "episode")]
