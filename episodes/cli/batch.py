@@ -39,6 +39,7 @@ from episodes.specfile import load_spec
 from episodes.types.io import BatchProgress
 from episodes.types.metrics import BatchMetrics, report_ks
 from episodes.types.results import EpisodeResult
+from episodes.words import plural
 
 
 async def run_spec_batch(
@@ -105,7 +106,7 @@ async def run_spec_batch(
         console.print(
             metrics_table(
                 result.metrics,
-                title=f"{spec.name}: batch {result.batch}, {result.total} episodes",
+                title=f"{spec.name}: batch {result.batch}, {plural(result.total, 'episode')}",
                 runs=result.runs,
                 elapsed_s=result.elapsed_s,
             )
@@ -126,7 +127,7 @@ async def run_spec_batch(
             with out.open("w") as sink:
                 for r in results:
                     sink.write(r.model_dump_json() + "\n")
-            console.print(f"results: {out} ({len(results)} episodes)", soft_wrap=True)
+            console.print(f"results: {out} ({plural(len(results), 'episode')})", soft_wrap=True)
         if ui_url:
             console.print(KEPT_LINE, highlight=False, soft_wrap=True)
         return 1 if lines else 0

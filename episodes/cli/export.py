@@ -43,6 +43,7 @@ from episodes.training.groups import whole_groups
 from episodes.training.samples import no_model_calls, samples_of
 from episodes.types.attempts import member_id
 from episodes.types.results import EpisodeResult
+from episodes.words import plural
 
 # Histories read at once: each is a few RPCs, and the server serves every worker too.
 READ_CONCURRENCY = 16
@@ -95,7 +96,7 @@ async def export_batch(
             )
             more = f"; and {len(incomplete) - NAMED} more" if len(incomplete) > NAMED else ""
             fail(
-                f"batch {batch}: {len(incomplete)} episode(s) lack token data, nothing written: "
+                f"batch {batch}: {plural(len(incomplete), 'episode')} lack token data, nothing written: "
                 f"{named}{more}. --skip-incomplete exports the others",
                 code=1,
             )
@@ -111,14 +112,15 @@ async def export_batch(
         if not rows:
             fail(f"batch {batch}: no complete episode left to export, nothing written", code=1)
         write_rows(rows, out)
-        skipped = f", skipped {len(incomplete)} incomplete episode(s)" if incomplete else ""
-        skipped += f", left out {cut} cut episode(s) (stragglers)" if cut else ""
+        skipped = f", skipped {plural(len(incomplete), 'incomplete episode')}" if incomplete else ""
+        skipped += f", left out {plural(cut, 'cut episode')} (stragglers)" if cut else ""
         gone = sum(1 for r, s in done if s.complete and diverged(r)) if skip_diverged else 0
-        skipped += f", left out {gone} episode(s) whose replay diverged" if gone else ""
+        skipped += f", left out {plural(gone, 'episode')} whose replay diverged" if gone else ""
         splits = sum(s.splits for _, s in done if s.complete)
         console.print(
-            f"{out}: {len(rows)} samples from {len(done) - len(incomplete) - gone} episodes "
-            f"({splits} split(s)){skipped}",
+            f"{out}: {plural(len(rows), 'sample')} from "
+            f"{plural(len(done) - len(incomplete) - gone, 'episode')} "
+            f"({plural(splits, 'split')}){skipped}",
             highlight=False,
             soft_wrap=True,
         )

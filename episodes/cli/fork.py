@@ -15,6 +15,7 @@ from episodes.cli.embedded import client_for
 from episodes.client.config import Config
 from episodes.client.histories.fork import branch_ended, start_branches
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult
+from episodes.words import plural
 
 
 async def fork_command(
@@ -70,7 +71,7 @@ async def _fork(
                 reward = "-" if result.reward is None else f"{result.reward:.2f}"
                 progress.update(bar, advance=1, last=f"{result.termination} {reward}")
     results.sort(key=lambda r: r.workflow_id)
-    console.print(summary_table(results, title=f"{workflow_id}: {len(results)} branches"))
+    console.print(summary_table(results, title=f"{workflow_id}: {plural(len(results), 'branch')}"))
     return results
 
 

@@ -17,6 +17,7 @@ from episodes.cli.embedded import reading_client
 from episodes.client.config import Config
 from episodes.client.histories.transcript import load_transcript
 from episodes.payloads.settings import configured_data_converter, existing_dev_storage
+from episodes.words import plural
 
 
 def _fmt(value: Any) -> str:
@@ -160,7 +161,7 @@ def print_transcript(data: dict[str, Any]) -> None:
         if r.get("score_details"):
             console.print(Panel(escape(_fmt(r["score_details"])), title="score details"))
         console.print(
-            f"[bold]{r['termination']}[/] after {r['turns']} turns, reward {r['reward']}, "
+            f"[bold]{r['termination']}[/] after {plural(r['turns'], 'turn')}, reward {r['reward']}, "
             f"{r['duration_s']:.2f} s" + (f"\n[red]{escape(r['error'])}[/]" if r["error"] else "")
         )
     else:

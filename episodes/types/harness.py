@@ -118,7 +118,8 @@ class HarnessSpec(Model):
 
     command: list[str]
     """Argv; a string is split like a shell would. `{python}` is the runtime's Python
-    (the worker's interpreter for subprocess, `python3` inside a box)."""
+    (the worker's interpreter for subprocess, `python3` inside a box); in a spec file,
+    `{spec_dir}` is the spec file's folder (`node {spec_dir}/harness.mjs`)."""
     env: dict[str, str] = Field(default_factory=dict)
     """Variables set for the harness (inline: never secrets; see `secrets`)."""
     inherit_env: list[str] = Field(default_factory=list)

@@ -377,6 +377,10 @@ def describe_validation(
     return "; ".join(parts)
 
 
+SPEC_DIR = "{spec_dir}"
+"""In a spec file's `harness.command`: the folder the spec file is in (absolute)."""
+
+
 def parse_spec(
     data: Any,
     *,
@@ -399,6 +403,14 @@ def parse_spec(
         path = getattr(spec, key)
         if path is not None and base_dir is not None and not path.is_absolute():
             spec = spec.model_copy(update={key: (base_dir / path).resolve()})
+    if base_dir is not None and any(SPEC_DIR in part for part in spec.harness.command):
+        # The box's working directory is never the spec's: files beside the spec (a
+        # harness script) are named from the spec file's folder, resolved here, once.
+        here = str(base_dir.resolve())
+        command = [part.replace(SPEC_DIR, here) for part in spec.harness.command]
+        spec = spec.model_copy(
+            update={"harness": spec.harness.model_copy(update={"command": command})}
+        )
     return spec
 
 

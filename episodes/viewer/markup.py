@@ -57,10 +57,34 @@ def _when(iso: str | None) -> str:
     return datetime.fromisoformat(iso).strftime("%Y-%m-%d %H:%M:%S UTC") if iso else "-"
 
 
+INLINE_CHARS = 80
+"""An array of scalars this short (as JSON) stays on one line: `[1, 2, 3]`."""
+
+
 def _text(value: Any) -> str:
     if value is None:
         return ""
-    return value if isinstance(value, str) else json.dumps(value, indent=1, ensure_ascii=False)
+    return value if isinstance(value, str) else pretty_json(value)
+
+
+def pretty_json(value: Any, level: int = 0) -> str:
+    """JSON one item a line, indented by one space a level, except that an array of
+    scalars short enough stays on one line (`common.js`'s `prettyJson` is the twin)."""
+    pad = " " * (level + 1)
+    if isinstance(value, list) and value:
+        if all(not isinstance(v, list | dict) for v in value):
+            flat = json.dumps(value, ensure_ascii=False)
+            if len(flat) <= INLINE_CHARS:
+                return flat
+        items = [pad + pretty_json(v, level + 1) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad[:-1] + "]"
+    if isinstance(value, dict) and value:
+        items = [
+            f"{pad}{json.dumps(str(k), ensure_ascii=False)}: {pretty_json(v, level + 1)}"
+            for k, v in value.items()
+        ]
+        return "{\n" + ",\n".join(items) + "\n" + pad[:-1] + "}"
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _pill(row: Mapping[str, Any]) -> str:
@@ -87,14 +111,15 @@ def _bars(hist: dict[str, Any], fmt: Callable[[Any], str]) -> str:
     labels = hist.get("labels") or [
         f"{fmt(edges[i])} - {fmt(edges[i + 1])}" for i in range(len(counts))
     ]
-    ends = (
-        (labels[0], labels[-1] if len(counts) > 1 else "")
-        if "labels" in hist
-        else (
-            fmt(edges[0]),
-            fmt(edges[-1]),
+    if len(counts) == 1:
+        # One bin (every value equal): one centred bar under one label, not a bar
+        # filling the chart between two labels of the same value.
+        label = labels[0] if "labels" in hist else fmt(edges[0])
+        return (
+            f'<div><div class="bars one"><div style="height:100.0%" title="{_e(label)}: '
+            f'{counts[0]}"></div></div><div class="axis one"><span>{_e(label)}</span></div></div>'
         )
-    )
+    ends = (labels[0], labels[-1]) if "labels" in hist else (fmt(edges[0]), fmt(edges[-1]))
     top = max(max(counts), 1)
     bars = "".join(
         f'<div style="height:{100 * c / top:.1f}%" title="{_e(label)}: {c}"></div>'

@@ -37,6 +37,7 @@ from episodes.viewer.members import batch_rows
 from episodes.viewer.priority import batch_priority
 from episodes.viewer.stats import batch_stats
 from episodes.viewer.transcripts import Episodes, NotFound
+from episodes.words import plural
 
 log = logging.getLogger(__name__)
 FIRST_TURNS = 50  # the episode page's first page of turns (as its script asks)
@@ -109,8 +110,8 @@ async def _index(client: Client, query: Mapping[str, str]) -> str:
     more = " (more exist: narrow the search)" if data["truncated"] else ""
     parts = [
         "<h1>Batches</h1>",
-        f'<p class="muted small">{len(data["batches"])} batches in the latest '
-        f"{data['scanned']} episodes{more}</p>",
+        f'<p class="muted small">{plural(len(data["batches"]), "batch")} in the latest '
+        f"{plural(data['scanned'], 'episode')}{more}</p>",
     ]
     rows = [
         [
@@ -237,13 +238,22 @@ def _batch(data: dict[str, Any]) -> str:
     )
 
 
+def duration_of(e: Mapping[str, Any], r: Mapping[str, Any] | None) -> float | None:
+    """An episode's one duration: its result's `duration_s` (what `episodes run` and
+    `episodes show` print) once it has one; before that, the workflow's time since it
+    started (visibility's start to close). episode.js's header shows the same."""
+    if r is not None and r.get("duration_s") is not None:
+        return float(r["duration_s"])
+    return e.get("duration_s")
+
+
 def _episode(wid: str, d: dict[str, Any]) -> str:
     e, r = d["episode"], d["result"]
     head = [
         f'<h1 class="mono">{_e(wid)}</h1>',
         f'<div class="row">{_pill(e)} reward <b>{_num(e.get("reward"))}</b> · '
-        f"{_e(e.get('turns') if e.get('turns') is not None else d['total_turns'])} turns · "
-        f"{_dur(e.get('duration_s'))}"
+        f"{_e(plural(e['turns'] if e.get('turns') is not None else d['total_turns'], 'turn'))}"
+        f" · {_dur(duration_of(e, r))}"
         + (f" · {_a(_batch_link(e['batch']), 'batch ' + e['batch'])}" if e.get("batch") else "")
         + f" · task {_e(e.get('task') or '?')} · sample {_e(e.get('sample'))}</div>",
     ]
@@ -256,8 +266,7 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
         head.append("<h2>Outcome</h2>")
         head.append(
             f'<dl class="kv"><dt>termination</dt><dd>{_e(r["termination"])}</dd>'
-            f"<dt>reward</dt><dd>{_num(r['reward'])}</dd>"
-            f"<dt>duration</dt><dd>{_dur(r['duration_s'])}</dd></dl>"
+            f"<dt>reward</dt><dd>{_num(r['reward'])}</dd></dl>"
         )
         if r["error"]["message"]:
             head.append(f'<pre class="error">{_e(r["error"]["message"])}</pre>')
@@ -267,7 +276,7 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
         turns.append(f"<pre>{_e(_text(d['first_message']))}</pre>")
     shown = len(d["turns"])
     if d["total_turns"] > shown:
-        turns.append(f'<p class="muted">{shown} of {d["total_turns"]} turns shown</p>')
+        turns.append(f'<p class="muted">{shown} of {plural(d["total_turns"], "turn")} shown</p>')
     return "\n".join(head + turns)
 
 
@@ -284,7 +293,7 @@ def _priority_cards(f: Mapping[str, Any]) -> list[str]:
     if f.get("status") == "budget_exhausted":
         cards.append(_card("budget_exhausted", f.get("budget") or "", "no more episodes started"))
     if f.get("model_calls"):
-        cards.append(_card("model tokens", f["model_tokens"], f"{f['model_calls']} calls"))
+        cards.append(_card("model tokens", f["model_tokens"], plural(f["model_calls"], "call")))
     if f.get("episode_seconds") is not None:
         cards.append(_card("episode time", _dur(f["episode_seconds"]), "summed"))
     if f.get("groups_zero_variance") is not None:
@@ -301,7 +310,9 @@ def _compare(ids: list[str], pages: list[dict[str, Any]]) -> str:
         columns.append(
             f'<div><h2 class="mono">{_a(_episode_link(wid), wid)}</h2>'
             f'<div class="row">{_pill(e)} reward {_num(e.get("reward"))} · '
-            f"{d['total_turns']} turns</div>" + "".join(_turn(t) for t in d["turns"]) + "</div>"
+            f"{plural(d['total_turns'], 'turn')}</div>"
+            + "".join(_turn(t) for t in d["turns"])
+            + "</div>"
         )
     return f'<h1>Compare · {_e(title)}</h1><div class="cols">{"".join(columns)}</div>'
 
@@ -314,7 +325,11 @@ def _turn(t: dict[str, Any]) -> str:
         )
     said = t.get("error") if t.get("error") or t.get("error_type") else t.get("reply")
     who = (t.get("error_type") or "error") if t.get("error") or t.get("error_type") else "harness"
-    calls = f'<div class="small muted">{len(t["events"])} call(s)</div>' if t.get("events") else ""
+    calls = (
+        f'<div class="small muted">{plural(len(t["events"]), "call")}</div>'
+        if t.get("events")
+        else ""
+    )
     return (
         f'<section class="turn" id="turn-{_e(t["turn"])}"><div class="head"><b>Turn '
         f'{_e(t["turn"])}</b></div><div class="who">env</div><pre>{_e(_text(t.get("message")))}'

@@ -81,3 +81,14 @@ def test_a_yaml_syntax_error_gives_line_and_column(tmp_path: Path) -> None:
 def test_a_json_syntax_error_gives_line_and_column(tmp_path: Path) -> None:
     message = _error(tmp_path, '{"name": "t",\n  "env": }', suffix=".json")
     assert "cannot parse (line 2, column 10:" in message, message
+
+
+def test_spec_dir_in_the_harness_command_is_the_spec_files_folder(tmp_path: Path) -> None:
+    # A harness file beside the spec: the box's working directory is not the user's,
+    # so the command names it from the spec's own folder, wherever the folder is.
+    (tmp_path / "spec.yaml").write_text(
+        "name: t\nenv: script\ntasks: [{id: a}]\n"
+        "harness: {command: 'node {spec_dir}/harness.mjs --x {python}'}\n"
+    )
+    spec = load_spec(tmp_path / "spec.yaml")
+    assert spec.harness.command == ["node", f"{tmp_path.resolve()}/harness.mjs", "--x", "{python}"]

@@ -34,7 +34,7 @@ function priorityCards(f) {
   if (f.status === "budget_exhausted") {
     out.push(card("budget_exhausted", f.budget || "", "no more episodes started"));
   }
-  if (f.model_calls) out.push(card("model tokens", f.model_tokens, `${f.model_calls} calls`));
+  if (f.model_calls) out.push(card("model tokens", f.model_tokens, plural(f.model_calls, "call")));
   if (f.episode_seconds != null) out.push(card("episode time", dur(f.episode_seconds), "summed"));
   if (f.groups_zero_variance != null) {
     out.push(card("zero-variance groups", f.groups_zero_variance, "no GRPO signal"));
@@ -125,7 +125,7 @@ async function search(q, out) {
       buf = buf.slice(nl + 1);
       if (line.done) {
         status.textContent = line.error ? "search failed: " + line.error :
-          `${line.hits} hits in ${line.scanned} of ${line.episodes} episodes` +
+          `${plural(line.hits, "hit")} in ${line.scanned} of ${plural(line.episodes, "episode")}` +
           (line.truncated ? " (stopped early: narrow the search)" : "");
         continue;
       }

@@ -86,7 +86,40 @@ function outcome(row) {
 
 function text(value) {
   if (value === null || value === undefined) return "";
-  return typeof value === "string" ? value : JSON.stringify(value, null, 1);
+  return typeof value === "string" ? value : prettyJson(value);
+}
+
+// An episode's one duration (pages.py's duration_of): its result's once it has one,
+// else the workflow's time since it started.
+function episodeDuration(d) {
+  const r = d.result;
+  return r && r.duration_s !== null && r.duration_s !== undefined ? r.duration_s : d.episode.duration_s;
+}
+
+// `1 batch`, `2 batches` (episodes/words.py's `plural`).
+function plural(n, noun) {
+  if (n === 1) return `${n} ${noun}`;
+  return `${n} ${noun}${/(s|ch|sh|x)$/.test(noun) ? "es" : "s"}`;
+}
+
+// JSON one item a line, except a short array of scalars: `[1, 2, 3]` (markup.py's
+// `pretty_json`: the same text, from the same rules).
+const INLINE_CHARS = 80;
+function prettyJson(value, level = 0) {
+  const pad = " ".repeat(level + 1);
+  const close = " ".repeat(level);
+  if (Array.isArray(value) && value.length) {
+    if (value.every((v) => v === null || typeof v !== "object")) {
+      const flat = "[" + value.map((v) => JSON.stringify(v)).join(", ") + "]";
+      if (flat.length <= INLINE_CHARS) return flat;
+    }
+    return "[\n" + value.map((v) => pad + prettyJson(v, level + 1)).join(",\n") + "\n" + close + "]";
+  }
+  if (value !== null && typeof value === "object" && Object.keys(value).length) {
+    const items = Object.entries(value).map(([k, v]) => `${pad}${JSON.stringify(k)}: ${prettyJson(v, level + 1)}`);
+    return "{\n" + items.join(",\n") + "\n" + close + "}";
+  }
+  return JSON.stringify(value);
 }
 
 function topbar(...crumbs) {
@@ -108,6 +141,11 @@ function bars(hist, fmt) {
   const e = hist.edges;
   const n = hist.counts.length;
   const label = (i) => hist.labels ? hist.labels[i] : `${fmt(e[i])} – ${fmt(e[i + 1])}`;
+  if (n === 1) {  // every value equal: one centred bar under one label
+    const only = hist.labels ? hist.labels[0] : fmt(e[0]);
+    return h("div", {}, h("div", { class: "bars one" }, h("div", { style: "height:100.0%", title: `${only}: ${hist.counts[0]}` })),
+      h("div", { class: "axis one" }, h("span", {}, only)));
+  }
   const box = h("div", { class: "bars" }, hist.counts.map((c, i) =>
     h("div", { style: `height:${(100 * c / top).toFixed(1)}%`, title: `${label(i)}: ${c}` })));
   const ends = hist.labels ? [hist.labels[0], n > 1 ? hist.labels[n - 1] : ""] : [fmt(e[0]), fmt(e[e.length - 1])];

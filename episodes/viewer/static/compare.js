@@ -10,8 +10,8 @@ function column(id, d) {
   const marks = restartMarks(d.restarts || []);
   return h("div", {},
     h("h2", { class: "mono" }, h("a", { href: link.episode(id) }, id)),
-    h("div", { class: "row" }, outcome(e), `reward ${num(e.reward)}`, `${d.total_turns} turns`,
-      h("span", { class: "muted" }, dur(e.duration_s))),
+    h("div", { class: "row" }, outcome(e), `reward ${num(e.reward)}`, plural(d.total_turns, "turn"),
+      h("span", { class: "muted" }, dur(episodeDuration(d)))),
     d.turns.map((t) => turnView(id, t, marks)),
     d.total_turns > d.turns.length
       ? h("p", {}, h("a", { href: link.episode(id) + "#turn-" + d.turns.length },

@@ -14,8 +14,8 @@ function header(d) {
     h("h1", { class: "mono" }, wid),
     h("div", { class: "row" }, outcome(e),
       e.reward !== null ? h("span", {}, "reward ", h("b", {}, num(e.reward))) : "",
-      h("span", { id: "turn-count" }, `${e.turns ?? d.total_turns} turns`),
-      e.duration_s !== null ? h("span", { class: "muted" }, dur(e.duration_s)) : "",
+      h("span", { id: "turn-count" }, plural(e.turns ?? d.total_turns, "turn")),
+      episodeDuration(d) !== null ? h("span", { class: "muted" }, dur(episodeDuration(d))) : "",
       e.batch ? h("a", { href: link.batch(e.batch) }, "batch " + e.batch) : "",
       h("span", { class: "muted" }, `task ${e.task || "?"} · sample ${e.sample ?? "?"} · ${e.env || ""}`),
       h("a", { href: d.ui_url, target: "_blank", rel: "noopener" }, "Temporal UI ↗")));
@@ -27,8 +27,7 @@ function header(d) {
   if (r) {
     const kv = h("dl", { class: "kv" },
       h("dt", {}, "termination"), h("dd", {}, pill(r.termination, e.side)),
-      h("dt", {}, "reward"), h("dd", {}, num(r.reward)),
-      h("dt", {}, "duration"), h("dd", {}, dur(r.duration_s)));
+      h("dt", {}, "reward"), h("dd", {}, num(r.reward)));
     if (r.restarts) {
       kv.append(h("dt", {}, "restarts"), h("dd", {}, `${r.restarts} (turns replayed ${r.turns_replayed}, ` +
         `diverged ${r.replay_divergences}, re-run ${r.turns_rerun})`));
@@ -122,7 +121,7 @@ function follow(list, more) {
     total = Math.max(total, have);
     updateMore(more);
     const count = document.getElementById("turn-count");
-    if (count && p.turns_done !== undefined) count.textContent = `${p.turns_done} turns`;
+    if (count && p.turns_done !== undefined) count.textContent = plural(p.turns_done, "turn");
     live.textContent = `live: ${p.status || "waiting"} · turn ${p.turns_done ?? have}` +
       (p.max_turns ? `/${p.max_turns}` : "") + ` · ${new Date().toLocaleTimeString()}`;
     return true;

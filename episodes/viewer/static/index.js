@@ -60,8 +60,8 @@ async function main() {
   try {
     const data = await api("/api/batches", query);
     box.replaceChildren(
-      h("p", { class: "muted small" }, `${data.batches.length} batches in the latest ` +
-        `${data.scanned} episodes${data.truncated ? " (more exist: narrow the search)" : ""}`),
+      h("p", { class: "muted small" }, `${plural(data.batches.length, "batch")} in the latest ` +
+        `${plural(data.scanned, "episode")}${data.truncated ? " (more exist: narrow the search)" : ""}`),
       data.batches.length ? batchesTable(data) : h("p", {}, "No episodes match."));
     if ([...params.keys()].some((k) => params.get(k))) {
       const eps = await api("/api/episodes", { ...query, limit: 200 });

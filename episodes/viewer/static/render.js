@@ -61,7 +61,7 @@ function modelCall(ev) {
   const messages = req.messages || [];
   const logprobs = choice.logprobs && Array.isArray(choice.logprobs.content) ? choice.logprobs.content : null;
   const body = h("div", { class: "body" },
-    h("details", {}, h("summary", { class: "small muted" }, `request: ${messages.length} messages`),
+    h("details", {}, h("summary", { class: "small muted" }, `request: ${plural(messages.length, "message")}`),
       messages.map(chatMessage)),
     h("div", { class: "who" }, "sampled"),
     logprobs && logprobs.length ? tokens(logprobs) : block(said || "(no text)"),
@@ -146,5 +146,5 @@ function restartMarks(restarts) {
 function restartNote([r, i]) {
   return h("div", { class: "restart" }, `↻ restart ${i + 1}: the worker was lost; a new session ` +
     `on ${r.session?.worker_id || "another worker"} had turns 0–${(r.turns_replayed || 1) - 1} replayed` +
-    (r.divergences ? ` (${r.divergences} replies differed)` : "") + (r.resumed ? " in one resume packet" : ""));
+    (r.divergences ? ` (${r.divergences === 1 ? "1 reply" : `${r.divergences} replies`} differed)` : "") + (r.resumed ? " in one resume packet" : ""));
 }

@@ -73,3 +73,28 @@ def test_some_failed_episodes_get_a_line_of_their_own() -> None:
     assert some_failed_lines([ok]) == []
     # Every episode failed: that line is printed instead (and the exit code is 1).
     assert some_failed_lines([crashed]) == [] and exit_code([crashed]) == 1
+
+
+def test_counts_take_the_noun_their_number_needs(monkeypatch) -> None:
+    from episodes.cli import show
+    from episodes.words import plural
+
+    assert [plural(1, "episode"), plural(2, "batch"), plural(0, "split")] == [
+        "1 episode",
+        "2 batches",
+        "0 splits",
+    ]
+    out = Console(width=120, record=True)
+    monkeypatch.setattr(show, "console", out)
+    record = {"turn": 0, "message": "hi", "events": [], "reply": "hi", "error": None}
+    record["duration_ms"] = 1.0
+    result = {"termination": "env_done", "turns": 1, "reward": 1.0, "duration_s": 1.2}
+    show.print_transcript(
+        {
+            "turns": [{"record": record, "observation": {}}],
+            "session": None,
+            "result": {**result, "error": None},
+        }
+    )
+    text = out.export_text()
+    assert "env_done after 1 turn, reward 1.0, 1.20 s" in text, text

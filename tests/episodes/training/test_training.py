@@ -213,7 +213,7 @@ async def test_export_fails_closed_naming_an_episode_without_token_data(client, 
         "export", batch, "--out", str(out), "--skip-incomplete", *_addr(client)
     )
     assert code == 0, err
-    assert "skipped 1 incomplete episode(s)" in stdout
+    assert "skipped 1 incomplete episode" in stdout
     table = pq.read_table(out)
     assert table.column("episode_id").to_pylist() == [results[0].workflow_id]
     # The group's advantage counts the skipped episode's reward too.

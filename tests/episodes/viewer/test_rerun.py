@@ -81,7 +81,7 @@ async def test_every_page_is_served_with_its_first_view(client, worker, viewer) 
     assert f"{name}.solved.s0.r1 solved 0 workflow_failed replaced" in batch
     # Both episodes took 2 turns: one bin, labelled 2 (it read 2..3).
     turns = batch_html[batch_html.index("<h2>Turns") :]
-    assert '<div class="axis"><span>2</span><span></span></div>' in turns[:2000]
+    assert '<div class="axis one"><span>2</span></div>' in turns[:2000]
 
     episode = _text(await page("/episode/" + quote(solved.workflow_id, safe="")))
     assert f"{solved.workflow_id} env_done reward 1.000" in episode

@@ -135,6 +135,16 @@ async def test_batch_page_figures_and_a_search_hit(client, worker, viewer_url, b
             "the batch's figures",
         )
         seen["batch"] = _body(browser)
+        # The script's twins of markup.py's histogram, counts and JSON, in the browser.
+        seen["equal"] = browser.execute_script(
+            "return bars({counts: [9], edges: [1, 1]}, (x) => x.toFixed(3)).outerHTML"
+        )
+        seen["spread"] = browser.execute_script(
+            "return bars({counts: [4, 5], edges: [0, 0.5, 1]}, (x) => x.toFixed(3)).outerHTML"
+        )
+        seen["words"] = browser.execute_script(
+            "return [plural(1, 'batch'), plural(2, 'batch'), prettyJson({a: [1, 2, 3]})]"
+        )
         browser.save_screenshot(str(shots / "viewer-batch.png"))
         box = browser.find_element(By.CSS_SELECTOR, "input[name=q]")
         box.send_keys("needle")
@@ -151,6 +161,12 @@ async def test_batch_page_figures_and_a_search_hit(client, worker, viewer_url, b
     seen = await asyncio.to_thread(drive)
     assert "9\nepisodes" in seen["batch"] and "env_done" in seen["batch"]
     assert "0.333\npass@1" in seen["batch"], seen["batch"][:400]  # only "add" passes
+    assert seen["equal"] == (
+        '<div><div class="bars one"><div style="height:100.0%" title="1.000: 9"></div></div>'
+        '<div class="axis one"><span>1.000</span></div></div>'
+    )
+    assert seen["spread"].count("<span>") == 2 and 'class="bars one"' not in seen["spread"]
+    assert seen["words"] == ["1 batch", "2 batches", '{\n "a": [1, 2, 3]\n}']
     assert f"{name}.echo.s0 · turn 0 · message" in seen["hits"]
     assert "6 hits in 9 of 9 episodes" in seen["hits"]  # echo's 3 samples: message, reply
     assert urllib.parse.unquote(seen["episode"]).endswith(f"/episode/{name}.echo.s0#turn-0")
