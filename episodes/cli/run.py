@@ -31,6 +31,7 @@ from episodes.client.group.options import groups_spec
 from episodes.errors import EpisodesError, Interrupted
 from episodes.specfile import load_spec
 from episodes.types.results import OK_TERMINATIONS, EpisodeResult
+from episodes.words import plural
 
 if TYPE_CHECKING:
     from episodes.client.group.stream import Group
@@ -214,11 +215,6 @@ KEPT_LINE = (
     "histories kept in .episodes/: `episodes show ID`, `episodes view` and `episodes "
     "export` read them here; `episodes dev` serves them in the Temporal UI"
 )
-
-
-def plural(n: int, noun: str) -> str:
-    """`1 episode`, `2 episodes`."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"
 
 
 async def fresh_batch(client: Client, batch_id: str) -> str:
