@@ -234,6 +234,17 @@ def worker_log(path: Path) -> Iterator[Path]:
         handler.close()
 
 
+def own_histories(cfg: Config) -> bool:
+    """No address configured anywhere, no dev server of this checkout running, and its
+    `.episodes/temporal.db` here: what an embedded `episodes run` leaves behind. The
+    commands that read histories then serve that database themselves."""
+    return (
+        cfg.address is None
+        and running_server(STATE_DIR) is None
+        and (STATE_DIR / "temporal.db").exists()
+    )
+
+
 async def reading_client(
     stack: contextlib.AsyncExitStack, cfg: Config, **client_options: Any
 ) -> Client:
@@ -245,7 +256,7 @@ async def reading_client(
     from episodes.cli.common import err_console
 
     db = STATE_DIR / "temporal.db"
-    if cfg.address is not None or running_server(STATE_DIR) is not None or not db.exists():
+    if not own_histories(cfg):
         try:
             return await connect_config(cfg, **client_options)
         except ServerUnreachable as e:

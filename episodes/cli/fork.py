@@ -11,8 +11,9 @@ from pathlib import Path
 from temporalio.client import Client
 
 from episodes.cli.common import console, progress_bar, summary_table
-from episodes.cli.embedded import client_for
+from episodes.cli.embedded import client_for, own_histories
 from episodes.client.config import Config
+from episodes.client.connect import connect_config
 from episodes.client.histories.fork import branch_ended, start_branches
 from episodes.types.results import WORKFLOW_FAILED, EpisodeResult
 from episodes.words import plural
@@ -30,9 +31,13 @@ async def fork_command(
     """Start the branches, wait for them (one progress bar), write their results (a
     branch whose workflow failed: a `workflow_failed` result, `failed_line` says it)."""
     async with contextlib.AsyncExitStack() as stack:
-        # With no address configured: this checkout's server (the histories an embedded
-        # run kept) and a worker here for the branches, as `episodes run` does.
-        client, _, task_queue = await client_for(stack, cfg)
+        if own_histories(cfg):
+            # The histories an embedded run kept, and no server serves them: this
+            # checkout's server on them and a worker here for the branches, as
+            # `episodes run` does.
+            client, _, task_queue = await client_for(stack, cfg)
+        else:
+            client, task_queue = await connect_config(cfg), cfg.settings.task_queue
         return await _fork(client, task_queue, workflow_id, at_turn, samples, out, policy_version)
 
 
