@@ -36,13 +36,24 @@ def kill_box(runtime: Runtime) -> None:
 
 
 def leftovers() -> list[str]:
-    """Boxes of this run whose bwrap still runs (each holds a whole pid namespace)."""
+    """Boxes of this run whose bwrap still runs (each holds a whole pid namespace).
+    The process at the pid must be that box's bwrap (its argv names the box): pids are
+    reused (pid_max is 32768 here), and a suite of several processes reused a box's
+    pid within minutes, which read as a box left behind."""
     left = []
     for runtime in _made:
         pid = getattr(runtime, "bwrap_pid", None)
-        if pid is not None and _running(pid):
+        if pid is not None and _running(pid) and runtime.id in _argv(pid):
             left.append(runtime.id)
     return left
+
+
+def _argv(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _running(pid: int) -> bool:
