@@ -151,10 +151,13 @@ async def test_restarts_exhausted_and_a_lost_continued_run_scores_the_whole_chai
         print(f"worker_lost detected {time.monotonic() - killed_at:.1f} s after the kill")
         assert (result.termination, result.restarts) == ("worker_lost", 0)
         p = await _progress(handle)
-        assert p is not None and p.runs >= 3
-        # Scored on every recorded turn of the chain, not the last run's (before: <= 3).
+        # Lost in a continued run. How many turns a run holds depends on how the drive
+        # batched its records (3 a run at most when the workflow keeps up, more under
+        # load), so the number of runs is not fixed: only that there was an earlier one.
+        assert p is not None and p.runs >= 2
+        # Scored on every recorded turn of the chain, not the last run's.
+        assert result.turns >= 8 and result.turns > len(p.turns)
         assert result.score_details == {"turns": result.turns}
-        assert result.turns >= 8
     finally:
         if proc.poll() is None:
             proc.kill()
