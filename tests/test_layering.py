@@ -41,6 +41,7 @@ TEMPORAL_FACING = (
     "episodes.contract",  # temporalio.activity, for the activity declarations
     "episodes.search_attributes",  # temporalio.common's keys
     "episodes.viewer",  # `episodes view`: reads visibility, histories and queries
+    "episodes.traces.interceptor",  # the SDK's tracing interceptor, on clients and workers
 )
 THIRD_PARTY_OK = {"__future__", "temporalio", "pydantic", "pydantic_core", "typing_extensions"}
 

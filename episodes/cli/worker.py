@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import socket
 from typing import Any
 
 from episodes.cli import common
@@ -20,6 +22,7 @@ async def run_worker(cfg: Config) -> None:
     from episodes.cli.embedded import NO_SANDBOX_HINT, check_sandbox, warn_no_sandbox
     from episodes.client.connect import connect_config
     from episodes.session.services import AgentServices
+    from episodes.traces import start_tracing, stop_tracing
     from workers.collector import tune_collector
     from workers.worker import EpisodeWorker, WorkerOptions
 
@@ -32,6 +35,8 @@ async def run_worker(cfg: Config) -> None:
     if s.metrics_port is not None:
         metrics = MetricsServer(s.metrics_port, s.metrics_host)
         extra["runtime"] = metrics.runtime
+    # Before connecting: the client (and so every worker built on it) is then traced.
+    traced = start_tracing("episodes-worker", instance=f"{socket.gethostname()}-{os.getpid()}")
     try:
         client = await connect_config(cfg, **extra)
         w = EpisodeWorker(
@@ -55,6 +60,7 @@ async def run_worker(cfg: Config) -> None:
             loop.add_signal_handler(sig, w.request_stop)
         version = f", build {s.deployment_name}/{s.build_id}" if s.build_id else ""
         where = f", metrics {metrics.url}" if metrics else ""
+        where += ", traces on (OTEL_*)" if traced else ""
         common.console.print(
             f"worker {w.worker_id}: {cfg.describe()}, queue {s.task_queue!r}, "
             f"sessions on {w.session_queue!r}{version}{where}",
@@ -69,6 +75,7 @@ async def run_worker(cfg: Config) -> None:
             f"worker stopped; every live harness was stopped{gone}", highlight=False
         )
     finally:
+        stop_tracing()  # what is buffered leaves before the process does
         if metrics is not None:
             with contextlib.suppress(Exception):
                 metrics.close()

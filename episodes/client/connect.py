@@ -40,6 +40,16 @@ async def connect(
     (`configured_data_converter()`); a bad payload setting is a one-line
     `PayloadsConfigError` naming the variable.
     """
+    # Traces, when OTEL_* asks for them: the SDK's interceptor on this client and on
+    # every worker built on it (episodes.traces).
+    from episodes.traces import start_tracing
+    from episodes.traces.interceptor import client_interceptors
+
+    if start_tracing("episodes"):
+        client_options["interceptors"] = [
+            *client_interceptors(),
+            *client_options.get("interceptors", ()),
+        ]
     if client_options.get("data_converter") is None:
         from episodes.payloads.settings import configured_data_converter
 

@@ -28,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
 from episodes.search_attributes import episode_search_attributes, task_priority
+from episodes.traces import episode_context
 from episodes.types.io import EpisodeInput
 from episodes.types.results import EpisodeResult, Task
 from episodes.types.spec import EpisodeSpec
@@ -86,9 +87,11 @@ async def start_or_attach(
     """Start the workflow, or attach to the one under its id; and whether that one had
     already closed (a closed id is never reused: the id policy above)."""
     try:
-        handle = await client.start_workflow(
-            workflow, arg, result_type=result_type, **options.kwargs()
-        )
+        # Traced: the start joins the episode's trace (one per workflow id).
+        with episode_context(options.id):
+            handle = await client.start_workflow(
+                workflow, arg, result_type=result_type, **options.kwargs()
+            )
     except WorkflowAlreadyStartedError:
         return client.get_workflow_handle(options.id, result_type=result_type), True
     return handle, False

@@ -35,6 +35,7 @@ from episodes.session.launch import (
 from episodes.session.restore import restore_session
 from episodes.session.services import AgentServices
 from episodes.session.verdict import disarm, ended
+from episodes.traces import Span, provision_span, score_span, turn_span
 from episodes.truncate import fit_result
 from episodes.types.results import (
     ScoreResult,
@@ -109,6 +110,12 @@ class LiveSession:
 
     async def open(self) -> Any:
         """Start the box and the harness, wait for ready, reset the env: the first message."""
+        with provision_span(self.session_id) as span:
+            first = await self._open(span)
+            span.set("episodes.pool_hit", self.pool_hit)
+            return first
+
+    async def _open(self, span: Span) -> Any:
         from episodes.envs import load_env
 
         env = load_env(self.spec.env, self.spec.env_args)
@@ -126,6 +133,7 @@ class LiveSession:
                 self._box, config, self._pool, self.spec, self.task, self.sample, self.labels
             )
             env.box = Box(self.runtime)
+            span.event("box started")
             try:
                 tools = self.env_calls.tools(env.tools())
             except Exception as e:
@@ -150,6 +158,7 @@ class LiveSession:
                 budget=self.budget,
             )
             await self.harness.start()
+            span.event("harness ready")
             self.env = env
             try:
                 self.first_message = await self.env_calls(env.reset, self.task)
@@ -239,6 +248,13 @@ class LiveSession:
         return await asyncio.shield(task)
 
     async def _run_turn(self, n: int, on_event: EventCallback | None) -> TurnResult:
+        with turn_span(self.session_id, n) as span:
+            result = await self._turn_traced(n, on_event, span)
+            span.set("episodes.termination", result.termination)
+            span.set("episodes.error_type", result.record.error_type)
+            return result
+
+    async def _turn_traced(self, n: int, on_event: EventCallback | None, span: Span) -> TurnResult:
         assert self.harness is not None and self.env is not None and self.services
         try:
             # The harness's events and the calls it makes to the tools and the model, in
@@ -252,6 +268,7 @@ class LiveSession:
                     await call(on_event, event)
 
             self.services.begin_turn(events)
+            self.services.trace = span
             try:
                 if self.services.breach is None:
                     record: TurnRecord = await self.harness.turn(
@@ -317,7 +334,11 @@ class LiveSession:
         """After open(): bring this fresh harness and env to where a lost session was
         (`episodes.session.restore.restore_session`): the divergent turns, and whether
         it resumed."""
-        return await restore_session(self, records)
+        with provision_span(self.session_id, restore=True) as span:
+            divergent, resumed = await restore_session(self, records)
+            span.set("episodes.turns_replayed", len(records))
+            span.set("episodes.replay_divergences", len(divergent))
+            return divergent, resumed
 
     @property
     def next_turn(self) -> int:
@@ -363,5 +384,11 @@ class LiveSession:
         # Box commands stop at 80% of score_timeout_s: the env still has time to grade
         # what a killed command left (a timed-out test run) before the score itself is
         # late (the drive bounds the whole score by score_timeout_s: score_ended).
-        with self.env.box.deadline_in(self.spec.score_timeout_s * 0.8):
-            return await score_transcript(self.env, self.transcript(termination), self.env_calls)
+        with (
+            score_span(self.session_id) as span,
+            self.env.box.deadline_in(self.spec.score_timeout_s * 0.8),
+        ):
+            score = await score_transcript(self.env, self.transcript(termination), self.env_calls)
+            span.set("episodes.reward", score.reward)
+            span.set("episodes.termination", termination)
+            return score

@@ -31,6 +31,7 @@ from episodes.errors import HarnessStartFailed, ModelError, SpecError
 from episodes.harness.budget import BudgetExceeded, StreamBudget
 from episodes.json_depth import text_too_deep
 from episodes.runtimes.base import Runtime, RuntimeProcess
+from episodes.traces import OFF, Span, call_span
 from episodes.truncate import json_size
 from episodes.tunnel.relay import RELAY_IN_BOX
 from episodes.types.model import ModelSpec
@@ -78,6 +79,9 @@ class AgentServices:
         self._between: list[Any] = []
         self._recorded = True
         self._failure: ModelError | None = None
+        # The span of the turn in progress, when traced: each call recorded is written
+        # under it (`episodes.traces`); OFF between turns and while a restore replays.
+        self.trace: Span = OFF
         self.harness_env: dict[str, str] = {}
         self.mcp_url: str | None = None  # as the harness reaches it (ACP's session/new)
 
@@ -211,6 +215,7 @@ class AgentServices:
     def end_turn(self) -> ModelError | None:
         """Stop collecting; the model failure of this turn, if the proxy gave up on a call."""
         self._sink = None
+        self.trace = OFF
         if not self._recorded:
             self._forget_calls()
             self._recorded = True
@@ -245,6 +250,8 @@ class AgentServices:
             self.breached(e.detail)
             return
         (self._sink if self._sink is not None else self._between).append(event)
+        if self.trace is not OFF and self._recorded:
+            call_span(self.trace, event, session_id=self.session_id)
 
     def breached(self, why: str) -> None:
         """The harness broke the protocol outside its driver's stream (a budget, the
