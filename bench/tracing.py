@@ -7,7 +7,8 @@ interleaved so the machine's load falls on all three alike:
   baseline;
 - `off (shipped)`: the session as shipped, traces off (one test a turn and a call);
 - `on`: traces on, spans kept in memory (the SDK's `InMemorySpanExporter` behind a
-  `SimpleSpanProcessor`): the cost of writing a turn's span, no network.
+  `BatchSpanProcessor`, as the worker exports): the cost of writing a turn's span,
+  no network.
 
     python -m bench.tracing [--quick]
 """
@@ -32,14 +33,14 @@ class _NoHooks(LiveSession):
 
 async def run(quick: bool = False, repeats: int | None = None) -> dict:
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     turns = 100 if quick else 1000
     repeats = repeats or (1 if quick else 3)
     memory = InMemorySpanExporter()
     provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(memory))
+    provider.add_span_processor(BatchSpanProcessor(memory))  # as the worker's
     from opentelemetry import trace
 
     trace.set_tracer_provider(provider)
@@ -55,8 +56,11 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
         try:
             for s in sessions.values():
                 await s.open()
+            names = list(sessions)
             for n in range(turns):
-                for name, s in sessions.items():
+                # Each goes first, second and third in turn: no order is favoured.
+                for name in names[n % 3 :] + names[: n % 3]:
+                    s = sessions[name]
                     trace_setup._provider = provider if name == "on" else None
                     t0 = time.perf_counter()
                     await s.turn(n)
@@ -65,17 +69,30 @@ async def run(quick: bool = False, repeats: int | None = None) -> dict:
             trace_setup._provider = None
             for s in sessions.values():
                 await s.close()
+        base = ms["no hooks"]
         for name, values in ms.items():
             samples.setdefault(name, []).append(summary(values[1:])["median"])
+            # Paired with the baseline's same turn, measured moments apart: the load
+            # drift of a busy machine cancels out of the difference.
+            added = [(v - b) * 1000 for v, b in zip(values[1:], base[1:], strict=True)]
+            samples.setdefault(f"{name} added", []).append(summary(added)["median"])
     figures = {name: spread(v) for name, v in samples.items()}
-    base = figures["no hooks"]["median"]
-    ratios = {name: ratio(f["median"], base) for name, f in figures.items()}
+    ratios = {name: ratio(figures[name]["median"], figures["no hooks"]["median"]) for name in ms}
+    provider.force_flush()
     spans = len(memory.get_finished_spans())
     print(f"tracing: {turns} turns per session, {repeats} repeat(s), median [min..max]")
     print(
         table(
-            [[n, fmt_spread(f, " ms", 3), f"{ratios[n]:.3f}x"] for n, f in figures.items()],
-            ["session", "per-turn median", "vs no hooks"],
+            [
+                [
+                    n,
+                    fmt_spread(figures[n], " ms", 3),
+                    f"{ratios[n]:.3f}x",
+                    fmt_spread(figures[f"{n} added"], " us", 1),
+                ]
+                for n in ms
+            ],
+            ["session", "per-turn median", "vs no hooks", "added a turn (paired)"],
         )
     )
     print(f"  spans written with traces on: {spans} (one a turn)")
