@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from activities import telemetry
 from episodes import contract
 from episodes.errors import (
+    BoxLost,
     EnvironmentFailed,
     HarnessFailure,
     RuntimeUnavailable,
@@ -109,6 +110,11 @@ def worker_fault(e: BaseException) -> bool:
 
 def out_of_order(e: TurnOutOfOrder) -> ApplicationError:
     return ApplicationError(str(e), type=contract.TURN_OUT_OF_ORDER, non_retryable=True)
+
+
+def box_lost(e: BoxLost) -> ApplicationError:
+    """Not retried: the session is dropped; the workflow restores in a fresh box."""
+    return ApplicationError(str(e).splitlines()[0], type=contract.BOX_LOST, non_retryable=True)
 
 
 async def heartbeat_until_cancelled(

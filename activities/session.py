@@ -22,6 +22,7 @@ from activities.fleet_wait import wait_for_fleet
 from activities.logs import bind
 from activities.outcomes import (
     as_outcome,
+    box_lost,
     cancel_is_a_cancel,
     heartbeat_until_cancelled,
     opened,
@@ -33,7 +34,7 @@ from activities.recorder import TurnRecorder
 from episodes import contract
 from episodes.breaker import ProvisionBreaker
 from episodes.envs import load_env
-from episodes.errors import BoxGone, EnvironmentFailed, SpecError, TurnOutOfOrder
+from episodes.errors import BoxGone, BoxLost, EnvironmentFailed, SpecError, TurnOutOfOrder
 from episodes.runtimes.pool.worker_pools import WorkerPools
 from episodes.session.drive import RunAhead, TurnLoop
 from episodes.session.live import LiveSession, score_transcript
@@ -129,7 +130,7 @@ class SessionActivities:
             session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
             first = await opened(session)
             if inp.source_workflow_id is None:
-                telemetry.record_restart("worker")
+                telemetry.record_restart(inp.lost)
             try:
                 divergent, resumed = await session.restore(records)
             except BaseException as e:
@@ -200,6 +201,9 @@ class SessionActivities:
             return result
         except TurnOutOfOrder as e:
             raise out_of_order(e) from None
+        except BoxLost as e:
+            await self._drop(inp.session_id, e)
+            raise box_lost(e) from None
         finally:
             beat.cancel()
 
@@ -246,6 +250,9 @@ class SessionActivities:
                 result = await loop.run(release=release if inp.release else None, ahead=self._ahead)
         except TurnOutOfOrder as e:
             raise out_of_order(e) from None
+        except BoxLost as e:
+            await self._drop(inp.session_id, e)
+            raise box_lost(e) from None
         finally:
             beat.cancel()
             recorder.close()
@@ -253,6 +260,16 @@ class SessionActivities:
             telemetry.TERMINATIONS.labels(kind=result.termination).inc()
             log.info("episode ended %s after %d turns", result.termination, result.next_turn)
         return result
+
+    async def _drop(self, session_id: str, e: BoxLost) -> None:
+        """The session's box died under it: stop what is left (its harness, services and
+        the box's remains); the workflow goes on with a fresh session elsewhere."""
+        telemetry.BOX_FAILOVERS.inc()
+        log.warning("session %s lost its box: %s", session_id, str(e).splitlines()[0])
+        self._ahead.stop(session_id)
+        session = self.registry.pop(session_id)
+        if session is not None:
+            await session.close(failed=True)
 
     async def _release_ended(self, session_id: str, ended: DriveResult) -> None:
         """The drive's normal end releases the session; a retry of the same drive (its

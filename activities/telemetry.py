@@ -35,6 +35,12 @@ PROVISIONS_PAUSED = Gauge(
     ["worker"],
     registry=REGISTRY,
 )
+BOX_FAILOVERS = Counter(
+    "episodes_box_failovers",
+    "Sessions whose box died under them (not by the harness's doing) and were dropped "
+    "for a fresh box elsewhere.",
+    registry=REGISTRY,
+)
 PROVISIONS = Counter(
     "episodes_provisions",
     "Provision attempts by outcome (ok, harness_failure, spec_error, error).",

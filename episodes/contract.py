@@ -70,6 +70,10 @@ METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
 SESSION_NOT_FOUND = "SessionNotFound"
 # `episodes.errors.TurnOutOfOrder`, passed on by the `turn` and `drive` activities.
 TURN_OUT_OF_ORDER = "TurnOutOfOrder"
+# `episodes.errors.BoxLost`, raised by the `drive` and `turn` activities (the session
+# dropped): the box died under the turn, not by the harness's doing; the workflow fails
+# over to a fresh box by replay.
+BOX_LOST = "BoxLost"
 # `episodes.errors.SpecError` and its subclass, passed on by `provision` and
 # `score_transcript`: a bad spec is not retried.
 SPEC_ERROR = "SpecError"

@@ -133,6 +133,15 @@ class LimitExceeded(HarnessFailure):
     error_type = "limit_exceeded"
 
 
+class BoxLost(HarnessFailure):
+    """The box died under the episode for a reason that is not the harness's doing: the
+    container was removed or stopped from outside, its engine or VM is gone. An
+    infrastructure fault: the episode goes on in a fresh box by exact replay (a box
+    failover, `max_box_failovers`); past them it ends `box_lost`."""
+
+    error_type = "box_lost"
+
+
 class HarnessReportedError(HarnessFailure):
     """The harness answered a turn with an `error` packet; it is still alive."""
 

@@ -85,6 +85,7 @@ class EpisodeBase(Scoring):
         self._max_turns = 0
         # `on_worker_lost: restart`, counted over the whole chain (the carry keeps them).
         self._restarts = 0
+        self._box_failovers = 0
         self._turns_replayed = 0
         self._divergences = 0
         self._turns_rerun = 0
@@ -108,6 +109,7 @@ class EpisodeBase(Scoring):
         self._ref, self._first_turn, self._runs = carry.session, carry.turns_done, carry.runs
         self._opened = True
         self._restarts, self._turns_replayed = carry.restarts, carry.turns_replayed
+        self._box_failovers = carry.box_failovers
         self._divergences, self._turns_rerun = carry.replay_divergences, carry.turns_rerun
         self._earlier_calls, self._earlier_tokens = carry.model_calls, carry.model_tokens
 
@@ -119,6 +121,7 @@ class EpisodeBase(Scoring):
             "started_at": started,
             "runs": self._runs + 1,
             "restarts": self._restarts,
+            "box_failovers": self._box_failovers,
             "turns_replayed": self._turns_replayed,
             "replay_divergences": self._divergences,
             "turns_rerun": self._turns_rerun,
@@ -216,6 +219,9 @@ class EpisodeBase(Scoring):
         input only: replay does not compare it."""
         return None
 
+    def _may_fail_over(self, inp: EpisodeInput) -> bool:
+        return self._box_failovers < inp.spec.max_box_failovers
+
     def _may_restart(self, inp: EpisodeInput) -> bool:
         return inp.spec.on_worker_lost == "restart" and self._restarts < inp.spec.max_restarts
 
@@ -235,15 +241,20 @@ class EpisodeBase(Scoring):
         *,
         source: str | None = None,
         count: bool = True,
+        failover: bool = False,
     ) -> str | None:
         """`on_worker_lost: restart`: a new session on any live worker with the recorded
         turns replayed (`_ref`); None, or the error of a restore that failed as an outcome
         (`_termination` set, `_ref` None). Turns the lost worker finished but had not
         recorded yet (`lost_at_turn`, its last heartbeat) are run again by the next drive.
         `source`: a fork's parent, whose turns are replayed (no restart is counted);
-        `count` False: a parked episode's resume (not a restart either)."""
+        `count` False: a parked episode's resume (not a restart either); `failover`: a
+        box that died under the episode (counted as a box failover, not a restart)."""
         info, spec, h = workflow.info(), inp.spec, inp.spec.harness
-        if source is None and count:
+        if failover:
+            self._box_failovers += 1
+            count = False
+        elif source is None and count:
             self._restarts += 1
             self._turns_rerun += max(0, (lost_at_turn or 0) - self._turns_done)
         self._status, self._ref = "restoring", None
@@ -260,6 +271,7 @@ class EpisodeBase(Scoring):
                     run_id=info.run_id,
                     turns=self._turns_done,
                     restart=max(1, self._restarts),
+                    lost="box" if failover else "worker",
                     idle_timeout_s=self._idle_timeout_s(inp),
                     source_workflow_id=source,
                 ),
@@ -279,6 +291,8 @@ class EpisodeBase(Scoring):
                     if source
                     else f"restore {self._turns_done} turns (restart {self._restarts})"
                     if count
+                    else f"restore {self._turns_done} turns (box failover {self._box_failovers})"
+                    if failover
                     else f"resume: replay {self._turns_done} turns"
                 ),
             )
@@ -301,6 +315,8 @@ class EpisodeBase(Scoring):
                 if source
                 else f"restart {self._restarts}"
                 if count
+                else f"box failover {self._box_failovers}"
+                if failover
                 else "resume"
             )
             return f"{what} failed: {failure_message(e)}"
@@ -364,6 +380,7 @@ class EpisodeBase(Scoring):
             turns_replayed=self._turns_replayed,
             replay_divergences=self._divergences,
             turns_rerun=self._turns_rerun,
+            box_failovers=self._box_failovers,
             **self._model_usage(),
             config_error=self._config_error,
             forked_from=inp.fork,

@@ -23,13 +23,16 @@ from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_
 
 from workflows.base import EpisodeBase
 from workflows.failures import (
+    BOX_FAILOVER_PATCH,
     backstop_message,
+    failure_message,
     is_backstop_timeout,
+    is_box_lost,
     is_worker_lost,
     last_heartbeat_turn,
     lost_message,
 )
-from workflows.turn import TurnBackstop, WorkerLost, execute_turn
+from workflows.turn import BoxLostTurn, TurnBackstop, WorkerLost, execute_turn
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
@@ -94,6 +97,13 @@ class EpisodeWorkflow(EpisodeBase):
                     paused = False
                     error = await self._parked(inp)
                     continue  # resumed (`_ref`), or the resume failed as an outcome
+                if drive.termination == "box_lost":
+                    if not self._may_fail_over(inp):
+                        break
+                    # A fresh box (on any worker) with the recorded turns replayed.
+                    self._termination = None
+                    error = await self._restore(inp, None, failover=True)
+                    continue
                 if drive.termination != "worker_lost" or not self._may_restart(inp):
                     break
                 # on_worker_lost: restart: replay the recorded turns on a new session.
@@ -255,6 +265,12 @@ class EpisodeWorkflow(EpisodeBase):
                 result = DriveResult(
                     termination="worker_lost", error=lost_message(e, ref), next_turn=first
                 )
+            elif is_box_lost(e) and workflow.patched(BOX_FAILOVER_PATCH):
+                # The worker dropped the session: nothing to release or score there.
+                self._ref = None
+                result = DriveResult(
+                    termination="box_lost", error=failure_message(e), next_turn=first
+                )
             elif is_backstop_timeout(e):
                 # A live worker ran the drive past its backstop: the turn loop is stuck
                 # (the harness's turn timeout did not fire). An outcome, not a lost
@@ -298,6 +314,10 @@ class EpisodeWorkflow(EpisodeBase):
             except WorkerLost as e:
                 self._lost_at_turn = n
                 return DriveResult(termination="worker_lost", error=str(e), next_turn=n)
+            except BoxLostTurn as e:
+                workflow.patched(BOX_FAILOVER_PATCH)  # marks the new path (see the patch)
+                self._ref = None  # dropped by its worker
+                return DriveResult(termination="box_lost", error=str(e), next_turn=n)
             except TurnBackstop as e:
                 self._score_recorded = True
                 return DriveResult(termination="turn_timeout", error=str(e), next_turn=n)

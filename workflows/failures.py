@@ -28,6 +28,12 @@ BACKSTOP_PATCH = "backstop-timeout-not-worker-lost"
 # `harness_start_failed` (`config_error`): the workflow failed, and batches ran it again.
 SPEC_ERROR_PATCH = "spec-error-start-failed"
 
+# A box that died under a turn (BoxLost: removed from outside, its engine gone) fails
+# the episode over to a fresh box by replay, or ends it `box_lost`. Before it, the
+# activities raised no such error: the box's death was the harness's crash
+# (`harness_crashed`), so histories from before never reach the new path.
+BOX_FAILOVER_PATCH = "box-failover"
+
 # Only these mean nobody holds the session: the task was never picked up, or the
 # worker running it stopped heartbeating.
 _LOST_TIMEOUTS = (TimeoutType.HEARTBEAT, TimeoutType.SCHEDULE_TO_START)
@@ -69,6 +75,12 @@ def classify(e: ActivityError) -> str | None:
     if isinstance(cause, ApplicationError) and cause.type == contract.SESSION_NOT_FOUND:
         return "lost"
     return None
+
+
+def is_box_lost(e: ActivityError) -> bool:
+    """The session's box died under a turn, not by the harness's doing (the worker
+    dropped the session): the episode fails over to a fresh box."""
+    return failure_type(e) == contract.BOX_LOST
 
 
 def is_worker_lost(e: ActivityError) -> bool:

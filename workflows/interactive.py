@@ -28,7 +28,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, is_cancelled_exception
 
 from workflows.base import EpisodeBase
-from workflows.turn import TurnBackstop, WorkerLost, execute_turn
+from workflows.failures import BOX_FAILOVER_PATCH
+from workflows.turn import BoxLostTurn, TurnBackstop, WorkerLost, execute_turn
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
@@ -319,7 +320,7 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
             try:
                 result = await self._turn_with(n, inp)
                 break
-            except (WorkerLost, TurnBackstop, ActivityError) as e:
+            except (WorkerLost, BoxLostTurn, TurnBackstop, ActivityError) as e:
                 if self._status != "running":
                     # Cancelled meanwhile: the release stopped the harness under this turn.
                     why = self._termination or "cancelled"
@@ -327,6 +328,20 @@ class InteractiveEpisodeWorkflow(EpisodeBase):
                         turn=n, done=True, termination=why, error=f"the session ended ({why})"
                     )
                 assert self._inp is not None  # set by run() before any step is accepted
+                if isinstance(e, BoxLostTurn):
+                    workflow.patched(BOX_FAILOVER_PATCH)  # marks the new path (see the patch)
+                    if not self._may_fail_over(self._inp):
+                        self._ref = None  # dropped by its worker: nothing to release
+                        self._termination, self._error = "box_lost", str(e)
+                        return StepReply(turn=n, done=True, termination="box_lost", error=str(e))
+                    # A fresh box by replay, as a restart; this step then runs on it.
+                    self._error = await self._restore(self._inp, None, failover=True)
+                    if self._ref is not None:
+                        continue
+                    assert self._termination is not None
+                    return StepReply(
+                        turn=n, done=True, termination=self._termination, error=self._error
+                    )
                 if isinstance(e, WorkerLost) and self._may_restart(self._inp):
                     # on_worker_lost: restart. This step waits while a new session replays
                     # the recorded turns, then runs on it (its turn was never recorded).

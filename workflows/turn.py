@@ -11,7 +11,14 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
-from workflows.failures import backstop_message, is_backstop_timeout, is_worker_lost, lost_message
+from workflows.failures import (
+    backstop_message,
+    failure_message,
+    is_backstop_timeout,
+    is_box_lost,
+    is_worker_lost,
+    lost_message,
+)
 
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
@@ -22,6 +29,11 @@ with workflow.unsafe.imports_passed_through():
 
 class WorkerLost(Exception):
     """The worker holding the session stopped answering."""
+
+
+class BoxLostTurn(Exception):
+    """The session's box died under the turn, not by the harness's doing; the worker
+    dropped the session (a box failover follows, or the episode ends `box_lost`)."""
 
 
 class TurnBackstop(Exception):
@@ -53,6 +65,8 @@ async def execute_turn(
     except ActivityError as e:
         if is_worker_lost(e):
             raise WorkerLost(lost_message(e, ref)) from None
+        if is_box_lost(e):
+            raise BoxLostTurn(failure_message(e)) from None
         if is_backstop_timeout(e):
             raise TurnBackstop(backstop_message(e, summary, backstop)) from None
         raise

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, TypedDict, Unpack
 
 from episodes.aio import finish
 from episodes.errors import (
+    BoxLost,
     HarnessCrashed,
     HarnessFailure,
     HarnessReportedError,
@@ -283,8 +284,15 @@ class ProcessDriver:
             self._broken = f"turn {n} failed"
             # Asked before the stop: a box past a limit is still there to say which.
             over = await self.runtime.limit_exceeded()
+            # And whether the box itself died under it, not by the harness's doing
+            # (removed from outside, its engine gone): a failover, not a crash.
+            lost = None
+            if over is None and not isinstance(e, ProtocolError):
+                lost = await self.runtime.box_lost()
             await self.stop()
             failure = self._turn_failure(n, e, timeout_s, over)
+            if lost is not None:
+                failure = BoxLost(f"turn {n}: {lost}", stderr_tail=self.stderr_tail)
         except BaseException:
             # Cancelled (or on_event raised) mid-turn: the harness's state is unknown.
             self._broken = f"turn {n} was interrupted"

@@ -139,6 +139,14 @@ class Runtime(abc.ABC):
         default knows of none."""
         return None
 
+    async def box_lost(self) -> str | None:
+        """Asked when a harness process ended unexpectedly: one line saying why the box
+        itself is gone for a reason that is not the harness's (removed or stopped from
+        outside, its engine or VM gone), or None (the box is there: the harness's own
+        crash). The episode then fails over to a fresh box instead of ending
+        `harness_crashed`. This default knows of none."""
+        return None
+
     @abc.abstractmethod
     async def alive(self) -> bool:
         """True if the box still exists and can run processes."""

@@ -19,7 +19,7 @@ from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
 from episodes.envs.base import EnvCalls, Environment, call, score_transcript, step_turn
-from episodes.errors import EnvironmentFailed, SpecError, TurnOutOfOrder
+from episodes.errors import BoxLost, EnvironmentFailed, SpecError, TurnOutOfOrder
 from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
 from episodes.runtimes import Runtime
@@ -278,6 +278,10 @@ class LiveSession:
                     record = TurnRecord(turn=n, message=self._pending)
             finally:
                 model_failure = self.services.end_turn()
+            if record.error_type == BoxLost.error_type:
+                # The box died under the turn, not by the harness's doing: the turn is
+                # not recorded; the episode goes on in a fresh box (a failover).
+                raise BoxLost(record.error or "the box was lost")
             # Events the driver recorded without passing them on (ACP's permission
             # decisions); by identity, in one pass: a turn may stream thousands.
             seen = {id(e) for e in events}

@@ -65,6 +65,8 @@ class EpisodeCarry(Model):
     turns_replayed: int = 0
     replay_divergences: int = 0
     turns_rerun: int = 0
+    box_failovers: int = 0
+    """Box failovers so far (bounded per episode by `max_box_failovers`)."""
     model_calls: int = 0
     """The earlier runs' model calls and tokens (batch budgets count them)."""
     model_tokens: int = 0
@@ -178,6 +180,8 @@ class RestoreInput(Model):
     turns: int = Field(ge=0)
     restart: int = Field(ge=1)
     """1 for the first restart of the episode."""
+    lost: Literal["worker", "box"] = "worker"
+    """What was lost: the worker holding the session, or only its box (a failover)."""
     source_workflow_id: str | None = None
     """Whose recorded turns to replay (a fork's parent); None: the episode's own."""
     idle_timeout_s: Seconds | None = None

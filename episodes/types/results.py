@@ -30,6 +30,9 @@ Termination = Literal[
     # doing; which limit is in `error`.
     "limit_exceeded",
     "worker_lost",
+    # The box died under the episode (removed or stopped from outside, its engine or VM
+    # gone) more times than `max_box_failovers` allows: infrastructure, not the agent.
+    "box_lost",
     # The environment's own code raised (reset or step): its message and traceback tail
     # are in `error`.
     "env_error",
@@ -60,7 +63,7 @@ WORKFLOW_FAILED: Final = "workflow_failed"
 # closed the session) are outcomes, not failures.
 
 # What a batch runs again as a fresh episode (`<id>.r<n>`): the agent had no say in it.
-RERUN_TERMINATIONS: frozenset[str] = frozenset({"worker_lost", "model_error"})
+RERUN_TERMINATIONS: frozenset[str] = frozenset({"worker_lost", "box_lost", "model_error"})
 INFRA_TERMINATIONS: frozenset[str] = frozenset(
     {*RERUN_TERMINATIONS, WORKFLOW_FAILED, "terminated", "timed_out"}
 )
@@ -97,6 +100,9 @@ ErrorType = Literal[
     "harness_error",
     "limit_exceeded",
     "worker_lost",
+    # Said by a harness driver whose box died under the turn (never recorded: the
+    # session raises `BoxLost` and the episode fails over).
+    "box_lost",
 ]
 
 
@@ -229,6 +235,10 @@ class EpisodeResult(Model):
     turns_replayed: int = 0
     replay_divergences: int = 0
     turns_rerun: int = 0
+    box_failovers: int = 0
+    """Times the episode's box died under it for a reason not the harness's (removed
+    from outside, its engine or VM gone) and it went on in a fresh box by exact replay
+    (its replayed turns are in `turns_replayed`). 0 in results from before failovers."""
     model_calls: int = 0
     """Calls through the session's model proxy over the whole episode, and the tokens
     the upstream reported for them (0 in results from before they were counted)."""

@@ -125,6 +125,11 @@ class EpisodeSpec(Model):
     max_restarts: int = Field(default=2, ge=0)
     """With `on_worker_lost: restart`: the most restarts per episode; past them it
     ends `worker_lost`."""
+    max_box_failovers: int = Field(default=2, ge=0)
+    """The most box failovers per episode: the box died under a turn for a reason that
+    is not the harness's (the container removed or stopped from outside, its engine or
+    VM gone), and the episode goes on in a fresh box by exact replay, as a restart
+    does (docs/failures.md). Past them it ends `box_lost`. 0: the first loss ends it."""
     batch_retries: int = Field(default=1, ge=0)
     """Batches (`episodes run`, EvalBatchWorkflow) run an episode that ended for an
     infrastructure reason again, as a fresh episode (`<id>.r1`, ...), this many

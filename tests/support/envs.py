@@ -14,7 +14,8 @@ class Endless(Environment):
     """Never done: the episode ends at max_turns. Scores how many turns it was shown.
 
     env_args: `delay_s`, a pause in each step (turns slower than an Update's round
-    trip); `pad`, characters appended to every message (big turns).
+    trip); `pad`, characters appended to every message (big turns); `done_at`, the
+    step count at which it says done after all (an episode that ends `env_done`).
     """
 
     def reset(self, task: Task) -> Any:
@@ -24,7 +25,8 @@ class Endless(Environment):
     async def step(self, reply: Any) -> StepOutcome:
         await asyncio.sleep(self.env_args.get("delay_s", 0))
         self.n += 1
-        return StepOutcome(message=self._message())
+        done_at = self.env_args.get("done_at")
+        return StepOutcome(message=self._message(), done=done_at is not None and self.n >= done_at)
 
     def score(self, transcript: Transcript) -> ScoreResult:
         return ScoreResult(reward=1.0, details={"turns": len(transcript.turns)})

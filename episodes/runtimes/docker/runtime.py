@@ -208,6 +208,31 @@ class DockerRuntime(Runtime):
     async def limit_exceeded(self) -> str | None:
         return await self._limits.exceeded() if self._limits is not None else None
 
+    async def box_lost(self) -> str | None:
+        """The container is gone or stopped, and not by us nor by its memory limit (a
+        box past its limit is `limit_exceeded`, asked first): removed from outside, the
+        engine restarted, the node drained. A process inside cannot stop the container
+        (its PID 1 ignores the signals it could send), so a stopped one was stopped
+        from outside."""
+        if self._stopped or self.api is None:
+            return None
+        try:
+            info = await call(self.api.inspect_container, self.name)
+        except docker.errors.NotFound:
+            return f"the container {self.name} was removed from outside"
+        except Exception as e:  # the engine itself: restarting, gone
+            why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            return f"the Docker engine does not answer for {self.name}: {why}"
+        state = info.get("State") or {}
+        if state.get("Running") or state.get("OOMKilled"):
+            return None
+        if state.get("Status") == "removing":
+            return f"the container {self.name} was removed from outside"
+        return (
+            f"the container {self.name} was stopped from outside "
+            f"({state.get('Status', 'not running')}, exit code {state.get('ExitCode')})"
+        )
+
     async def open_process(
         self,
         argv: list[str],
