@@ -11,6 +11,10 @@ specs name it:
   (a gradient limiter after Netflix's Gradient2), each other success adds 1/limit,
   up to the spec's `max_concurrency`; calls over the limit wait in the worker
   (`acquire`), first come first served;
+- the policy version of its weights (`UpstreamSpec.policy_version`): the highest any
+  spec a session started with names, read by every session's next call record, so a
+  trainer that pushes weights to a replica and dispatches with the new version tells
+  the sessions already running there (episodes/model/record.py);
 - health: a refused connection ejects it at once, `EJECT_AFTER` failures in a row
   (5xx, timeouts, broken connections) too; an ejection lasts `EJECT_S`, doubling with
   each one in a row up to `MAX_EJECT_S`. When it ends the replica takes calls again (the
@@ -64,6 +68,9 @@ class Replica:
         self.failures = 0  # in a row
         self.ejections = 0  # in a row
         self.ejected_until = 0.0
+        # The version of the weights it serves, as the trainer last told this worker
+        # (`UpstreamSpec.policy_version`; `Fleet.replica`): None until one does.
+        self.policy_version: int | None = None
         # Counts, for tests, benchmarks and metrics.
         self.served = 0
         self.throttled = 0
@@ -167,6 +174,12 @@ class Fleet:
             r = self.replicas[up.base_url] = Replica(up.base_url, up.max_concurrency)
         elif r.ceiling != up.max_concurrency:
             r.adaptive.set_ceiling(up.max_concurrency)  # the newest spec's ceiling
+        if up.policy_version is not None and (
+            r.policy_version is None or up.policy_version > r.policy_version
+        ):
+            # The highest: a session started again from an older spec (a restart, a
+            # re-run) must not take the replica's weights back in time.
+            r.policy_version = up.policy_version
         return r
 
     def saturated(self) -> bool:
