@@ -24,7 +24,7 @@ weights would) names the weights serving each answer as a server that reports th
 does: header `x-policy-version: N` and `system_fingerprint: "scripted-vN"` (read by a
 spec's `model.policy_version_from`); `served` records it per call.
 
-    python -m episodes.model.scripted --policy kv [--template chatml]   # until interrupted
+    python -m episodes.model.scripted --policy kv [--template chatml] [--policy-version N]
 """
 
 from __future__ import annotations
@@ -377,8 +377,16 @@ TEMPLATES: dict[str, ChatTemplate | None] = {
 }
 
 
-async def _serve(policy: str, key: str | None, port: int, template: str) -> None:
-    up = ScriptedUpstream(policy=POLICIES[policy], key=key, port=port, template=TEMPLATES[template])
+async def _serve(
+    policy: str, key: str | None, port: int, template: str, version: int | None
+) -> None:
+    up = ScriptedUpstream(
+        policy=POLICIES[policy],
+        key=key,
+        port=port,
+        template=TEMPLATES[template],
+        policy_version=version,
+    )
     async with up:
         print(up.base_url, flush=True)
         await asyncio.Event().wait()
@@ -392,9 +400,15 @@ def main() -> None:
     parser.add_argument(
         "--template", choices=sorted(TEMPLATES), default="words", help="how prompts tokenize"
     )
+    parser.add_argument(
+        "--policy-version",
+        type=int,
+        default=None,
+        help="name these weights in each answer (header x-policy-version, system_fingerprint)",
+    )
     args = parser.parse_args()
     try:
-        asyncio.run(_serve(args.policy, args.key, args.port, args.template))
+        asyncio.run(_serve(args.policy, args.key, args.port, args.template, args.policy_version))
     except KeyboardInterrupt:
         pass
 
