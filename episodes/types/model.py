@@ -78,9 +78,16 @@ class UpstreamSpec(BaseModel):
     """The policy version of the weights it serves, as the trainer knows it (set when
     it pushes weights to this replica: `client.upstreams = [...]`). Recorded on the
     calls it serves when its answers do not say (`model.policy_version_from`). A worker
-    keeps the highest version any spec it has started a session with gives this
-    replica (`episodes.model.fleet`): sessions already running there record it from
-    their next call on."""
+    keeps, per replica, the version of the latest declaration (`policy_version_at`)
+    among the specs it has started sessions with (`episodes.model.fleet`): sessions
+    already running there record it from their next call on."""
+    policy_version_at: float | None = None
+    """When the trainer declared `policy_version` (Unix seconds, its clock). The client
+    stamps it when it dispatches (`run_batch`, with `client.upstreams`) unless given,
+    so a session restarted from an older spec, or started late from one, never takes
+    a replica's version back, while a new training run's declarations win over an
+    earlier run's. Unstamped declarations (a spec written by hand) lose to stamped
+    ones; among them the highest version wins."""
 
 
 class PolicyVersionFrom(BaseModel):

@@ -144,30 +144,91 @@ async def test_no_rule_no_version_records_none() -> None:
 
 async def test_the_replica_version_reaches_sessions_already_running() -> None:
     """A trainer pushes weights to a replica and dispatches with its new version: the
-    worker's sessions on that replica record the new version from their next call."""
+    worker's sessions on that replica record the new version from their next call. The
+    latest declaration wins, not the latest session: a session restarted (or started
+    late) from an older spec takes nothing back; a new training run's does."""
     calls: list = []
     async with ScriptedUpstream(policy=lambda m, t: "hi") as up:
 
-        def spec(replica: int | None, dispatch: int) -> ModelSpec:
-            fleet = [UpstreamSpec(base_url=up.base_url, policy_version=replica)]
+        def spec(replica: int | None, dispatch: int, at: float | None) -> ModelSpec:
+            fleet = [
+                UpstreamSpec(base_url=up.base_url, policy_version=replica, policy_version_at=at)
+            ]
             return ModelSpec(upstreams=fleet, model="m", policy_version=dispatch)
 
-        async with _proxy(spec(0, 0), calls, "running") as running:
+        async with _proxy(spec(4, 4, 100.0), calls, "running") as running:
             await _ask(running)
-            async with _proxy(spec(1, 1), [], "new"):  # a session of the next dispatch
+            async with _proxy(spec(5, 5, 200.0), [], "next"):  # the next dispatch's session
                 pass
             await _ask(running)
-            async with _proxy(spec(0, 0), [], "restarted"):  # an older spec: no step back
+            async with _proxy(spec(4, 4, 150.0), [], "late"):  # dispatched before, started now
                 pass
             await _ask(running)
-        async with _proxy(spec(None, 1), calls, "unversioned") as later:
-            await _ask(later)  # the replica keeps its version for specs that name none
+            async with _proxy(spec(0, 0, 300.0), [], "new-run"):  # a new training run
+                pass
+            await _ask(running)
+        async with _proxy(spec(None, 1, None), calls, "unversioned") as later:
+            await _ask(later)  # a spec that names no version leaves the replica's
     assert _versions(calls) == [
-        (0, "replica", 0),
-        (1, "replica", 0),
-        (1, "replica", 0),
-        (1, "replica", 1),
+        (4, "replica", 4),
+        (5, "replica", 4),
+        (5, "replica", 4),
+        (0, "replica", 4),
+        (0, "replica", 1),
     ]
+
+
+async def test_unstamped_declarations_lose_to_stamped_ones_and_the_highest_wins() -> None:
+    calls: list = []
+    async with ScriptedUpstream(policy=lambda m, t: "hi") as up:
+
+        def spec(replica: int, at: float | None) -> ModelSpec:
+            fleet = [
+                UpstreamSpec(base_url=up.base_url, policy_version=replica, policy_version_at=at)
+            ]
+            return ModelSpec(upstreams=fleet, model="m")
+
+        async with _proxy(spec(3, None), calls) as proxy:
+            await _ask(proxy)
+            async with _proxy(spec(2, None), []):
+                pass
+            await _ask(proxy)
+            async with _proxy(spec(1, 10.0), []):
+                pass
+            await _ask(proxy)
+            async with _proxy(spec(7, None), []):
+                pass
+            await _ask(proxy)
+    assert [c["policy_version"] for c in calls] == [3, 3, 1, 1]
+
+
+def test_dispatch_stamps_the_replicas_versions() -> None:
+    from episodes.client.batch.dispatch import dispatch_spec
+    from episodes.types.spec import parse_spec
+
+    spec = parse_spec(
+        {
+            "name": "f",
+            "env": "kv-store",
+            "tasks": [{"id": "t"}],
+            "harness": {"command": "x"},
+            "model": {"base_url": "http://old/v1", "model": "m"},
+        }
+    )
+    fleet = [
+        UpstreamSpec(base_url="http://a/v1", policy_version=3),
+        UpstreamSpec(base_url="http://b/v1", policy_version=2, policy_version_at=5.0),
+        UpstreamSpec(base_url="http://c/v1"),
+    ]
+    first = dispatch_spec(spec, 3, fleet)
+    second = dispatch_spec(spec, 3, fleet)
+    assert first.model is not None and second.model is not None
+    a1, b1, c1 = first.model.targets()
+    a2, _, _ = second.model.targets()
+    assert a1.policy_version_at is not None and a2.policy_version_at is not None
+    assert a1.policy_version_at <= a2.policy_version_at  # a later dispatch: a later stamp
+    assert (b1.policy_version_at, c1.policy_version_at) == (5.0, None)  # given; no version
+    assert fleet[0].policy_version_at is None  # the trainer's list is left as it was
 
 
 async def test_the_answer_outranks_the_replica() -> None:
