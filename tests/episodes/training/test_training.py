@@ -7,6 +7,7 @@ the samples must reproduce are the ones a real HTTP server served.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
@@ -14,11 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodes.client import EpisodesClient
+from episodes.client.batch.dispatch import dispatch_spec
 from episodes.client.batch.server import episode_ids
 from episodes.model.scripted.chat_template import ChatTemplate
 from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.training.export import COLUMNS
 from episodes.training.samples import build_samples
+from episodes.types.model import UpstreamSpec
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
 from tests.episodes.cli.test_cli import episodes as cli
@@ -295,3 +298,63 @@ async def test_weights_pushed_mid_episode_show_in_each_tokens_version(client, wo
             1,
         )
         assert set(row["completion_policy_versions"]) == {0, 1}
+
+
+async def test_a_replicas_new_version_reaches_running_episodes(client, worker):
+    """The upstream names nothing; the trainer pushes weights to its one replica and
+    dispatches an episode with the replica's new version. The worker's episodes
+    already running there record it from their next call (source `replica`), and
+    their samples show both versions."""
+    batch = f"replica-{uuid.uuid4().hex[:6]}"
+    tasks = [{"id": "x", "data": {"goal": {"a": "1", "b": "2"}}}]
+    episodes_n = 2
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate())
+    first_calls: set[str] = set()
+    pushed = asyncio.Event()
+
+    async def gate(seen: dict) -> None:
+        session = seen["headers"].get("X-Session-ID", "")
+        if session not in first_calls:
+            first_calls.add(session)
+            return
+        await pushed.wait()  # later calls: once the new version was dispatched
+
+    up.gate = gate
+    ec = EpisodesClient(client, task_queue="episodes-test")
+    async with up:
+        data = agent_spec(up.base_url, tasks=tasks, samples=episodes_n)
+        data["name"] = batch
+        data["harness"]["inherit_env"] = ["PYTHONPATH"]
+        spec = parse_spec(data)
+        ec.upstreams = [UpstreamSpec(base_url=up.base_url, policy_version=0)]
+        stream = ec.run_batch(
+            spec, batch_id=batch, groups=True, policy_version=0, concurrency=episodes_n
+        )
+        running = asyncio.create_task(anext(stream))
+        assert await wait_until(lambda: len(up.served) >= episodes_n, timeout=120)
+        # The trainer pushed weights to the replica: one more episode, at version 1.
+        trainer = EpisodesClient(client, task_queue="episodes-test")
+        trainer.upstreams = [UpstreamSpec(base_url=up.base_url, policy_version=1)]
+        late = Task(id="late", data={"goal": {"a": "1"}})
+        other = asyncio.create_task(
+            trainer.run_episode(dispatch_spec(spec, 1, trainer.upstreams), late, 0)
+        )
+        assert await wait_until(lambda: len(up.served) > episodes_n, timeout=120)
+        pushed.set()
+        group = await running
+        await stream.aclose()
+        assert (await other).termination == "env_done"
+    for result, built in zip(group.results, await group.samples(), strict=True):
+        assert result.termination == "env_done", result.error
+        calls = (await ec.transcript(result.workflow_id)).model_calls()
+        assert [(c.policy_version, c.policy_version_source, c.dispatch_version) for c in calls] == [
+            (0, "replica", 0),
+            (1, "replica", 0),
+            (1, "replica", 0),
+        ]
+        (s,) = built.samples
+        first = calls[0].completion_ids or []
+        assert s.completion_policy_versions == [0] * len(first) + [1] * (
+            len(s.completion_ids) - len(first)
+        )
+        assert (s.policy_version, s.min_policy_version, s.max_policy_version) == (0, 0, 1)
