@@ -103,6 +103,19 @@ class EpisodeSamples(BaseModel):
         return not self.incomplete
 
     @property
+    def min_policy_version(self) -> int | None:
+        """The oldest version that sampled any of the episode's trained tokens (None:
+        unknown): what a group's lag is measured from."""
+        known = [s.min_policy_version for s in self.samples if s.min_policy_version is not None]
+        return min(known, default=None)
+
+    @property
+    def max_policy_version(self) -> int | None:
+        """The newest version that sampled any of the episode's trained tokens."""
+        known = [s.max_policy_version for s in self.samples if s.max_policy_version is not None]
+        return max(known, default=None)
+
+    @property
     def made_calls(self) -> bool:
         """Whether the episode made a model call at all (answered or not)."""
         return bool(self.samples or self.incomplete or self.unanswered)

@@ -107,12 +107,15 @@ def test_weights_updated_mid_episode_keep_one_sample_with_per_token_versions() -
     # Each call's span (the prompt tokens before its sampled ones, then those) is its own.
     assert s.completion_policy_versions == [3, 3, 4, 4, 5, 5, 5, 5]
     assert (s.min_policy_version, s.max_policy_version) == (3, 5)
+    assert (built.min_policy_version, built.max_policy_version) == (3, 5)  # the episode's
 
 
 def test_no_version_known_leaves_the_versions_out() -> None:
     (s,) = build_samples([call([1], [2]), call([1, 2, 3], [4])]).samples
     assert s.completion_policy_versions is None
     assert s.min_policy_version is None and s.max_policy_version is None
+    built = build_samples([call([1], [2]), call([1, 2, 3], [4])])
+    assert built.min_policy_version is None and built.max_policy_version is None
 
 
 def test_a_forks_replayed_calls_do_not_count_in_its_version_span() -> None:
