@@ -11,6 +11,11 @@ specs name it:
   (a gradient limiter after Netflix's Gradient2), each other success adds 1/limit,
   up to the spec's `max_concurrency`; calls over the limit wait in the worker
   (`acquire`), first come first served;
+- the policy version of its weights (`UpstreamSpec.policy_version`): the latest
+  declared (`policy_version_at`) among the specs its sessions started with, read by
+  every session's next call record, so a trainer that pushes weights to a replica
+  and dispatches with the new version tells the sessions already running there
+  (episodes/model/record.py);
 - health: a refused connection ejects it at once, `EJECT_AFTER` failures in a row
   (5xx, timeouts, broken connections) too; an ejection lasts `EJECT_S`, doubling with
   each one in a row up to `MAX_EJECT_S`. When it ends the replica takes calls again (the
@@ -30,6 +35,7 @@ no new episodes (workers/backpressure.py): boxes are the scarce thing.
 from __future__ import annotations
 
 import asyncio
+import math
 from collections import deque
 from urllib.parse import urlsplit, urlunsplit
 
@@ -64,6 +70,10 @@ class Replica:
         self.failures = 0  # in a row
         self.ejections = 0  # in a row
         self.ejected_until = 0.0
+        # The version of the weights it serves, as the trainer last told this worker
+        # (`UpstreamSpec.policy_version`; `Fleet.replica`): None until one does.
+        self.policy_version: int | None = None
+        self.declared: tuple[float, int] | None = None  # (policy_version_at, version)
         # Counts, for tests, benchmarks and metrics.
         self.served = 0
         self.throttled = 0
@@ -167,6 +177,15 @@ class Fleet:
             r = self.replicas[up.base_url] = Replica(up.base_url, up.max_concurrency)
         elif r.ceiling != up.max_concurrency:
             r.adaptive.set_ceiling(up.max_concurrency)  # the newest spec's ceiling
+        if up.policy_version is not None:
+            # The latest declaration, not the latest session: a session restarted (or
+            # started late) from an older spec must not take the weights back in time.
+            declared = (
+                up.policy_version_at if up.policy_version_at is not None else -math.inf,
+                up.policy_version,
+            )
+            if r.declared is None or declared > r.declared:
+                r.declared, r.policy_version = declared, up.policy_version
         return r
 
     def saturated(self) -> bool:

@@ -29,6 +29,7 @@ import hmac
 import json
 import secrets
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from episodes.aio import finish
@@ -36,6 +37,7 @@ from episodes.errors import ModelError
 from episodes.json_depth import text_too_deep, too_deep_message
 from episodes.model.conversation import Conversations
 from episodes.model.fastjson import loads
+from episodes.model.fleet import Replica
 from episodes.model.record import (
     Callback,
     call_record,
@@ -234,13 +236,13 @@ class ModelProxy:
         try:
             call = await self._sender.send(sent, read=True)
         except Exhausted as e:
-            return await self._fail(request, sent, started, str(e), e.upstream)
+            return await self._fail(request, sent, started, str(e), e.served_by)
         resp, raw = call.resp, call.raw
         if text_too_deep(raw):
             # Neither parsed nor recorded nor passed on: the call failed (`model_error`).
             why = too_deep_message("the upstream's answer")
             failed = f"model call failed: {why}"
-            return await self._fail(request, sent, started, failed, call.upstream)
+            return await self._fail(request, sent, started, failed, call.replica)
         ctype = resp.headers.get("content-type", "application/json")
         try:
             answer = loads(raw)
@@ -252,9 +254,10 @@ class ModelProxy:
             answer,
             started,
             call.attempts,
-            call.upstream,
+            call.replica,
             stream=False,
             status=resp.status,
+            headers=resp.headers,
             error=error,
             raw=raw_to_record(raw, answer, stream=False),
         )
@@ -264,13 +267,13 @@ class ModelProxy:
         try:
             call = await self._sender.send(sent, read=False)
         except Exhausted as e:
-            return await self._fail(request, sent, started, str(e), e.upstream)
+            return await self._fail(request, sent, started, str(e), e.served_by)
         resp = call.resp
         if resp.status >= 300:  # a 4xx the harness caused (read by `send`): pass it through
             raw = call.raw
             await self._record(
-                sent, error_text(raw), started, call.attempts, call.upstream,
-                stream=True, status=resp.status,
+                sent, error_text(raw), started, call.attempts, call.replica,
+                stream=True, status=resp.status, headers=resp.headers,
             )  # fmt: skip
             ctype = resp.headers.get("content-type", "application/json")
             return request.respond(resp.status, raw, ctype)
@@ -334,8 +337,9 @@ class ModelProxy:
             response,
             started,
             call.attempts,
-            call.upstream,
+            call.replica,
             stream=True,
+            headers=resp.headers,
             error=str(broke) if broke else harness_error(gone, slow, self.spec.timeout_s),
             raw=raw_to_record(whole, response, stream=True) if self.spec.replay_bytes else None,
         )
@@ -354,7 +358,7 @@ class ModelProxy:
         sent: dict[str, Any],
         started: float,
         message: str,
-        upstream: str | None,
+        replica: Replica | None,
     ) -> None:
         err = ModelError(message)
         await self._report(err)
@@ -363,7 +367,7 @@ class ModelProxy:
             None,
             started,
             self.spec.retries + 1,
-            upstream,
+            replica,
             stream=bool(sent.get("stream")),
             status=502,
             error=message,
@@ -376,16 +380,22 @@ class ModelProxy:
         response: Any,
         started: float,
         attempts: int,
-        served_by: str | None,
+        replica: Replica | None,
         *,
         stream: bool,
         status: int = 200,
         error: str | None = None,
         raw: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
+        """Record a finished call: `replica` served it (its last attempt's), `headers`
+        are its answer's (None: no answer came)."""
+        served_by = None if replica is None else replica.name
+        version = None if replica is None else replica.policy_version
         record = call_record(
             self.conversations, self.spec, served_by, sent, response, started, attempts,
             stream=stream, status=status, error=error, raw=raw,
+            headers=headers, replica_version=version,
         )  # fmt: skip
         self.calls += 1
         await notify(self.on_call, record)

@@ -2,9 +2,10 @@
 
 A finished call becomes one `model_call` record handed to the proxy's `on_call`: the
 request as sent upstream (its new messages only, with what they extend:
-episodes/model/conversation.py), the response, timings, attempts, status, the policy
-version and the upstream that served it, and, for an exact replay, the bytes the harness
-got (`raw`). Errors the harness sees are OpenAI-style bodies (`openai_error`).
+episodes/model/conversation.py), the response, timings, attempts, status, the upstream
+that served it, the policy version of the weights that served it with where that came
+from (`served_version`: the answer, the replica, or the dispatch version) and the
+dispatch version, and, for an exact replay, the bytes the harness got (`raw`). Errors the harness sees are OpenAI-style bodies (`openai_error`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from episodes.errors import ModelError
 from episodes.model.conversation import Conversations
+from episodes.types.events import PolicyVersionSource
 from episodes.types.model import ModelSpec
 
 log = logging.getLogger("episodes.model.proxy")
@@ -42,6 +44,28 @@ async def notify(cb: Callback | None, arg: Any) -> None:
         log.exception("model proxy: callback %r failed", cb)
 
 
+def served_version(
+    spec: ModelSpec,
+    headers: Mapping[str, str] | None,
+    response: Any,
+    replica_version: int | None,
+) -> tuple[int | None, PolicyVersionSource | None]:
+    """The policy version of the weights that served a call, and its source: what the
+    answer says (`spec.policy_version_from`; `headers` in lower case, None: no answer),
+    else the version the trainer gave the replica that served it, else the dispatch
+    version (`spec.policy_version`). (None, None): nothing knows it."""
+    rule = spec.policy_version_from
+    if rule is not None and headers is not None:
+        said = rule.read(headers, response)
+        if said is not None:
+            return said, "upstream"
+    if replica_version is not None:
+        return replica_version, "replica"
+    if spec.policy_version is not None:
+        return spec.policy_version, "dispatch"
+    return None, None
+
+
 def call_record(
     conversations: Conversations,
     spec: ModelSpec,
@@ -55,8 +79,13 @@ def call_record(
     status: int = 200,
     error: str | None = None,
     raw: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    replica_version: int | None = None,
 ) -> dict[str, Any]:
-    """One call's record (`started`: its `time.monotonic()` when the request came in)."""
+    """One call's record (`started`: its `time.monotonic()` when the request came in;
+    `headers`: the answer's, names in lower case; `replica_version`: the served_by
+    replica's `policy_version` when the call ended)."""
+    version, source = served_version(spec, headers, response, replica_version)
     # The new messages only, with what they extend (episodes/model/conversation.py):
     # the record grows with the conversation, not with its square.
     call_id, messages, extends = conversations.record(sent.get("messages"))
@@ -71,7 +100,9 @@ def call_record(
         "stream": stream,
         "attempts": attempts,
         "status": status,
-        "policy_version": spec.policy_version,
+        "policy_version": version,  # of the weights that served it (`served_version`)
+        "policy_version_source": source,
+        "dispatch_version": spec.policy_version,
         "upstream": served_by,  # fleet.py: the upstream that served it
     }
     if extends is not None:

@@ -11,6 +11,13 @@ any episode has no reward (an env error, a lost worker), the one rule for a miss
 reward. Group members are the episodes given, incomplete ones included (the caller
 picks whole groups: `episodes.training.groups`).
 
+Policy versions (`episodes.training.samples`): `policy_version` is the version the
+episode was dispatched at; `completion_policy_versions` (aligned with
+`completion_ids`) the version of the weights that served each token's call, null when
+no version was known; `min_policy_version` / `max_policy_version` span the versions
+that sampled the row's mask-1 tokens. Files written before these columns existed
+simply lack them.
+
 `replay_divergences` is on every row: the episode's replayed turns whose request
 differed from the recorded one (a restart, resume or fork; 0 for most). With
 `include_diverged=False` an episode with any is left out, and its reward counts as
@@ -42,6 +49,8 @@ COLUMNS = (
     "group_id",
     "sample_index",
     "policy_version",
+    "min_policy_version",
+    "max_policy_version",
     "reward",
     "advantage",
     "termination",
@@ -49,6 +58,7 @@ COLUMNS = (
     "completion_ids",
     "completion_mask",
     "completion_logprobs",
+    "completion_policy_versions",
     "num_model_calls",
     "split_reason",
     "replay_divergences",
@@ -101,6 +111,8 @@ def export_rows(
                     "group_id": group_id(batch, result.task_id),
                     "sample_index": s.index,
                     "policy_version": s.policy_version,
+                    "min_policy_version": s.min_policy_version,
+                    "max_policy_version": s.max_policy_version,
                     "reward": result.reward,
                     "advantage": adv[result.workflow_id],
                     "termination": result.termination,
@@ -108,6 +120,7 @@ def export_rows(
                     "completion_ids": s.completion_ids,
                     "completion_mask": s.completion_mask,
                     "completion_logprobs": s.completion_logprobs,
+                    "completion_policy_versions": s.completion_policy_versions,
                     "num_model_calls": s.num_model_calls,
                     "split_reason": s.split_reason,
                     "replay_divergences": result.replay_divergences,
@@ -141,6 +154,8 @@ def _schema(pa: Any) -> Any:
             ("group_id", pa.string()),
             ("sample_index", pa.int64()),
             ("policy_version", pa.int64()),
+            ("min_policy_version", pa.int64()),
+            ("max_policy_version", pa.int64()),
             ("reward", pa.float64()),
             ("advantage", pa.float64()),
             ("termination", pa.string()),
@@ -148,6 +163,7 @@ def _schema(pa: Any) -> Any:
             ("completion_ids", ids),
             ("completion_mask", pa.list_(pa.int8())),
             ("completion_logprobs", pa.list_(pa.float64())),
+            ("completion_policy_versions", pa.list_(pa.int64())),
             ("num_model_calls", pa.int64()),
             ("split_reason", pa.string()),
             ("replay_divergences", pa.int64()),

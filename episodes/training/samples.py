@@ -4,6 +4,7 @@
     built.require_complete("episode-id")        # IncompleteTokenData if a call lacks ids
     for s in built.samples:
         s.prompt_ids, s.completion_ids, s.completion_mask, s.completion_logprobs
+        s.completion_policy_versions, s.min_policy_version, s.max_policy_version
 
 Calls are taken in order. A call *extends* the current sample when its prompt ids
 begin with the sample's prompt ids + completion ids so far (what a chat template does
@@ -12,8 +13,19 @@ past that prefix (tool results, the next user message, the template's framing) j
 the completion with mask 0 and logprob 0.0, then the call's sampled ids with mask 1
 and their logprobs. Otherwise a new sample starts and the split is counted, with its
 reason: `prefix_mismatch at token i` (the first differing position of the sequence;
-templates that drop earlier reasoning do this), `policy_version a -> b` (a sample's
-tokens come from one policy), or `after incomplete call j`.
+templates that drop earlier reasoning do this), `policy_version a -> b` (the calls'
+dispatch versions differ: a fork's branches dispatched at another version than their
+parent), or `after incomplete call j`.
+
+Policy versions: each call records the version of the weights that served it
+(`ModelCall.policy_version`: the upstream's word, the replica's or the dispatch
+version). A sample goes on across a weight update in the middle of its episode, and
+says per token which weights sampled it: `completion_policy_versions[i]` is the
+version of the call whose span token i is in (its sampled tokens, and the prompt
+tokens that came before them; those are mask 0 and never trained on). Per sample,
+`min_policy_version` and `max_policy_version` span the calls that sampled its mask-1
+tokens. A trainer weights off-policy tokens by the importance ratio against the
+recorded logprobs, or drops those older than K versions (docs/trainers.md).
 
 Text is never re-tokenized to fill a gap: a retokenized turn is not what the model
 saw, and training on it teaches the wrong thing. A call without prompt ids, sampled
@@ -53,8 +65,20 @@ class Sample(BaseModel):
     first_call: int
     """Index of the sample's first model call among the episode's calls."""
     policy_version: int | None = None
+    """The version its episode was dispatched at (its calls' `dispatch_version`; a
+    sample never spans two). The weights that sampled each token can be newer:
+    `completion_policy_versions`."""
     split_reason: str | None = None
     """Why this sample did not continue the previous one (None for the first)."""
+    completion_policy_versions: list[int | None] | None = None
+    """Per token of `completion_ids`, the policy version of the weights that served
+    the call it came with (`ModelCall.policy_version`: see the module doc); None for
+    the tokens of a call whose version nobody knew. None: no call of the sample has a
+    version (none was set)."""
+    min_policy_version: int | None = None
+    """The oldest version that sampled any of its mask-1 tokens (None: unknown)."""
+    max_policy_version: int | None = None
+    """The newest version that sampled any of its mask-1 tokens (None: unknown)."""
 
 
 class IncompleteCall(BaseModel):
@@ -77,6 +101,19 @@ class EpisodeSamples(BaseModel):
     @property
     def complete(self) -> bool:
         return not self.incomplete
+
+    @property
+    def min_policy_version(self) -> int | None:
+        """The oldest version that sampled any of the episode's trained tokens (None:
+        unknown): what a group's lag is measured from."""
+        known = [s.min_policy_version for s in self.samples if s.min_policy_version is not None]
+        return min(known, default=None)
+
+    @property
+    def max_policy_version(self) -> int | None:
+        """The newest version that sampled any of the episode's trained tokens."""
+        known = [s.max_policy_version for s in self.samples if s.max_policy_version is not None]
+        return max(known, default=None)
 
     @property
     def made_calls(self) -> bool:
@@ -134,6 +171,10 @@ class _Open:
         assert call.prompt_ids is not None and call.completion_ids is not None
         assert call.completion_logprobs is not None
         n = len(call.completion_ids)
+        self.versions = [call.policy_version] * n
+        # The versions of the calls that sampled its mask-1 tokens (a fork's replayed
+        # calls sampled none here).
+        self.sampled = [] if prompt else [call.policy_version]
         self.sample = Sample(
             index=index,
             prompt_ids=list(call.prompt_ids),
@@ -142,7 +183,7 @@ class _Open:
             completion_logprobs=[0.0] * n if prompt else list(call.completion_logprobs),
             num_model_calls=1,
             first_call=at,
-            policy_version=call.policy_version,
+            policy_version=call.dispatch_version,
             split_reason=reason,
         )
         # prompt + completion so far: what the next prompt must begin with.
@@ -155,8 +196,8 @@ class _Open:
         assert call.completion_logprobs is not None
         only_prompt = replayed
         s, seq, prompt = self.sample, self.sequence, call.prompt_ids
-        if call.policy_version != s.policy_version:
-            return f"policy_version {s.policy_version} -> {call.policy_version}"
+        if call.dispatch_version != s.policy_version:
+            return f"policy_version {s.policy_version} -> {call.dispatch_version}"
         n = len(seq)
         if prompt[:n] != seq:
             at = next(
@@ -168,9 +209,22 @@ class _Open:
         s.completion_mask += [0] * (len(gap) + m) if only_prompt else [0] * len(gap) + [1] * m
         logprobs = [0.0] * m if only_prompt else call.completion_logprobs
         s.completion_logprobs += [0.0] * len(gap) + logprobs
+        self.versions += [call.policy_version] * (len(gap) + m)
+        if not only_prompt:
+            self.sampled.append(call.policy_version)
         s.num_model_calls += 1
         self.sequence = prompt + call.completion_ids
         return None
+
+    def done(self) -> Sample:
+        """The sample, its policy versions filled in."""
+        s = self.sample
+        if any(v is not None for v in self.versions):
+            s.completion_policy_versions = self.versions
+        known = [v for v in self.sampled if v is not None]
+        if known:
+            s.min_policy_version, s.max_policy_version = min(known), max(known)
+        return s
 
 
 def build_samples(calls: Sequence[ModelCall | None], *, replayed: int = 0) -> EpisodeSamples:
@@ -201,13 +255,13 @@ def build_samples(calls: Sequence[ModelCall | None], *, replayed: int = 0) -> Ep
                 continue
         if current is not None:
             out.splits += 1
-            out.samples.append(current.sample)
+            out.samples.append(current.done())
         else:
             reason = None  # the episode's first sample continues nothing
         current = _Open(call, len(out.samples), i, reason, i < replayed)
         after_gap = None
     if current is not None:
-        out.samples.append(current.sample)
+        out.samples.append(current.done())
     return out
 
 

@@ -32,6 +32,10 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 TOKEN_ID_PREFIX = "token_id:"
 
 
+# Where a model call's `policy_version` came from (see `ModelCall.policy_version_source`).
+PolicyVersionSource = Literal["upstream", "replica", "dispatch"]
+
+
 class _Event(BaseModel):
     # Histories hold whatever the recorder of the day wrote: tolerate what we don't know.
     model_config = ConfigDict(extra="allow")
@@ -74,8 +78,17 @@ class ModelCall(_Event):
     status: int = 200
     error: str | None = None
     policy_version: int | None = None
-    """The trainer's policy version the spec named when the call was made (None:
-    unset, or recorded before policy versions existed)."""
+    """The policy version of the weights that served the call, from the source
+    `policy_version_source` names (None: no source knew it)."""
+    policy_version_source: PolicyVersionSource | None = None
+    """Where `policy_version` came from: `upstream` (the answer said, by the spec's
+    `model.policy_version_from`), `replica` (the version the trainer gave the upstream
+    that served it, `model.upstreams[].policy_version`) or `dispatch` (the version the
+    episode was dispatched at, `model.policy_version`). A record from before sources
+    existed reads as `dispatch`: its version was the dispatch version."""
+    dispatch_version: int | None = None
+    """The version the episode was dispatched at (`model.policy_version` when the call
+    was made); a record from before this field reads its `policy_version` here."""
     upstream: str | None = None
     """The base URL of the upstream that served the call (`model.upstreams`; None:
     recorded before fleets existed)."""
@@ -102,6 +115,11 @@ class ModelCall(_Event):
     def _derive(cls, data: Any) -> Any:
         if isinstance(data, dict):
             data = {**data, **_token_data(data.get("response"))}
+            if "policy_version_source" not in data and data.get("policy_version") is not None:
+                # Recorded before the version that served a call was told apart from
+                # the dispatch version: it was the dispatch version.
+                data["policy_version_source"] = "dispatch"
+                data.setdefault("dispatch_version", data["policy_version"])
         return data
 
     @property

@@ -23,8 +23,13 @@ fields: leave `token_data` off there). Whatever token data comes back is kept as
 in the call record.
 
 Policy versions: a trainer that updates the policy while episodes run names the
-version it serves in `policy_version`; every call records it, so samples know which
-policy made their tokens. The proxy always sends the session id upstream as header
+version it dispatches an episode at in `policy_version`. Every call records the
+version of the weights that served it, from the first source that knows it: the
+upstream's answer (a response header or its `system_fingerprint`, read by the rule in
+`policy_version_from`), else the version the trainer gave the replica
+(`upstreams[].policy_version`, set when it pushes weights to it), else the dispatch
+version; the record names the source (`episodes.types.events.ModelCall`), so samples
+know which policy made each token. The proxy always sends the session id upstream as header
 `X-Session-ID` (routers that pin a session to one replica keep its prefix cache warm);
 `cache_salt: true` adds vLLM's `cache_salt` body field, one value per policy version,
 so no call reuses KV cache computed by an older policy's weights.
@@ -40,9 +45,11 @@ per-upstream adaptive limit, `Retry-After` honoured) without being charged to
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from episodes.types.base import Seconds
 
@@ -67,6 +74,82 @@ class UpstreamSpec(BaseModel):
     max_concurrency: int = Field(default=256, ge=1)
     """The most calls one worker has in flight to it at a time (the ceiling of its
     adaptive limit); calls past it wait in the worker, not charged to `retries`."""
+    policy_version: int | None = Field(default=None, ge=0)
+    """The policy version of the weights it serves, as the trainer knows it (set when
+    it pushes weights to this replica: `client.upstreams = [...]`). Recorded on the
+    calls it serves when its answers do not say (`model.policy_version_from`). A worker
+    keeps, per replica, the version of the latest declaration (`policy_version_at`)
+    among the specs it has started sessions with (`episodes.model.fleet`): sessions
+    already running there record it from their next call on."""
+    policy_version_at: float | None = None
+    """When the trainer declared `policy_version` (Unix seconds, its clock). The client
+    stamps it when it dispatches (`run_batch`, with `client.upstreams`) unless given,
+    so a session restarted from an older spec, or started late from one, never takes
+    a replica's version back, while a new training run's declarations win over an
+    earlier run's. Unstamped declarations (a spec written by hand) lose to stamped
+    ones; among them the highest version wins."""
+
+
+class PolicyVersionFrom(BaseModel):
+    """Where an upstream's answer names the version of the weights that served it
+    (`model.policy_version_from`). The header is read first, then the fingerprint; a
+    version is a non-negative integer. An answer that names none (a missing header, a
+    fingerprint the regex does not match) falls back to the replica's version, then
+    to the dispatch version (the record's `policy_version_source` says which)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    header: str | None = None
+    """A response header (any case), e.g. `x-policy-version`: the version is its
+    value's first integer (`12`, `v12`, `step-12`), or what `header_regex` picks."""
+    header_regex: str | None = None
+    """With `header`: a regular expression searched in its value; its first group (or
+    the whole match) is the version."""
+    fingerprint_regex: str | None = None
+    """A regular expression searched in the answer's `system_fingerprint` (e.g.
+    `policy-v(\\d+)`): its first group (or the whole match) is the version."""
+
+    @field_validator("header_regex", "fingerprint_regex")
+    @classmethod
+    def _compiles(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            try:
+                groups = re.compile(pattern).groups
+            except re.error as e:
+                raise ValueError(f"not a regular expression: {e}") from None
+            if groups > 1:
+                raise ValueError("at most one group: the version")
+        return pattern
+
+    @model_validator(mode="after")
+    def _a_source(self) -> PolicyVersionFrom:
+        if self.header_regex is not None and self.header is None:
+            raise ValueError("policy_version_from.header_regex needs header")
+        if self.header is None and self.fingerprint_regex is None:
+            raise ValueError("policy_version_from: give header, fingerprint_regex or both")
+        return self
+
+    def read(self, headers: Mapping[str, str], response: Any) -> int | None:
+        """The version the answer names (`headers`: names in lower case), or None."""
+        if self.header is not None:
+            value = headers.get(self.header.lower())
+            if value is not None:
+                found = _version_in(self.header_regex or r"\d+", value)
+                if found is not None:
+                    return found
+        if self.fingerprint_regex is not None and isinstance(response, dict):
+            fingerprint = response.get("system_fingerprint")
+            if isinstance(fingerprint, str):
+                return _version_in(self.fingerprint_regex, fingerprint)
+        return None
+
+
+def _version_in(pattern: str, text: str) -> int | None:
+    match = re.search(pattern, text)
+    if match is None:
+        return None
+    found = match.group(1) if match.re.groups else match.group(0)
+    return int(found) if found is not None and found.isdigit() else None
 
 
 class ModelSpec(BaseModel):
@@ -98,8 +181,14 @@ class ModelSpec(BaseModel):
     token_data: bool = False
     """Ask the upstream for token ids and logprobs (vLLM fields, see the module doc)."""
     policy_version: int | None = Field(default=None, ge=0)
-    """The version of the policy the upstream serves, recorded on every model call (a
-    trainer bumps it with each weight update it pushes)."""
+    """The policy version the episode is dispatched at (the trainer's version when it
+    started it: `client.policy_version`), recorded on every model call as
+    `dispatch_version`, and as its `policy_version` when neither the answer nor the
+    replica says which weights served it (see the module doc)."""
+    policy_version_from: PolicyVersionFrom | None = None
+    """How to read the serving weights' version from each answer, e.g. `{header:
+    x-policy-version}` or `{fingerprint_regex: "policy-v(\\d+)"}` (None: answers are not
+    read for it)."""
     replay_bytes: bool = True
     """Record each streamed call's server-sent events as the harness got them (`raw`),
     so an exact replay (a restart, a fork) answers with the same bytes; off: the

@@ -79,7 +79,8 @@ def dispatch_spec(
 ) -> EpisodeSpec:
     """The spec an episode is dispatched with: `model.policy_version` set (recorded on
     every model call the episode makes) and `model.upstreams` replaced by the client's
-    fleet (`EpisodesClient.upstreams`) when given."""
+    fleet (`EpisodesClient.upstreams`) when given, each replica's `policy_version`
+    stamped with when it was declared (`policy_version_at`: now, unless given)."""
     if policy_version is None and upstreams is None:
         return spec
     if spec.model is None:
@@ -92,7 +93,15 @@ def dispatch_spec(
     if policy_version is not None:
         update["policy_version"] = policy_version
     if upstreams is not None:
-        update["upstreams"] = list(upstreams)
+        # A replica's version is stamped with when it was declared (now, unless the
+        # trainer stamped it): workers keep the latest (UpstreamSpec.policy_version_at).
+        now = time.time()
+        update["upstreams"] = [
+            u.model_copy(update={"policy_version_at": now})
+            if u.policy_version is not None and u.policy_version_at is None
+            else u
+            for u in upstreams
+        ]
         update["base_url"] = None
     model = ModelSpec.model_validate({**spec.model.model_dump(), **update})
     return spec.model_copy(update={"model": model})

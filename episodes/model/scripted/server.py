@@ -19,7 +19,12 @@ reasoning models' templates do). It records every request it saw (path, headers,
 in `requests`, checks the upstream key when given one, and fails on demand:
 `fail(n, status)` for the next n calls, `always_fail = 500` for all of them.
 
-    python -m episodes.model.scripted --policy kv [--template chatml]   # until interrupted
+`policy_version=N` (an attribute a test may change between calls, as a trainer pushing
+weights would) names the weights serving each answer as a server that reports them
+does: header `x-policy-version: N` and `system_fingerprint: "scripted-vN"` (read by a
+spec's `model.policy_version_from`); `served` records it per call.
+
+    python -m episodes.model.scripted --policy kv [--template chatml] [--policy-version N]
 """
 
 from __future__ import annotations
@@ -62,6 +67,10 @@ __all__ = [
 
 Gate = Callable[[dict[str, Any]], Awaitable[None]]
 
+# How an answer names the weights that served it (`policy_version`, see the module doc).
+VERSION_HEADER = "x-policy-version"
+FINGERPRINT = "scripted-v"
+
 
 # -- the server -------------------------------------------------------------------------
 
@@ -96,8 +105,11 @@ class ScriptedUpstream:
         port: int = 0,
         template: ChatTemplate | None = None,
         gate: Gate | None = None,
+        policy_version: int | None = None,
     ) -> None:
         self.script = list(script or [])
+        # The weights' version each answer names (None: answers name none).
+        self.policy_version = policy_version
         self.template = template
         # Awaited with each chat request (`{path, headers, body}`, as in `requests`)
         # before it is answered: tests and demos hold some calls with it (a straggler
@@ -185,9 +197,12 @@ class ScriptedUpstream:
         else:
             return _error(400, "the script is exhausted")
         step = {"content": step} if isinstance(step, str) else step
+        version = self.policy_version  # the weights serving this answer, whole
         if body.get("stream"):
-            return await self._stream(request, body, step)
-        return web.json_response(self._completion(body, step))
+            return await self._stream(request, body, step, version)
+        return web.json_response(
+            self._completion(body, step, version), headers=_version_header(version)
+        )
 
     # -- answers -------------------------------------------------------------------------
 
@@ -233,7 +248,9 @@ class ScriptedUpstream:
             ids.extend(token_id(t) for t in tokenize(text_of(m.get("content"))))
         return ids
 
-    def _completion(self, body: dict[str, Any], step: dict[str, Any]) -> dict[str, Any]:
+    def _completion(
+        self, body: dict[str, Any], step: dict[str, Any], version: int | None
+    ) -> dict[str, Any]:
         content = step.get("content")
         calls = _tool_calls(step)
         pieces = [p for _, seg in self._segments(step, calls) for p in seg]
@@ -248,37 +265,55 @@ class ScriptedUpstream:
             if body.get("logprobs")
             else None,
         }
-        out = self._envelope("chat.completion", [choice], f"chatcmpl-{uuid.uuid4().hex[:12]}")
+        call_id = f"chatcmpl-{uuid.uuid4().hex[:12]}"
+        out = self._envelope("chat.completion", [choice], call_id, version)
         prompt = self._prompt_ids(body)
         if body.get("return_token_ids"):
             choice["token_ids"] = [self._id(p) for p in pieces]
             out["prompt_token_ids"] = prompt
         out["usage"] = _usage(len(prompt), len(pieces))
-        self._served(body, prompt, pieces)
+        self._served(body, prompt, pieces, version)
         return out
 
-    def _served(self, body: dict[str, Any], prompt: list[int], pieces: list[str]) -> None:
+    def _served(
+        self, body: dict[str, Any], prompt: list[int], pieces: list[str], version: int | None
+    ) -> None:
         lps = [e["logprob"] for e in self._logprobs(body, pieces, 0)]
         ids = [self._id(p) for p in pieces]
-        self.served.append({"prompt_token_ids": prompt, "token_ids": ids, "logprobs": lps})
+        self.served.append(
+            {
+                "prompt_token_ids": prompt,
+                "token_ids": ids,
+                "logprobs": lps,
+                "policy_version": version,
+            }
+        )
 
-    def _envelope(self, kind: str, choices: list[dict[str, Any]], call_id: str) -> dict[str, Any]:
-        return {
+    def _envelope(
+        self, kind: str, choices: list[dict[str, Any]], call_id: str, version: int | None = None
+    ) -> dict[str, Any]:
+        out = {
             "id": call_id,
             "object": kind,
             "created": int(time.time()),
             "model": self.model,
             "choices": choices,
         }
+        if version is not None:
+            out["system_fingerprint"] = f"{FINGERPRINT}{version}"
+        return out
 
     async def _stream(
-        self, request: web.Request, body: dict[str, Any], step: dict[str, Any]
+        self, request: web.Request, body: dict[str, Any], step: dict[str, Any], version: int | None
     ) -> web.StreamResponse:
         call_id = f"chatcmpl-{uuid.uuid4().hex[:12]}"
         want_ids, want_lp = bool(body.get("return_token_ids")), bool(body.get("logprobs"))
         chunks: list[dict[str, Any]] = []
         first = self._envelope(
-            "chat.completion.chunk", [_delta({"role": "assistant", "content": ""})], call_id
+            "chat.completion.chunk",
+            [_delta({"role": "assistant", "content": ""})],
+            call_id,
+            version,
         )
         prompt = self._prompt_ids(body)
         if want_ids:
@@ -287,7 +322,7 @@ class ScriptedUpstream:
         n = 0
         calls = _tool_calls(step)
         segments = self._segments(step, calls)
-        self._served(body, prompt, [p for _, seg in segments for p in seg])
+        self._served(body, prompt, [p for _, seg in segments for p in seg], version)
         for delta, pieces in segments:
             c = _delta(delta)
             if pieces and want_lp:
@@ -295,20 +330,26 @@ class ScriptedUpstream:
             if pieces and want_ids:
                 c["token_ids"] = [self._id(p) for p in pieces]
             n += len(pieces)
-            chunks.append(self._envelope("chat.completion.chunk", [c], call_id))
+            chunks.append(self._envelope("chat.completion.chunk", [c], call_id, version))
         last = _delta({}, finish="tool_calls" if calls else "stop")
-        chunks.append(self._envelope("chat.completion.chunk", [last], call_id))
+        chunks.append(self._envelope("chat.completion.chunk", [last], call_id, version))
         if (body.get("stream_options") or {}).get("include_usage"):
-            tail = self._envelope("chat.completion.chunk", [], call_id)
+            tail = self._envelope("chat.completion.chunk", [], call_id, version)
             tail["usage"] = _usage(len(prompt), n)
             chunks.append(tail)
-        out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        out = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", **_version_header(version)}
+        )
         await out.prepare(request)
         for c in chunks:
             await out.write(f"data: {json.dumps(c)}\n\n".encode())
         await out.write(b"data: [DONE]\n\n")
         await out.write_eof()
         return out
+
+
+def _version_header(version: int | None) -> dict[str, str]:
+    return {} if version is None else {VERSION_HEADER: str(version)}
 
 
 def _delta(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
@@ -336,8 +377,16 @@ TEMPLATES: dict[str, ChatTemplate | None] = {
 }
 
 
-async def _serve(policy: str, key: str | None, port: int, template: str) -> None:
-    up = ScriptedUpstream(policy=POLICIES[policy], key=key, port=port, template=TEMPLATES[template])
+async def _serve(
+    policy: str, key: str | None, port: int, template: str, version: int | None
+) -> None:
+    up = ScriptedUpstream(
+        policy=POLICIES[policy],
+        key=key,
+        port=port,
+        template=TEMPLATES[template],
+        policy_version=version,
+    )
     async with up:
         print(up.base_url, flush=True)
         await asyncio.Event().wait()
@@ -351,9 +400,15 @@ def main() -> None:
     parser.add_argument(
         "--template", choices=sorted(TEMPLATES), default="words", help="how prompts tokenize"
     )
+    parser.add_argument(
+        "--policy-version",
+        type=int,
+        default=None,
+        help="name these weights in each answer (header x-policy-version, system_fingerprint)",
+    )
     args = parser.parse_args()
     try:
-        asyncio.run(_serve(args.policy, args.key, args.port, args.template))
+        asyncio.run(_serve(args.policy, args.key, args.port, args.template, args.policy_version))
     except KeyboardInterrupt:
         pass
 

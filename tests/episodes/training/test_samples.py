@@ -8,7 +8,11 @@ from episodes.training.samples import IncompleteTokenData, build_samples
 from episodes.types.events import ModelCall
 
 
-def call(prompt, completion, *, version=None, logprobs=True, status=200, ids=True) -> ModelCall:
+def call(
+    prompt, completion, *, version=None, logprobs=True, status=200, ids=True, **served
+) -> ModelCall:
+    """A recorded call; `served`: the fields of records since policy version sources
+    (`policy_version_source`, `dispatch_version`); without them, an older record."""
     choice = {"index": 0, "message": {"role": "assistant", "content": "x"}, "finish_reason": "stop"}
     if ids:
         choice["token_ids"] = completion
@@ -26,6 +30,7 @@ def call(prompt, completion, *, version=None, logprobs=True, status=200, ids=Tru
             "response": response if status == 200 else None,
             "status": status,
             "policy_version": version,
+            **served,
         }
     )
 
@@ -58,10 +63,70 @@ def test_a_prompt_that_rewrites_history_splits_at_the_first_differing_token() ->
     assert built.samples[1].split_reason == "prefix_mismatch at token 3"
 
 
-def test_a_new_policy_version_starts_a_new_sample() -> None:
+def test_a_new_dispatch_version_starts_a_new_sample() -> None:
+    # Records from before sources: their version was the dispatch version.
     built = build_samples([call([1], [2], version=1), call([1, 2, 3], [4], version=2)])
     assert [s.policy_version for s in built.samples] == [1, 2]
     assert built.samples[1].split_reason == "policy_version 1 -> 2"
+    assert [s.completion_policy_versions for s in built.samples] == [[1], [2]]
+    # Records since: the dispatch version decides, not the weights that served.
+    built = build_samples(
+        [
+            call([1], [2], version=5, policy_version_source="upstream", dispatch_version=1),
+            call([1, 2, 3], [4], version=5, policy_version_source="upstream", dispatch_version=2),
+        ]
+    )
+    assert [s.policy_version for s in built.samples] == [1, 2]
+    assert built.samples[1].split_reason == "policy_version 1 -> 2"
+
+
+def test_weights_updated_mid_episode_keep_one_sample_with_per_token_versions() -> None:
+    built = build_samples(
+        [
+            call([1, 2], [10, 11], version=3, policy_version_source="upstream", dispatch_version=3),
+            call(
+                [1, 2, 10, 11, 5],
+                [12],
+                version=4,
+                policy_version_source="replica",
+                dispatch_version=3,
+            ),
+            call(
+                [1, 2, 10, 11, 5, 12, 6, 7],
+                [13, 14],
+                version=5,
+                policy_version_source="upstream",
+                dispatch_version=3,
+            ),
+        ]
+    )
+    (s,) = built.samples
+    assert built.splits == 0 and s.policy_version == 3
+    assert s.completion_ids == [10, 11, 5, 12, 6, 7, 13, 14]
+    assert s.completion_mask == [1, 1, 0, 1, 0, 0, 1, 1]
+    # Each call's span (the prompt tokens before its sampled ones, then those) is its own.
+    assert s.completion_policy_versions == [3, 3, 4, 4, 5, 5, 5, 5]
+    assert (s.min_policy_version, s.max_policy_version) == (3, 5)
+    assert (built.min_policy_version, built.max_policy_version) == (3, 5)  # the episode's
+
+
+def test_no_version_known_leaves_the_versions_out() -> None:
+    (s,) = build_samples([call([1], [2]), call([1, 2, 3], [4])]).samples
+    assert s.completion_policy_versions is None
+    assert s.min_policy_version is None and s.max_policy_version is None
+    built = build_samples([call([1], [2]), call([1, 2, 3], [4])])
+    assert built.min_policy_version is None and built.max_policy_version is None
+
+
+def test_a_forks_replayed_calls_do_not_count_in_its_version_span() -> None:
+    calls = [
+        call([1], [2], version=1, policy_version_source="dispatch", dispatch_version=4),
+        call([1, 2, 3], [4], version=4, policy_version_source="dispatch", dispatch_version=4),
+    ]
+    (s,) = build_samples(calls, replayed=1).samples
+    assert s.completion_mask == [0, 0, 1]
+    assert s.completion_policy_versions == [1, 4, 4]
+    assert (s.min_policy_version, s.max_policy_version) == (4, 4)
 
 
 def test_missing_token_data_names_the_call_and_never_fills_the_gap() -> None:

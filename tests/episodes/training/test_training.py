@@ -7,6 +7,7 @@ the samples must reproduce are the ones a real HTTP server served.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 
@@ -14,11 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from episodes.client import EpisodesClient
+from episodes.client.batch.dispatch import dispatch_spec
 from episodes.client.batch.server import episode_ids
 from episodes.model.scripted.chat_template import ChatTemplate
 from episodes.model.scripted.server import ScriptedUpstream, kv_policy
 from episodes.training.export import COLUMNS
 from episodes.training.samples import build_samples
+from episodes.types.model import UpstreamSpec
 from episodes.types.results import Task
 from episodes.types.spec import parse_spec
 from tests.episodes.cli.test_cli import episodes as cli
@@ -162,6 +165,9 @@ async def test_export_writes_one_row_per_sample_with_exactly_the_columns(client,
         )
         assert row["group_id"] == f"{batch}/{result.task_id}"
         assert (row["sample_index"], row["policy_version"], row["split_reason"]) == (0, 3, None)
+        # No rule reads the answers, no replica version: every token is the dispatch's.
+        assert (row["min_policy_version"], row["max_policy_version"]) == (3, 3)
+        assert row["completion_policy_versions"] == [3] * len(row["completion_ids"])
         assert (row["reward"], row["advantage"], row["termination"]) == (1.0, 0.0, "env_done")
         assert row["replay_divergences"] == 0  # never restarted: nothing replayed
         n = len(row["completion_ids"])
@@ -218,3 +224,137 @@ async def test_export_fails_closed_naming_an_episode_without_token_data(client, 
     assert table.column("episode_id").to_pylist() == [results[0].workflow_id]
     # The group's advantage counts the skipped episode's reward too.
     assert table.column("advantage").to_pylist() == [0.0]
+
+
+async def test_weights_pushed_mid_episode_show_in_each_tokens_version(client, worker, tmp_path):
+    """Issue 41 §1, end to end: the upstream names its weights (a header); a batch's
+    episodes are half way through when the trainer pushes new weights to it. Every
+    sample keeps going across the update, each token says which weights sampled it,
+    the records say where the version came from, and the export carries it."""
+    batch = f"versions-{uuid.uuid4().hex[:6]}"
+    tasks = [{"id": t, "data": {"goal": {"a": "1", "b": "2"}}} for t in ("x", "y")]
+    episodes_n = len(tasks) * 2
+    up = ScriptedUpstream(
+        policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate(), policy_version=0
+    )
+    first_calls: set[str] = set()
+
+    async def gate(seen: dict) -> None:
+        # Each episode's first call is served by version 0; its later calls wait until
+        # every episode has had its first, then version 1 serves them all.
+        session = seen["headers"].get("X-Session-ID", "")
+        if session not in first_calls:
+            first_calls.add(session)
+            return
+        assert await wait_until(lambda: len(up.served) >= episodes_n, timeout=120)
+        up.policy_version = 1
+
+    up.gate = gate
+    ec = EpisodesClient(client, task_queue="episodes-test")
+    async with up:
+        data = agent_spec(up.base_url, tasks=tasks, samples=2)
+        data["name"] = batch
+        data["harness"]["inherit_env"] = ["PYTHONPATH"]
+        data["model"]["policy_version_from"] = {"header": "x-policy-version"}
+        spec = parse_spec(data)
+        stream = ec.run_batch(
+            spec, batch_id=batch, groups=True, policy_version=0, concurrency=episodes_n
+        )
+        groups = [g async for g in stream]
+    assert sorted(g.task_id for g in groups) == ["x", "y"]
+    assert {s["policy_version"] for s in up.served} == {0, 1}
+    for g in groups:
+        assert all(r.termination == "env_done" for r in g.results), [r.error for r in g.results]
+        for result, built in zip(g.results, await g.samples(), strict=True):
+            calls = (await ec.transcript(result.workflow_id)).model_calls()
+            assert [
+                (c.policy_version, c.policy_version_source, c.dispatch_version) for c in calls
+            ] == [
+                (0, "upstream", 0),
+                (1, "upstream", 0),
+                (1, "upstream", 0),
+            ]
+            (s,) = built.samples  # one sample across the weight update
+            assert built.splits == 0 and s.policy_version == 0
+            assert (s.min_policy_version, s.max_policy_version) == (0, 1)
+            versions = s.completion_policy_versions
+            assert versions is not None and len(versions) == len(s.completion_ids)
+            first = calls[0].completion_ids or []
+            # The first call's sampled tokens are version 0's, everything after version 1's.
+            assert versions == [0] * len(first) + [1] * (len(versions) - len(first))
+            sampled = [v for v, m in zip(versions, s.completion_mask, strict=True) if m]
+            assert sampled.count(0) == len(first) and sampled.count(1) > 0
+
+    assert await wait_until(lambda: _visible(client, batch, episodes_n), timeout=60, interval=0.25)
+    out = tmp_path / "versions.parquet"
+    code, _, err = await cli("export", batch, "--out", str(out), *_addr(client))
+    assert code == 0, err
+    rows = pq.read_table(out).to_pylist()
+    assert len(rows) == episodes_n
+    for row in rows:
+        assert (row["policy_version"], row["min_policy_version"], row["max_policy_version"]) == (
+            0,
+            0,
+            1,
+        )
+        assert set(row["completion_policy_versions"]) == {0, 1}
+
+
+async def test_a_replicas_new_version_reaches_running_episodes(client, worker):
+    """The upstream names nothing; the trainer pushes weights to its one replica and
+    dispatches an episode with the replica's new version. The worker's episodes
+    already running there record it from their next call (source `replica`), and
+    their samples show both versions."""
+    batch = f"replica-{uuid.uuid4().hex[:6]}"
+    tasks = [{"id": "x", "data": {"goal": {"a": "1", "b": "2"}}}]
+    episodes_n = 2
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate())
+    first_calls: set[str] = set()
+    pushed = asyncio.Event()
+
+    async def gate(seen: dict) -> None:
+        session = seen["headers"].get("X-Session-ID", "")
+        if session not in first_calls:
+            first_calls.add(session)
+            return
+        await pushed.wait()  # later calls: once the new version was dispatched
+
+    up.gate = gate
+    ec = EpisodesClient(client, task_queue="episodes-test")
+    async with up:
+        data = agent_spec(up.base_url, tasks=tasks, samples=episodes_n)
+        data["name"] = batch
+        data["harness"]["inherit_env"] = ["PYTHONPATH"]
+        spec = parse_spec(data)
+        ec.upstreams = [UpstreamSpec(base_url=up.base_url, policy_version=0)]
+        stream = ec.run_batch(
+            spec, batch_id=batch, groups=True, policy_version=0, concurrency=episodes_n
+        )
+        running = asyncio.create_task(anext(stream))
+        assert await wait_until(lambda: len(up.served) >= episodes_n, timeout=120)
+        # The trainer pushed weights to the replica: one more episode, at version 1.
+        trainer = EpisodesClient(client, task_queue="episodes-test")
+        trainer.upstreams = [UpstreamSpec(base_url=up.base_url, policy_version=1)]
+        late = Task(id="late", data={"goal": {"a": "1"}})
+        other = asyncio.create_task(
+            trainer.run_episode(dispatch_spec(spec, 1, trainer.upstreams), late, 0)
+        )
+        assert await wait_until(lambda: len(up.served) > episodes_n, timeout=120)
+        pushed.set()
+        group = await running
+        await stream.aclose()
+        assert (await other).termination == "env_done"
+    for result, built in zip(group.results, await group.samples(), strict=True):
+        assert result.termination == "env_done", result.error
+        calls = (await ec.transcript(result.workflow_id)).model_calls()
+        assert [(c.policy_version, c.policy_version_source, c.dispatch_version) for c in calls] == [
+            (0, "replica", 0),
+            (1, "replica", 0),
+            (1, "replica", 0),
+        ]
+        (s,) = built.samples
+        first = calls[0].completion_ids or []
+        assert s.completion_policy_versions == [0] * len(first) + [1] * (
+            len(s.completion_ids) - len(first)
+        )
+        assert (s.policy_version, s.min_policy_version, s.max_policy_version) == (0, 0, 1)
