@@ -48,6 +48,8 @@ INTERACTIVE_WORKFLOW = "InteractiveEpisodeWorkflow"
 BATCH_WORKFLOW = "EvalBatchWorkflow"
 # One workflow per group (`run_batch(groups=True, execution="group")`): episodes.types.group.
 GROUP_WORKFLOW = "EpisodeGroupWorkflow"
+# A batch's ledger of consumed groups and dispatch versions: episodes.types.ledger.
+LEDGER_WORKFLOW = "BatchLedgerWorkflow"
 
 # -- Updates and queries ----------------------------------------------------------------
 
@@ -63,6 +65,8 @@ RESUME = "resume"  # EpisodeWorkflow (signal): a parked episode re-provisions an
 FLEET_WAIT = "waiting for the model fleet"
 CUT = "cut"  # EpisodeWorkflow (signal): why the cancel that follows cuts it (EpisodeResult.cut)
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
+ACK = "ack"  # BatchLedgerWorkflow (signal): the trainer consumed a group
+DISPATCHED = "dispatched"  # BatchLedgerWorkflow (signal): a group's dispatch version
 
 # -- failure types (ApplicationError.type) ------------------------------------------------
 
@@ -229,6 +233,11 @@ def group_id(batch: str, task_id: str) -> str:
 
 def batch_workflow_id(batch: str) -> str:
     return f"batch.{batch}"
+
+
+def ledger_workflow_id(batch: str) -> str:
+    """The batch's ledger (`BatchLedgerWorkflow`): the groups a trainer acknowledged."""
+    return f"{batch}.ledger"
 
 
 def single_task_spec(spec: EpisodeSpec, task: Task) -> EpisodeSpec:
