@@ -48,8 +48,8 @@ INTERACTIVE_WORKFLOW = "InteractiveEpisodeWorkflow"
 BATCH_WORKFLOW = "EvalBatchWorkflow"
 # One workflow per group (`run_batch(groups=True, execution="group")`): episodes.types.group.
 GROUP_WORKFLOW = "EpisodeGroupWorkflow"
-# A batch's ledger of consumed groups and dispatch versions: episodes.types.ledger.
-LEDGER_WORKFLOW = "BatchLedgerWorkflow"
+# A batch's receipts: consumed groups and dispatch versions: episodes.types.receipts.
+RECEIPTS_WORKFLOW = "BatchReceiptsWorkflow"
 
 # -- Updates and queries ----------------------------------------------------------------
 
@@ -65,8 +65,8 @@ RESUME = "resume"  # EpisodeWorkflow (signal): a parked episode re-provisions an
 FLEET_WAIT = "waiting for the model fleet"
 CUT = "cut"  # EpisodeWorkflow (signal): why the cancel that follows cuts it (EpisodeResult.cut)
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
-ACK = "ack"  # BatchLedgerWorkflow (signal): the trainer consumed a group
-DISPATCHED = "dispatched"  # BatchLedgerWorkflow (signal): a group's dispatch version
+ACK = "ack"  # BatchReceiptsWorkflow (signal): the trainer consumed a group
+DISPATCHED = "dispatched"  # BatchReceiptsWorkflow (signal): a group's dispatch version
 
 # -- failure types (ApplicationError.type) ------------------------------------------------
 
@@ -235,9 +235,9 @@ def batch_workflow_id(batch: str) -> str:
     return f"batch.{batch}"
 
 
-def ledger_workflow_id(batch: str) -> str:
-    """The batch's ledger (`BatchLedgerWorkflow`): the groups a trainer acknowledged."""
-    return f"{batch}.ledger"
+def receipts_workflow_id(batch: str) -> str:
+    """The batch's receipts (`BatchReceiptsWorkflow`): the groups a trainer acknowledged."""
+    return f"{batch}.receipts"
 
 
 def single_task_spec(spec: EpisodeSpec, task: Task) -> EpisodeSpec:

@@ -19,13 +19,13 @@ if TYPE_CHECKING:
     from workflows.episode import EpisodeWorkflow
     from workflows.group import EpisodeGroupWorkflow
     from workflows.interactive import InteractiveEpisodeWorkflow
-    from workflows.ledger import BatchLedgerWorkflow
+    from workflows.receipts import BatchReceiptsWorkflow
 
     WORKFLOWS: list[type]
 
 __all__ = [
     "WORKFLOWS",
-    "BatchLedgerWorkflow",
+    "BatchReceiptsWorkflow",
     "EpisodeGroupWorkflow",
     "EpisodeWorkflow",
     "EvalBatchWorkflow",
@@ -40,20 +40,20 @@ def __getattr__(name: str) -> Any:
     from workflows.episode import EpisodeWorkflow
     from workflows.group import EpisodeGroupWorkflow
     from workflows.interactive import InteractiveEpisodeWorkflow
-    from workflows.ledger import BatchLedgerWorkflow
+    from workflows.receipts import BatchReceiptsWorkflow
 
     found = {
         "EpisodeWorkflow": EpisodeWorkflow,
         "InteractiveEpisodeWorkflow": InteractiveEpisodeWorkflow,
         "EvalBatchWorkflow": EvalBatchWorkflow,
         "EpisodeGroupWorkflow": EpisodeGroupWorkflow,
-        "BatchLedgerWorkflow": BatchLedgerWorkflow,
+        "BatchReceiptsWorkflow": BatchReceiptsWorkflow,
         "WORKFLOWS": [
             EpisodeWorkflow,
             InteractiveEpisodeWorkflow,
             EvalBatchWorkflow,
             EpisodeGroupWorkflow,
-            BatchLedgerWorkflow,
+            BatchReceiptsWorkflow,
         ],
     }
     return found[name]

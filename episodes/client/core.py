@@ -22,8 +22,8 @@ from episodes.client.batch.options import BatchOptions, batch_id_arg
 from episodes.client.batch.priority import with_priority
 from episodes.client.batch.stream import stream_results
 from episodes.client.group.execution import run_group_execution
-from episodes.client.group.ledger import LedgerStatus, ledger_status
 from episodes.client.group.options import groups_spec
+from episodes.client.group.receipts import ReceiptsStatus, receipts_status
 from episodes.client.group.staleness import ON_STALE
 from episodes.client.group.stream import Group, stream_groups
 from episodes.client.histories.replaying import ReplayMethods
@@ -140,10 +140,10 @@ class EpisodesClient(ReplayMethods):
         restarted trainer running the batch again never gets it again)."""
         await group.ack()
 
-    async def batch_status(self, batch_id: str) -> LedgerStatus:
+    async def batch_status(self, batch_id: str) -> ReceiptsStatus:
         """How many of the batch's groups the trainer acknowledged, how many are
         outstanding, how many still run (`episodes batch status`)."""
-        return await ledger_status(self.client, batch_id)
+        return await receipts_status(self.client, batch_id)
 
     async def open_session(
         self,
@@ -226,7 +226,7 @@ class EpisodesClient(ReplayMethods):
         group trails by more, `"requeue"` cancels it and dispatches it again at the
         current version (`episodes.client.group.staleness`). `group.ack()` (or
         `self.ack(group)`) records that the trainer used a group: the same batch id run
-        again never yields it again (`episodes.client.group.ledger`).
+        again never yields it again (`episodes.client.group.receipts`).
 
         `priority` (1 first .. 5), `fairness_key`, `fairness_weight` and `budget`
         replace the spec's (`episodes.client.batch.priority.with_priority`): every episode and its

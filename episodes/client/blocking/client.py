@@ -25,7 +25,7 @@ from episodes.client.batch.parking import ParkReport
 from episodes.client.blocking.group import SyncGroup
 from episodes.client.blocking.session import LoopThread, SyncInteractiveSession
 from episodes.client.core import EpisodesClient
-from episodes.client.group.ledger import LedgerStatus
+from episodes.client.group.receipts import ReceiptsStatus
 from episodes.client.group.stream import Group
 from episodes.types.model import UpstreamSpec
 from episodes.types.priority import BudgetName
@@ -268,7 +268,7 @@ class SyncEpisodesClient:
         `EpisodesClient.ack`): the same batch run again never yields it again."""
         group.ack()
 
-    def batch_status(self, batch_id: str) -> LedgerStatus:
+    def batch_status(self, batch_id: str) -> ReceiptsStatus:
         """The batch's groups acknowledged, outstanding and running (see
         `EpisodesClient.batch_status`)."""
         return self._loop.run(self.async_client.batch_status(batch_id))

@@ -16,8 +16,8 @@ it is yielded `failed`. `max_staleness` paces a stale group (`on_stale="keep"`: 
 new group starts and no complete one is handed out past it) or cancels its workflow
 and dispatches it again at the current version (`on_stale="requeue"`):
 `episodes.client.group.staleness`. `Group.ack()` records the group in the batch's
-ledger, so a trainer that runs the batch again never gets it again
-(`episodes.client.group.ledger`).
+receipts, so a trainer that runs the batch again never gets it again
+(`episodes.client.group.receipts`).
 
 As on the default path (`episodes.client.group.stream`): budgets are counted from the
 members' results as each group ends (past one no new group starts,
@@ -45,7 +45,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from episodes import contract
 from episodes.client.batch.dispatch import BatchClient, cancel_episode, dispatch_spec, failed
 from episodes.client.batch.spending import Spending
-from episodes.client.group.ledger import Ledger
+from episodes.client.group.receipts import Receipts
 from episodes.client.group.staleness import (
     OnStale,
     Pacing,
@@ -110,7 +110,7 @@ class _Run:
     stale: int = 0
     wid: str | None = None  # the group workflow in flight (to cancel it by id)
     dispatched: bool = False
-    restored: int | None = None  # the version an earlier run dispatched it at (ledger)
+    restored: int | None = None  # the version an earlier run dispatched it at (receipts)
 
 
 async def stream_group_workflows(
@@ -127,8 +127,8 @@ async def stream_group_workflows(
     the rest."""
     name = batch or spec.name
     tasks = spec.load_tasks()
-    ledger = Ledger(ec.client, ec.task_queue, name, groups=len(tasks))
-    kept = await ledger.read()  # a trainer that restarted: what it acknowledged
+    receipts = Receipts(ec.client, ec.task_queue, name, groups=len(tasks))
+    kept = await receipts.read()  # a trainer that restarted: what it acknowledged
     queue = deque(
         _Run(i, t, restored=kept.versions.get(contract.group_id(name, t.id)))
         for i, t in enumerate(tasks)
@@ -171,7 +171,7 @@ async def stream_group_workflows(
             while ready and not pacing.holds(ec.policy_version, running_groups()):
                 g, group = min(ready, key=lambda x: yield_order(x[0].version, x[0].index))
                 ready.remove((g, group))
-                yield reading(out(g, group), ec.transcript, model=model, ack=ledger.ack)
+                yield reading(out(g, group), ec.transcript, model=model, ack=receipts.ack)
             while len(running) < groups and queue:
                 g = queue[0]
                 if not g.dispatched and spent.reached is not None:
@@ -185,7 +185,7 @@ async def stream_group_workflows(
                 else:
                     g.version = ec.policy_version
                     if g.version is not None:
-                        await ledger.dispatched(contract.group_id(name, g.task.id), g.version)
+                        await receipts.dispatched(contract.group_id(name, g.task.id), g.version)
                 g.dispatched = True
                 t = asyncio.create_task(
                     _run_group(ec, dispatch_spec(spec, g.version, ec.upstreams), g, name)
@@ -193,7 +193,7 @@ async def stream_group_workflows(
                 running[t] = g
             if not running:
                 for g, group in sorted(ready, key=lambda x: yield_order(x[0].version, x[0].index)):
-                    yield reading(out(g, group), ec.transcript, model=model, ack=ledger.ack)
+                    yield reading(out(g, group), ec.transcript, model=model, ack=receipts.ack)
                 return
             done, _ = await asyncio.wait(
                 running, timeout=VERSION_POLL_S, return_when=asyncio.FIRST_COMPLETED

@@ -17,7 +17,7 @@ versions past it:
   slower than K training steps can starve: docs/trainers.md measures both.
 
 Groups dispatched by an earlier run of the batch (a trainer that restarted: their
-versions come from the batch's ledger, `episodes.client.group.ledger`) are handed out
+versions come from the batch's receipts, `episodes.client.group.receipts`) are handed out
 as they end, oldest first: they hold back nothing, they only hold admission.
 
 `oldest_serving_version` is the one place that says which version a group's lag is

@@ -25,10 +25,10 @@ as fresh attempts; `Group.stale` counts those re-dispatches. Complete groups are
 yielded oldest version first, each with its lag (`Group.staleness`).
 
 Consumption: `await group.ack()` records on the server that the trainer used the
-group (`episodes.client.group.ledger`). A trainer that runs the batch again under the
+group (`episodes.client.group.receipts`). A trainer that runs the batch again under the
 same id (after a crash, on another machine) gets every group it did not acknowledge
 once, never one it did; the episodes re-attach where they are (none runs twice), and
-a group keeps the version it was dispatched at (the ledger has it).
+a group keeps the version it was dispatched at (its receipts have it).
 
 Budgets (`spec.budget`, `run_batch(budget=)`): counted from the members' results as
 they end (`episodes.client.batch.spending`); past one no new group is dispatched, the groups
@@ -76,7 +76,7 @@ from episodes.client.batch.dispatch import (
     run_member,
 )
 from episodes.client.batch.spending import Spending
-from episodes.client.group.ledger import Ledger
+from episodes.client.group.receipts import Receipts
 from episodes.client.group.staleness import (
     OnStale,
     Pacing,
@@ -143,7 +143,7 @@ class Group(BaseModel):
         again (a trainer that restarted) never hands it out again. Durable once it
         returns; acknowledging twice is harmless."""
         if self._ack is None:
-            raise EpisodesError(f"group {self.group_id}: not from a batch stream, no ledger")
+            raise EpisodesError(f"group {self.group_id}: not from a batch stream, no receipts")
         await self._ack(self.group_id)
 
     @property
@@ -212,7 +212,7 @@ class Group(BaseModel):
 def reading(group: Group, fetch: Fetch, *, model: bool, ack: Ack | None = None) -> Group:
     """`group`, its transcripts read with `fetch` (a workflow id -> its transcript) on
     `samples()`'s first use; `model`: its spec has a `model` (the calls `samples()`
-    gives); `ack`: records its acknowledgement (a batch stream's ledger). Every stream
+    gives); `ack`: records its acknowledgement (a batch stream's receipts). Every stream
     and fork that makes a `Group` hands it out through this."""
     group._fetch, group._model, group._ack = fetch, model, ack
     return group
@@ -233,7 +233,7 @@ class _State:
     began: float = 0.0  # when it was dispatched (monotonic)
     cut: list[str] = field(default_factory=list)
     settled: int = 0  # members an earlier run of the batch cut: ended, in no group
-    restored: int | None = None  # the version an earlier run dispatched it at (ledger)
+    restored: int | None = None  # the version an earlier run dispatched it at (receipts)
 
     @property
     def complete(self) -> bool:
@@ -260,8 +260,8 @@ async def stream_groups(
     name = batch or spec.name
     size = spec.samples + spec.oversample
     dataset = spec.load_tasks()
-    ledger = Ledger(ec.client, ec.task_queue, name, groups=len(dataset))
-    kept = await ledger.read()  # a trainer that restarted: what it acknowledged
+    receipts = Receipts(ec.client, ec.task_queue, name, groups=len(dataset))
+    kept = await receipts.read()  # a trainer that restarted: what it acknowledged
     states = [
         _State(
             i,
@@ -312,7 +312,7 @@ async def stream_groups(
 
     def out(g: _State, *, partial: bool = False) -> Group | None:
         """The group to yield, or None: skipped for zero variance (and counted)."""
-        group = _group(ec, name, g, model=spec.model is not None, partial=partial, ack=ledger.ack)
+        group = _group(ec, name, g, model=spec.model is not None, partial=partial, ack=receipts.ack)
         if spec.skip_zero_variance and group.zero_variance:
             ec.zero_variance_skipped += 1
             return None
@@ -370,7 +370,7 @@ async def stream_groups(
                     if g.restored is not None:  # an earlier run dispatched it: its version
                         g.version = g.restored
                     elif g.version is not None:
-                        await ledger.dispatched(contract.group_id(name, g.task_id), g.version)
+                        await receipts.dispatched(contract.group_id(name, g.task_id), g.version)
                     g.began = time.monotonic()
                     active[g.index] = g
                 t = asyncio.create_task(

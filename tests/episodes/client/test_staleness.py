@@ -84,14 +84,14 @@ class FakeClient:
         raise AssertionError("not read")
 
 
-class FakeLedger:
+class FakeReceipts:
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.acks: list[str] = []
 
     async def read(self) -> Any:
-        from episodes.client.group.ledger import LedgerState
+        from episodes.client.group.receipts import ReceiptsState
 
-        return LedgerState("b")
+        return ReceiptsState("b")
 
     async def ack(self, group_id: str) -> None:
         self.acks.append(group_id)
@@ -152,7 +152,7 @@ async def simulate(
 
     monkeypatch.setattr(groups_stream, "run_member", run_member)
     monkeypatch.setattr(groups_stream, "cancel_episode", cancel)
-    monkeypatch.setattr(groups_stream, "Ledger", FakeLedger)
+    monkeypatch.setattr(groups_stream, "Receipts", FakeReceipts)
     tasks = [{"id": f"t{i}", "data": {"messages": ["a"]}} for i in range(TASKS)]
     s = spec(
         tasks=tasks,

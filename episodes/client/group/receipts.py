@@ -1,5 +1,5 @@
-"""A batch's ledger, seen from the client: acknowledge a group, record a dispatch, read
-it all back (`BatchLedgerWorkflow`, workflows/ledger.py).
+"""A batch's receipts, seen from the client: acknowledge a group, record a dispatch, read
+it all back (`BatchReceiptsWorkflow`, workflows/receipts.py).
 
     async for group in client.run_batch(spec, groups=True, batch_id="run-7", ...):
         train(group)
@@ -9,10 +9,10 @@ Acknowledgements live on the Temporal server, not in a local file: a trainer tha
 restarts, on this machine or another, runs the batch again under the same id and
 gets each group it did not acknowledge exactly once (those that ended at once, those
 still running as they end), never one it did. Each record is one signal (signal-with-
-start: the first record starts the ledger); it is durable once the call returns.
+start: the first record starts the receipts workflow); it is durable once the call returns.
 
-The ledger is read from its history (the start input, which continue-as-new carries,
-and the signals since), so reading needs no worker. `ledger_status` adds what the
+The receipts are read from its history (the start input, which continue-as-new carries,
+and the signals since), so reading needs no worker. `receipts_status` adds what the
 visibility store says is still running: `episodes batch status B`.
 """
 
@@ -28,17 +28,17 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from episodes import contract
 from episodes import search_attributes as sa
-from episodes.types.ledger import Dispatched, LedgerInput
+from episodes.types.receipts import Dispatched, ReceiptsInput
 
 
 @dataclass
-class LedgerState:
-    """What a batch's ledger holds."""
+class ReceiptsState:
+    """What a batch's receipts hold."""
 
     batch: str
     exists: bool = False
     closed: bool = False
-    """Every group acknowledged: the ledger ended."""
+    """Every group acknowledged: the receipts workflow ended."""
     groups: int | None = None
     acks: list[str] = field(default_factory=list)
     """Every acknowledgement recorded, in order (a second one of a group included)."""
@@ -49,8 +49,8 @@ class LedgerState:
         return set(self.acks)
 
 
-class Ledger:
-    """One batch's ledger on `client`, run by the workers of `task_queue`."""
+class Receipts:
+    """One batch's receipts on `client`, run by the workers of `task_queue`."""
 
     def __init__(self, client: Client, task_queue: str, batch: str, groups: int) -> None:
         self.client, self.task_queue, self.batch, self.groups = client, task_queue, batch, groups
@@ -66,27 +66,27 @@ class Ledger:
     async def _record(self, signal: str, arg: object) -> None:
         try:
             await self.client.start_workflow(
-                contract.LEDGER_WORKFLOW,
-                LedgerInput(batch=self.batch, groups=self.groups),
-                id=contract.ledger_workflow_id(self.batch),
+                contract.RECEIPTS_WORKFLOW,
+                ReceiptsInput(batch=self.batch, groups=self.groups),
+                id=contract.receipts_workflow_id(self.batch),
                 task_queue=self.task_queue,
                 start_signal=signal,
                 start_signal_args=[arg],
-                # An ended ledger (every group acknowledged) is never started afresh.
+                # Ended receipts (every group acknowledged) is never started afresh.
                 id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-                static_summary=f"ledger of batch {self.batch}",
+                static_summary=f"receipts of batch {self.batch}",
             )
         except WorkflowAlreadyStartedError:
             pass  # ended: every group is acknowledged already
 
-    async def read(self) -> LedgerState:
-        return await read_ledger(self.client, self.batch)
+    async def read(self) -> ReceiptsState:
+        return await read_receipts(self.client, self.batch)
 
 
-async def read_ledger(client: Client, batch: str) -> LedgerState:
-    """The ledger's state, folded from its latest run's history (empty: no ledger)."""
-    state = LedgerState(batch)
-    handle = client.get_workflow_handle(contract.ledger_workflow_id(batch))
+async def read_receipts(client: Client, batch: str) -> ReceiptsState:
+    """The receipts, folded from its latest run's history (empty: none yet)."""
+    state = ReceiptsState(batch)
+    handle = client.get_workflow_handle(contract.receipts_workflow_id(batch))
     try:
         history = await handle.fetch_history()
     except RPCError as e:
@@ -98,7 +98,7 @@ async def read_ledger(client: Client, batch: str) -> LedgerState:
     for ev in history.events:
         if ev.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
             payloads = ev.workflow_execution_started_event_attributes.input.payloads
-            [inp] = await convert.decode(payloads, [LedgerInput])
+            [inp] = await convert.decode(payloads, [ReceiptsInput])
             state.groups = inp.groups
             state.acks = list(inp.acked)
             state.versions = dict(inp.versions)
@@ -116,22 +116,22 @@ async def read_ledger(client: Client, batch: str) -> LedgerState:
 
 
 @dataclass
-class LedgerStatus:
+class ReceiptsStatus:
     """`episodes batch status B`: the batch's groups as its trainer left them."""
 
     batch: str
     groups: int | None
     acknowledged: int
     outstanding: int | None
-    """Not acknowledged yet (None: the ledger never heard of the batch's size)."""
+    """Not acknowledged yet (None: the receipts never heard of the batch's size)."""
     running: int
     """Groups with an episode (or group workflow) still running."""
     twice: int
     """Acknowledgements of a group acknowledged already (0 unless a trainer acked twice)."""
 
 
-async def ledger_status(client: Client, batch: str) -> LedgerStatus:
-    state = await read_ledger(client, batch)
+async def receipts_status(client: Client, batch: str) -> ReceiptsStatus:
+    state = await read_receipts(client, batch)
     running: set[str] = set()
     query = f'{sa.BATCH.name} = "{batch}" AND ExecutionStatus = "Running"'
     async for wf in client.list_workflows(query):
@@ -141,7 +141,7 @@ async def ledger_status(client: Client, batch: str) -> LedgerStatus:
     acked = state.acked
     prefix = contract.group_id(batch, "")
     running -= {g[len(prefix) :] for g in acked if g.startswith(prefix)}
-    return LedgerStatus(
+    return ReceiptsStatus(
         batch=batch,
         groups=state.groups,
         acknowledged=len(acked),
