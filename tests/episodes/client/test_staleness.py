@@ -21,6 +21,7 @@ import pytest
 
 from episodes.client.batch.dispatch import Member, Outcome
 from episodes.client.group import stream as groups_stream
+from episodes.client.group.receipts import ReceiptsState
 from episodes.client.group.staleness import Pacing, Running, yield_order
 from episodes.types.results import EpisodeResult
 from tests.support.helpers import spec
@@ -85,19 +86,22 @@ class FakeClient:
 
 
 class FakeReceipts:
+    """The batch's receipts, in memory: `KEPT` is what an earlier run left."""
+
+    KEPT = ReceiptsState("b")
+    recorded: list[tuple[str, int]] = []
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.acks: list[str] = []
+        pass
 
-    async def read(self) -> Any:
-        from episodes.client.group.receipts import ReceiptsState
-
-        return ReceiptsState("b")
+    async def read(self) -> ReceiptsState:
+        return self.KEPT
 
     async def ack(self, group_id: str) -> None:
-        self.acks.append(group_id)
+        self.KEPT.acks.append(group_id)
 
     async def dispatched(self, group_id: str, version: int) -> None:
-        pass
+        self.recorded.append((group_id, version))
 
 
 @dataclass
@@ -120,9 +124,16 @@ def _long(task_id: str) -> bool:
 
 
 async def simulate(
-    monkeypatch: pytest.MonkeyPatch, on_stale: str, *, max_groups: int | None = None
+    monkeypatch: pytest.MonkeyPatch,
+    on_stale: str,
+    *,
+    max_groups: int | None = None,
+    kept: ReceiptsState | None = None,
+    version: int = 0,
 ) -> Run:
-    clock, run, ec = Clock(), Run(), FakeClient()
+    clock, run, ec = Clock(), Run(), FakeClient(policy_version=version)
+    monkeypatch.setattr(FakeReceipts, "KEPT", kept or ReceiptsState("b"))
+    monkeypatch.setattr(FakeReceipts, "recorded", [])
 
     async def run_member(ec_: Any, spec_: Any, m: Member, **kw: Any) -> Outcome:
         run.started[m.task.id] += 1
@@ -173,6 +184,7 @@ async def simulate(
             run.yielded.append(group)
             if len(run.yielded) % STEP_EVERY == 0:
                 ec.policy_version = (ec.policy_version or 0) + 1  # the trainer's step
+            await group.ack()
             if max_groups is not None and len(run.yielded) >= max_groups:
                 break
     finally:
@@ -233,3 +245,36 @@ def test_pacing_rules() -> None:
         (1, 5),
         (3, 0),
     ]
+
+
+async def test_a_restarted_stream_skips_what_was_acknowledged_and_keeps_versions(
+    monkeypatch,
+) -> None:
+    """An earlier trainer acknowledged t0..t3 and dispatched t4..t7 at versions 3..6;
+    the new one resumes at version 9 (max_staleness 2). It gets the 28 others, once
+    each; t4..t7 keep their versions (not recorded again) and go out first, oldest
+    first, whatever their lag; every other group is recorded at its own version."""
+    acked = [f"b/t{i}" for i in range(4)]
+    kept = ReceiptsState("b", exists=True, groups=TASKS, acks=list(acked))
+    kept.versions = {f"b/t{i}": i - 1 for i in range(4, 8)}
+    r = await simulate(monkeypatch, "keep", kept=kept, version=9)
+    got = [g.task_id for g in r.yielded]
+    assert len(got) == TASKS - 4 and not {f"t{i}" for i in range(4)} & set(got)
+    assert got[:4] == ["t4", "t5", "t6", "t7"]
+    assert [(g.policy_version, g.staleness) for g in r.yielded[:4]] == [
+        (3, 6),
+        (4, 5),
+        (5, 5),  # the trainer stepped to 10 after two groups
+        (6, 4),
+    ]
+    recorded = dict(FakeReceipts.recorded)
+    assert not {f"b/t{i}" for i in range(8)} & set(recorded) and len(recorded) == TASKS - 8
+    assert FakeReceipts.KEPT.acks == acked + [g.group_id for g in r.yielded]
+    assert r.cancelled == 0 and all(n == SAMPLES for n in r.started.values())
+    # requeue: t7 (long) is stale at version 9 and still running: it is cancelled and
+    # run again at the current version.
+    kept = ReceiptsState("b", exists=True, groups=TASKS, acks=list(acked))
+    kept.versions = {f"b/t{i}": i - 1 for i in range(4, 8)}
+    r = await simulate(monkeypatch, "requeue", kept=kept, version=9)
+    [t7] = [g for g in r.yielded if g.task_id == "t7"]
+    assert t7.stale >= 1 and t7.policy_version >= 9 and r.cancelled >= SAMPLES
