@@ -22,6 +22,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from episodes import contract
 from episodes.client.group.receipts import read_receipts, receipts_status
+from tests.episodes.cli.test_cli import episodes as cli
 from tests.support.helpers import spec
 
 pytestmark = pytest.mark.timeout(900)
@@ -62,6 +63,11 @@ async def test_a_killed_trainer_resumes_from_the_servers_receipts(
     for die in [*KILLS, None]:
         code = await _trainer(dev_server.address, spec_path, batch, log, die)
         assert code == (-9 if die else 0), (die, code)
+        if die == "ack:5":  # between runs, the server tells how far the trainer got
+            addr = ["--address", dev_server.address, "--task-queue", QUEUE]
+            code, out, err = await cli("batch", "status", batch, *addr)
+            assert code == 0, err
+            assert f"batch {batch}: 5 of {GROUPS} groups acknowledged, 27 outstanding" in out
 
     lines = [line.split(" ", 1) for line in log.read_text().splitlines()]
     acks = [g for kind, g in lines if kind == "ack"]
