@@ -105,3 +105,23 @@ async def test_a_killed_trainer_resumes_from_the_servers_receipts(
         0,
         0,
     )
+
+
+async def test_group_workflows_take_acknowledgements_too(client, worker) -> None:
+    """`execution="group"` with the async client: a group acknowledged is not handed
+    out again when the batch runs again; the other is, attached to its finished
+    group workflow (not run twice)."""
+    from episodes.client import EpisodesClient
+
+    batch = f"ackgx-{uuid.uuid4().hex[:6]}"
+    tasks = [{"id": t, "data": {"messages": ["x"], "expected": ["x"]}} for t in ("a", "b")]
+    s = spec(name=batch, tasks=tasks, samples=2, execution="group")
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    first = [g async for g in ec.run_batch(s, groups=True)]
+    assert sorted(g.task_id for g in first) == ["a", "b"]
+    await ec.ack(next(g for g in first if g.task_id == "a"))
+    again = [g async for g in ec.run_batch(s, groups=True)]
+    assert [g.task_id for g in again] == ["b"]
+    assert [r.workflow_id for r in again[0].results] == [f"{batch}.b.g.s{i}" for i in (0, 1)]
+    status = await ec.batch_status(batch)
+    assert (status.acknowledged, status.outstanding, status.running) == (1, 1, 0)
