@@ -39,6 +39,7 @@ BENCHMARKS = {
     "workflow_runner": "bench.workflow_runner",
     "fleet": "bench.fleet",
     "replay": "bench.replay_cost",
+    "staleness": "bench.staleness",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }
