@@ -40,6 +40,7 @@ BENCHMARKS = {
     "fleet": "bench.fleet",
     "replay": "bench.replay_cost",
     "tracing": "bench.tracing",
+    "staleness": "bench.staleness",
     # Not in the default set (minutes to an hour): run it by name.
     "big_batch": "bench.big_batch",
 }

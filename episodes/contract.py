@@ -48,6 +48,8 @@ INTERACTIVE_WORKFLOW = "InteractiveEpisodeWorkflow"
 BATCH_WORKFLOW = "EvalBatchWorkflow"
 # One workflow per group (`run_batch(groups=True, execution="group")`): episodes.types.group.
 GROUP_WORKFLOW = "EpisodeGroupWorkflow"
+# A batch's receipts: consumed groups and dispatch versions: episodes.types.receipts.
+RECEIPTS_WORKFLOW = "BatchReceiptsWorkflow"
 
 # -- Updates and queries ----------------------------------------------------------------
 
@@ -63,6 +65,8 @@ RESUME = "resume"  # EpisodeWorkflow (signal): a parked episode re-provisions an
 FLEET_WAIT = "waiting for the model fleet"
 CUT = "cut"  # EpisodeWorkflow (signal): why the cancel that follows cuts it (EpisodeResult.cut)
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
+ACK = "ack"  # BatchReceiptsWorkflow (signal): the trainer consumed a group
+DISPATCHED = "dispatched"  # BatchReceiptsWorkflow (signal): a group's dispatch version
 
 # -- failure types (ApplicationError.type) ------------------------------------------------
 
@@ -233,6 +237,11 @@ def group_id(batch: str, task_id: str) -> str:
 
 def batch_workflow_id(batch: str) -> str:
     return f"batch.{batch}"
+
+
+def receipts_workflow_id(batch: str) -> str:
+    """The batch's receipts (`BatchReceiptsWorkflow`): the groups a trainer acknowledged."""
+    return f"{batch}.receipts"
 
 
 def single_task_spec(spec: EpisodeSpec, task: Task) -> EpisodeSpec:

@@ -9,14 +9,18 @@ v, take each group as soon as all its members ended (`run_batch(groups=True)`), 
 a failed group whole, compute advantages (reward minus the group's mean), build the
 training samples from the recorded token ids, take a training step, move the version
 on. Groups still running more than `--max-staleness` versions behind are cancelled
-and dispatched again at the current version, as fresh episodes.
+and dispatched again at the current version, as fresh episodes (`--on-stale requeue`,
+this example's choice; `run_batch`'s default, `keep`, waits for them instead: see
+docs/trainers.md, "Staleness: keep or requeue").
 
 There is no model to train here. The model server is the scripted upstream
 (`episodes.model.scripted.server`: real HTTP, a rule-based policy, a chat template that
 tokenizes like a real model's), and the "training step" is a stand-in that says so and
 prints what it would train on. It gets some values wrong, so rewards differ. So that a stale group shows up on every run, the
 stand-in server never answers the last task's version-0 calls (a straggler replica):
-that group is still running when the trainer moves on, and is re-dispatched.
+that group is still running when the trainer moves on, and is re-dispatched. (A
+replica that never answers is what `requeue` is for: with `keep` that group would be
+waited for, and the trainer with it.)
 """
 
 from __future__ import annotations
@@ -46,7 +50,12 @@ async def train(args: argparse.Namespace, client: episodes.EpisodesClient, url: 
     # -- the trainer's loop ---------------------------------------------------------------
     version = 0
     groups = client.run_batch(
-        spec, groups=True, batch_id=batch, policy_version=version, max_staleness=args.max_staleness
+        spec,
+        groups=True,
+        batch_id=batch,
+        policy_version=version,
+        max_staleness=args.max_staleness,
+        on_stale=args.on_stale,
     )
     async with contextlib.aclosing(groups):
         async for group in groups:
@@ -137,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         "--batch-id", "--batch", dest="batch", help="batch id (default: a fresh one per run)"
     )
     p.add_argument("--max-staleness", type=int, default=1)
+    p.add_argument("--on-stale", choices=["keep", "requeue"], default="requeue")
     p.add_argument(
         "--template",
         choices=["chatml", "chatml-drop-reasoning"],

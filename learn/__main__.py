@@ -1,6 +1,7 @@
 """`make learn`: an end-to-end RL run on a CPU, reward rising over policy versions.
 
-    python -m learn [--versions 12] [--out learn/] [--quick]
+    python -m learn [--versions 12] [--out learn/] [--on-stale keep|requeue]
+                    [--kill-trainer-at V]
 
 Starts the project's Temporal dev server (on free ports, state in a temporary
 directory) and an in-process worker, the policy's OpenAI-compatible server
@@ -8,6 +9,12 @@ directory) and an in-process worker, the policy's OpenAI-compatible server
 each episode's harness asks the policy for a guess through the session's model proxy,
 every call is recorded with its token ids and logprobs, and the trainer learns from
 the recorded samples. Writes `summary.json` and `reward.png` into `--out`.
+
+`--kill-trainer-at V` runs the trainer as a process of its own (`learn.process`),
+SIGKILLs it once version V is checkpointed (before that step's groups are
+acknowledged) and starts it again: it resumes from its checkpoint and the batch's
+receipts on the server, and no group is trained twice (`trained_twice` in the
+summary, beside `groups_trained`, `groups_acknowledged` and `trainer_restarts`).
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import sys
 import tempfile
 import time
 import uuid
@@ -26,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from episodes.client import EpisodesClient
+from episodes.client.group.receipts import read_receipts
 from learn.plot import plot
 from learn.policy import Vocab
 from learn.server import PolicyServer
@@ -101,7 +110,34 @@ def _progress(trainer: Trainer) -> None:
     )
 
 
-async def run(cfg: Config, out: Path) -> dict[str, Any]:
+async def _trainer_processes(
+    client: EpisodesClient, server: PolicyServer, cfg: Config, batch: str, kill_at: int, tmp: Path
+) -> tuple[dict[str, Any], int]:
+    """The trainer in a process of its own, SIGKILLed at version `kill_at` once and run
+    again until it finishes; its summary and how many times it was restarted."""
+    from learn.process import summary_path
+
+    checkpoint = tmp / "trainer.json"
+    address = client.client.service_client.config.target_host
+    restarts = 0
+    die_at: int | None = kill_at
+    while True:
+        extra = ["--die-at", str(die_at)] if die_at is not None else []
+        args = [address, QUEUE, server.base_url, batch, str(checkpoint), json.dumps(cfg.__dict__)]
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "learn.process", *args, *extra
+        )
+        code = await proc.wait()
+        if code == -9 and die_at is not None:
+            print(f"  trainer SIGKILLed at version {die_at}; starting it again", flush=True)
+            restarts, die_at = restarts + 1, None
+            continue
+        if code != 0:
+            raise RuntimeError(f"the trainer process exited {code}")
+        return json.loads(summary_path(checkpoint).read_text()), restarts
+
+
+async def run(cfg: Config, out: Path, kill_trainer_at: int | None = None) -> dict[str, Any]:
     started = time.monotonic()
     async with (
         stack() as client,
@@ -109,7 +145,18 @@ async def run(cfg: Config, out: Path) -> dict[str, Any]:
     ):
         print(f"policy server at {server.base_url}; training {cfg.versions} versions", flush=True)
         batch = f"learn-{uuid.uuid4().hex[:8]}"
-        summary = await train(client, server, cfg, batch=batch, progress=_progress)
+        if kill_trainer_at is None:
+            summary = await train(client, server, cfg, batch=batch, progress=_progress)
+            restarts = 0
+        else:
+            with tempfile.TemporaryDirectory(prefix="episodes-learn-trainer-") as tmp:
+                summary, restarts = await _trainer_processes(
+                    client, server, cfg, batch, kill_trainer_at, Path(tmp)
+                )
+        receipts = await read_receipts(client.client, batch)
+    summary["groups_acknowledged"] = len(receipts.acked)
+    summary["acknowledged_twice"] = len(receipts.acks) - len(receipts.acked)
+    summary["trainer_restarts"] = restarts
     summary.update(references(cfg))
     summary["wall_s"] = round(time.monotonic() - started, 1)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,6 +168,15 @@ async def run(cfg: Config, out: Path) -> dict[str, Any]:
             f"version {r['policy_version']:>2}: mean reward {r['mean_reward']:.3f} over "
             f"{r['episodes']} episodes, stale groups {r['stale_groups']}"
         )
+    lags = summary["lag"]
+    print(
+        f"version lag (on_stale {cfg.on_stale}, max_staleness {cfg.max_staleness}): max "
+        f"{max(r['max_lag'] for r in lags)}, mean "
+        f"{sum(r['mean_lag'] * r['groups'] for r in lags) / sum(r['groups'] for r in lags):.2f}; "
+        f"groups trained {summary['groups_trained']}, acknowledged "
+        f"{summary['groups_acknowledged']}, trained twice {summary['trained_twice']}, "
+        f"trainer restarts {summary['trainer_restarts']}"
+    )
     first = [r["mean_reward"] for r in rows[:3]]
     last = [r["mean_reward"] for r in rows[-3:]]
     print(
@@ -139,6 +195,13 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=Config.groups_per_version)
     parser.add_argument("--concurrency", type=int, default=Config.concurrency)
     parser.add_argument("--max-staleness", type=int, default=Config.max_staleness)
+    parser.add_argument("--on-stale", choices=["keep", "requeue"], default=Config.on_stale)
+    parser.add_argument(
+        "--kill-trainer-at",
+        type=int,
+        default=None,
+        help="SIGKILL the trainer process once this version is checkpointed, then restart it",
+    )
     parser.add_argument("--lr", type=float, default=Config.lr)
     parser.add_argument("--straggle-every", type=int, default=Config.straggle_every)
     parser.add_argument("--seed", type=int, default=Config.seed)
@@ -150,6 +213,7 @@ def main() -> None:
         groups_per_version=args.groups,
         concurrency=args.concurrency,
         max_staleness=args.max_staleness,
+        on_stale=args.on_stale,
         lr=args.lr,
         straggle_every=args.straggle_every,
         seed=args.seed,
@@ -158,7 +222,7 @@ def main() -> None:
     # their cancelled activities at WARNING with a traceback; the summary counts what
     # matters (failed groups), and the histories keep the rest.
     logging.getLogger("temporalio").setLevel(logging.ERROR)
-    asyncio.run(run(cfg, args.out))
+    asyncio.run(run(cfg, args.out, args.kill_trainer_at))
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ in flight: a call is served whole by the weights it started with, and its answer
 `system_fingerprint` (`learn-policy-v<version>`) names them, so a trainer can tell
 which weights sampled each call even when its episode began under older ones.
 
+A trainer in a process of its own (`learn.process`, `--kill-trainer-at`) pushes its
+weights with `POST /learn/load` (`{"version": k, "weights": [...]}`): the same swap.
+
 `straggle_every=k`: a straggler replica. The first call of sample 0 of every k-th
 task (first attempts only, by the session id the proxy sends as `X-Session-ID`) is
 held until the weights have moved on twice, so that task's group falls more than one
@@ -77,6 +80,7 @@ class PolicyServer:
     async def __aenter__(self) -> PolicyServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_post("/learn/load", self._load)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
         sock = tcp_listener()
@@ -89,6 +93,11 @@ class PolicyServer:
             runner, self._runner = self._runner, None
             self._moved.set()  # held calls go on, and end with the server
             await runner.cleanup()
+
+    async def _load(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.load(np.array(body["weights"], dtype=np.float64), int(body["version"]))
+        return web.json_response({"version": self.version})
 
     async def _chat(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -8,8 +8,17 @@ takes one optimizer step on the samples of those groups (`episodes.training.samp
 from each episode's recorded model calls: token ids, masks, logprobs), then loads the
 new weights into the server and moves `client.policy_version` on. Episodes in flight
 keep running across that swap: their next calls are served by the new weights (the
-answer's `system_fingerprint` says which), and a group more than `max_staleness`
-versions behind is cancelled and run again at the current version.
+answer's `system_fingerprint` says which). A group more than `max_staleness`
+versions behind is waited for (`on_stale="keep"`, the default: no new group starts
+meanwhile) or cancelled and run again at the current version (`"requeue"`); each
+group's lag (`group.staleness`) is recorded per training step.
+
+Consumption is durable: after each step the trainer writes its checkpoint (weights,
+optimizer moments, the groups it trained) and then acknowledges the step's groups
+(`group.ack()`, kept on the Temporal server). A trainer that restarts from its
+checkpoint runs the same batch again: the server hands it every group it did not
+acknowledge, once; a group its checkpoint already trained (killed between the
+checkpoint and the acknowledgements) is acknowledged, not trained again.
 
 The loss is GRPO's: per sampled token, the advantage (reward minus the group mean,
 over the group std) times the importance ratio pi_theta / pi_behaviour, clipped as
@@ -24,11 +33,14 @@ recorded answer, which names the weights that served it.
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -37,8 +49,8 @@ from episodes.client.group.stream import Group
 from episodes.training.samples import Sample, samples_of
 from episodes.types.events import ModelCall
 from episodes.types.spec import EpisodeSpec, parse_spec
-from learn.policy import grad_logprob, token_logprob
-from learn.server import PolicyServer, served_version
+from learn.policy import Vocab, grad_logprob, token_logprob
+from learn.server import served_version
 
 HARNESS = Path(__file__).resolve().parent / "harness.py"
 
@@ -59,6 +71,8 @@ class Config:
     """PPO clip on the ratio: wide, as one Adam step moves this tiny policy far."""
     concurrency: int = 16
     max_staleness: int = 1
+    on_stale: str = "keep"
+    """`keep` (wait for a stale group, pace admission) or `requeue` (run it again)."""
     straggle_every: int = 10
     """The server holds one episode of every k-th task until the weights moved on twice
     (`learn.server`), so staleness happens on purpose; 0: never."""
@@ -102,8 +116,21 @@ class _Token:
     served_by: int
 
 
+class Policy(Protocol):
+    """What the trainer needs of the policy server: its vocabulary and a weight push
+    (`PolicyServer` in-process, `learn.process.RemotePolicy` over HTTP)."""
+
+    @property
+    def vocab(self) -> Vocab: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    def load(self, weights: np.ndarray, version: int) -> None: ...
+
+
 class Trainer:
-    def __init__(self, cfg: Config, server: PolicyServer) -> None:
+    def __init__(self, cfg: Config, server: Policy, checkpoint: Path | None = None) -> None:
         self.cfg = cfg
         self.vocab = server.vocab
         self.server = server
@@ -119,7 +146,52 @@ class Trainer:
         self.stale: dict[int, int] = defaultdict(int)
         self.groups: dict[int, int] = defaultdict(int)
         self.failed_groups = 0
-        server.load(self.weights, 0)
+        self.lags: dict[int, list[int]] = defaultdict(list)  # trainer version -> lags
+        self.trained: list[str] = []  # group ids in a checkpointed step (or the last version)
+        self.redelivered = 0  # groups handed out again that the checkpoint had trained
+        self.checkpoint = checkpoint
+        if checkpoint is not None and checkpoint.exists():
+            self._restore(json.loads(checkpoint.read_text()))
+        server.load(self.weights, self.version)
+
+    def save(self) -> None:
+        """Write the checkpoint: everything a restarted trainer resumes from."""
+        if self.checkpoint is None:
+            return
+        state = {
+            "version": self.version,
+            "weights": self.weights.tolist(),
+            "m": self._m.tolist(),
+            "v": self._v.tolist(),
+            "snapshots": {k: w.tolist() for k, w in self.snapshots.items()},
+            "max_logprob_diff": self.max_logprob_diff,
+            "tokens_checked": self.tokens_checked,
+            "mixed_calls": self.mixed_calls,
+            "rewards": self.rewards,
+            "stale": self.stale,
+            "groups": self.groups,
+            "failed_groups": self.failed_groups,
+            "lags": self.lags,
+            "trained": self.trained,
+            "redelivered": self.redelivered,
+        }
+        tmp = self.checkpoint.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.checkpoint)  # whole or not at all
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        self.version = state["version"]
+        self.weights = np.array(state["weights"], dtype=np.float64)
+        self._m, self._v = np.array(state["m"]), np.array(state["v"])
+        self.snapshots = {int(k): np.array(w) for k, w in state["snapshots"].items()}
+        self.max_logprob_diff = state["max_logprob_diff"]
+        self.tokens_checked = state["tokens_checked"]
+        self.mixed_calls = state["mixed_calls"]
+        for name in ("rewards", "stale", "groups", "lags"):
+            getattr(self, name).update({int(k): v for k, v in state[name].items()})
+        self.failed_groups = state["failed_groups"]
+        self.trained = list(state["trained"])
+        self.redelivered = state["redelivered"]
 
     def tokens(self, sample: Sample, calls: list[ModelCall]) -> list[_Token]:
         """The sample's sampled tokens with their context, each run of mask 1 matched to
@@ -198,8 +270,22 @@ class Trainer:
             }
             for v in sorted(self.rewards)
         ]
+        lags = [
+            {
+                "trained_at": v,
+                "groups": len(self.lags[v]),
+                "mean_lag": float(np.mean(self.lags[v])),
+                "max_lag": max(self.lags[v]),
+            }
+            for v in sorted(self.lags)
+            if self.lags[v]
+        ]
         return {
             "versions": versions,
+            "lag": lags,
+            "groups_trained": len(set(self.trained)),
+            "trained_twice": len(self.trained) - len(set(self.trained)),
+            "groups_redelivered_after_checkpoint": self.redelivered,
             "max_logprob_diff": self.max_logprob_diff,
             "tokens_checked": self.tokens_checked,
             "calls_served_by_newer_weights": self.mixed_calls,
@@ -209,40 +295,65 @@ class Trainer:
 
 
 async def train(
-    client: EpisodesClient, server: PolicyServer, cfg: Config, *, batch: str, progress: Any = None
+    client: EpisodesClient,
+    server: Policy,
+    cfg: Config,
+    *,
+    batch: str,
+    progress: Any = None,
+    checkpoint: Path | None = None,
+    die_at: int | None = None,
 ) -> dict[str, Any]:
-    """Run `cfg.versions` policy versions; returns the summary `learn/summary.json` holds."""
-    trainer = Trainer(cfg, server)
+    """Run `cfg.versions` policy versions; returns the summary `learn/summary.json` holds.
+    `checkpoint`: the file the trainer resumes from (and writes after each step).
+    `die_at`: SIGKILL this process once version `die_at` is checkpointed, before its
+    groups are acknowledged (`--kill-trainer-at`)."""
+    trainer = Trainer(cfg, server, checkpoint)
     spec = make_spec(cfg, server.base_url, batch)
     pending: list[tuple[float, list[_Token]]] = []
-    groups_in_step = 0
+    taken: list[Group] = []  # the groups of the step being gathered
     stream = client.run_batch(
         spec,
         batch_id=batch,
         groups=True,
-        policy_version=0,
+        policy_version=trainer.version,  # where the checkpoint left it
         max_staleness=cfg.max_staleness,
+        on_stale=cfg.on_stale,
         concurrency=cfg.concurrency,
     )
     last = cfg.versions - 1
+    done = set(trainer.trained)
     try:
         async for group in stream:
+            if group.group_id in done:  # checkpointed, killed before its acknowledgement
+                trainer.redelivered += 1
+                await group.ack()
+                continue
             await _take(client, trainer, group, pending)
             if trainer.version == last:
                 # No more steps: the last version's own groups, then stop.
+                trainer.trained.append(group.group_id)
+                await group.ack()
                 if trainer.groups[last] >= cfg.groups_per_version:
                     break
                 continue
-            groups_in_step += 1
-            if groups_in_step < cfg.groups_per_version:
+            taken.append(group)
+            if len(taken) < cfg.groups_per_version:
                 continue
             trainer.step(pending)
+            trainer.trained += [g.group_id for g in taken]
+            trainer.save()
+            if die_at is not None and trainer.version == die_at:
+                os.kill(os.getpid(), signal.SIGKILL)  # checkpointed, not acknowledged
+            for g in taken:
+                await g.ack()
             client.policy_version = trainer.version
-            pending, groups_in_step = [], 0
+            pending, taken = [], []
             if progress is not None:
                 progress(trainer)
     finally:
         await stream.aclose()
+    trainer.save()
     return trainer.summary()
 
 
@@ -255,6 +366,7 @@ async def _take(
     version = group.policy_version or 0
     trainer.groups[version] += 1
     trainer.stale[version] += group.stale
+    trainer.lags[trainer.version].append(group.staleness or 0)
     if group.failed is not None:
         trainer.failed_groups += 1
         return

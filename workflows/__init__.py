@@ -19,11 +19,13 @@ if TYPE_CHECKING:
     from workflows.episode import EpisodeWorkflow
     from workflows.group import EpisodeGroupWorkflow
     from workflows.interactive import InteractiveEpisodeWorkflow
+    from workflows.receipts import BatchReceiptsWorkflow
 
     WORKFLOWS: list[type]
 
 __all__ = [
     "WORKFLOWS",
+    "BatchReceiptsWorkflow",
     "EpisodeGroupWorkflow",
     "EpisodeWorkflow",
     "EvalBatchWorkflow",
@@ -38,17 +40,20 @@ def __getattr__(name: str) -> Any:
     from workflows.episode import EpisodeWorkflow
     from workflows.group import EpisodeGroupWorkflow
     from workflows.interactive import InteractiveEpisodeWorkflow
+    from workflows.receipts import BatchReceiptsWorkflow
 
     found = {
         "EpisodeWorkflow": EpisodeWorkflow,
         "InteractiveEpisodeWorkflow": InteractiveEpisodeWorkflow,
         "EvalBatchWorkflow": EvalBatchWorkflow,
         "EpisodeGroupWorkflow": EpisodeGroupWorkflow,
+        "BatchReceiptsWorkflow": BatchReceiptsWorkflow,
         "WORKFLOWS": [
             EpisodeWorkflow,
             InteractiveEpisodeWorkflow,
             EvalBatchWorkflow,
             EpisodeGroupWorkflow,
+            BatchReceiptsWorkflow,
         ],
     }
     return found[name]

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from episodes.cli import common
+from episodes.cli.batch_status import app as batch_app
 from episodes.cli.dev import DEV_PORT, TaskQueue, dev  # noqa: F401 (their old path)
 from episodes.cli.doctor import doctor, setup
 from episodes.cli.park import park, resume
@@ -154,6 +155,7 @@ def run_cmd(
 
 
 app.add_typer(schedule_app, name="schedule")
+app.add_typer(batch_app, name="batch")
 harbor_app = typer.Typer(no_args_is_help=True, help="Harbor tasks (docs/harbor.md).")
 app.add_typer(harbor_app, name="harbor")
 

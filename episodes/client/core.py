@@ -23,6 +23,8 @@ from episodes.client.batch.priority import with_priority
 from episodes.client.batch.stream import stream_results
 from episodes.client.group.execution import run_group_execution
 from episodes.client.group.options import groups_spec
+from episodes.client.group.receipts import ReceiptsStatus, receipts_status
+from episodes.client.group.staleness import ON_STALE
 from episodes.client.group.stream import Group, stream_groups
 from episodes.client.histories.replaying import ReplayMethods
 from episodes.client.interactive import InteractiveSession, open_session
@@ -133,6 +135,16 @@ class EpisodesClient(ReplayMethods):
 
         return await fetch_transcript(self.client, workflow_id)
 
+    async def ack(self, group: Group) -> None:
+        """`group.ack()`: record on the server that the trainer consumed `group` (a
+        restarted trainer running the batch again never gets it again)."""
+        await group.ack()
+
+    async def batch_status(self, batch_id: str) -> ReceiptsStatus:
+        """How many of the batch's groups the trainer acknowledged, how many are
+        outstanding, how many still run (`episodes batch status`)."""
+        return await receipts_status(self.client, batch_id)
+
     async def open_session(
         self,
         spec: EpisodeSpec,
@@ -209,8 +221,12 @@ class EpisodesClient(ReplayMethods):
         `self.policy_version` now; every episode is dispatched at `self.policy_version`
         as it is then (`model.policy_version`, recorded on each model call), so a
         trainer moves it on by setting the attribute. `max_staleness` (groups only):
-        a group not complete while `self.policy_version` is more than this ahead of its
-        version is cancelled and dispatched again at the current version.
+        how far a running group may trail `self.policy_version`; `on_stale="keep"`
+        (default) starts no new group and hands out no complete one while a running
+        group trails by more, `"requeue"` cancels it and dispatches it again at the
+        current version (`episodes.client.group.staleness`). `group.ack()` (or
+        `self.ack(group)`) records that the trainer used a group: the same batch id run
+        again never yields it again (`episodes.client.group.receipts`).
 
         `priority` (1 first .. 5), `fairness_key`, `fairness_weight` and `budget`
         replace the spec's (`episodes.client.batch.priority.with_priority`): every episode and its
@@ -240,15 +256,27 @@ class EpisodesClient(ReplayMethods):
         self.budget_exhausted = None
         spec = groups_spec(spec, o.groups, o.oversample, o.skip_zero_variance)
         batch, max_staleness = o.batch_id, o.max_staleness
+        on_stale = o.on_stale or "keep"
+        if on_stale not in ON_STALE:
+            raise EpisodesError(f"on_stale={on_stale!r}: give one of {', '.join(ON_STALE)}")
         if (o.execution or spec.execution) == "group":
-            return run_group_execution(self, spec, batch, limit, max_staleness, groups=o.groups)
+            return run_group_execution(
+                self, spec, batch, limit, max_staleness, groups=o.groups, on_stale=on_stale
+            )
         if o.groups:
             if max_staleness is not None and self.policy_version is None:
                 raise EpisodesError(
                     "max_staleness needs a policy version: pass policy_version= "
                     "or set client.policy_version"
                 )
-            return stream_groups(self, spec, batch=batch, limit=limit, max_staleness=max_staleness)
+            return stream_groups(
+                self,
+                spec,
+                batch=batch,
+                limit=limit,
+                max_staleness=max_staleness,
+                on_stale=on_stale,
+            )
         if max_staleness is not None:
             raise EpisodesError("max_staleness applies to groups: pass groups=True")
         return stream_results(self, spec, batch=batch, limit=limit)

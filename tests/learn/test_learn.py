@@ -106,3 +106,28 @@ async def test_two_versions_of_the_learning_run(client, worker) -> None:
     assert summary["tokens_checked"] >= 2 * sum(v["episodes"] for v in versions)
     assert summary["max_logprob_diff"] < 1e-4
     assert summary["failed_groups"] == 0
+
+
+def test_a_trainer_resumes_from_its_checkpoint(tmp_path) -> None:
+    """What `--kill-trainer-at` relies on: a trainer's checkpoint holds its version,
+    weights, optimizer moments, snapshots, counts and the groups it trained, and a new
+    trainer started on it serves those weights at that version."""
+    vocab = Vocab()
+    server = PolicyServer(vocab, seed=1)
+    path = tmp_path / "trainer.json"
+    first = Trainer(Config(), server, path)
+    first.weights = np.linspace(-1.0, 1.0, vocab.size)
+    first.version, first.snapshots[1] = 1, first.weights.copy()
+    first.rewards[0] += [0.5, 1.0]
+    first.lags[1] += [0, 2]
+    first.trained += ["b/t0", "b/t1"]
+    first.save()
+    again = Trainer(Config(), server, path)
+    assert again.version == 1 and server.version == 1
+    assert np.array_equal(again.weights, first.weights) and np.array_equal(
+        server.weights, first.weights
+    )
+    assert set(again.snapshots) == {0, 1} and again.rewards[0] == [0.5, 1.0]
+    summary = again.summary()
+    assert summary["groups_trained"] == 2 and summary["trained_twice"] == 0
+    assert summary["lag"] == [{"trained_at": 1, "groups": 2, "mean_lag": 1.0, "max_lag": 2}]

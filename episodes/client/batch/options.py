@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from episodes.client.group.staleness import OnStale
 from episodes.errors import EpisodesError
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import Execution
@@ -38,8 +39,12 @@ class BatchOptions:
     """Set the client's `policy_version` now (every episode is dispatched at the
     client's version as it is then)."""
     max_staleness: int | None = None
-    """Groups only: a group more than this many versions behind the client's is
-    dispatched again at the current version."""
+    """Groups only: how many versions a running group may trail the client's
+    (`episodes.client.group.staleness`)."""
+    on_stale: OnStale | None = None
+    """Groups with `max_staleness`: `"keep"` (None: the default) paces admission and
+    cancels nothing; `"requeue"` cancels a stale group and dispatches it again at the
+    current version."""
     priority: int | None = None
     """1 (first) to 5 (last), in place of the spec's."""
     fairness_key: str | None = None

@@ -25,6 +25,7 @@ from episodes.client.batch.parking import ParkReport
 from episodes.client.blocking.group import SyncGroup
 from episodes.client.blocking.session import LoopThread, SyncInteractiveSession
 from episodes.client.core import EpisodesClient
+from episodes.client.group.receipts import ReceiptsStatus
 from episodes.client.group.stream import Group
 from episodes.types.model import UpstreamSpec
 from episodes.types.priority import BudgetName
@@ -261,6 +262,16 @@ class SyncEpisodesClient:
     def resume_batch(self, batch_id: str) -> list[str]:
         """Resume the batch's parked episodes (see `EpisodesClient.resume_batch`)."""
         return self._loop.run(self.async_client.resume_batch(batch_id))
+
+    def ack(self, group: SyncGroup) -> None:
+        """Record on the server that the trainer consumed `group` (see
+        `EpisodesClient.ack`): the same batch run again never yields it again."""
+        group.ack()
+
+    def batch_status(self, batch_id: str) -> ReceiptsStatus:
+        """The batch's groups acknowledged, outstanding and running (see
+        `EpisodesClient.batch_status`)."""
+        return self._loop.run(self.async_client.batch_status(batch_id))
 
     def transcript(self, workflow_id: str) -> Transcript:
         """A finished (or running) episode's transcript, every run of it."""

@@ -52,6 +52,14 @@ class SyncGroup:
         return self.async_group.stale
 
     @property
+    def staleness(self) -> int | None:
+        return self.async_group.staleness
+
+    def ack(self) -> None:
+        """Record on the server that the trainer consumed this group (`Group.ack`)."""
+        self._loop.run(self.async_group.ack())
+
+    @property
     def cut(self) -> list[str]:
         return self.async_group.cut
 

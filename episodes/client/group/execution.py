@@ -12,8 +12,12 @@ A group with a member that ended for an infrastructure reason (its worker lost p
 its restarts, a model upstream that gave up: `is_infra_failure`) runs again whole, as
 a fresh group workflow `<id>.r<n>`, up to the spec's `group_retries` times (the unit
 of execution is the group; a GRPO baseline wants its members run alike); past that
-it is yielded `failed`. `max_staleness` cancels a stale group's workflow and
-dispatches it again at the current version.
+it is yielded `failed`. `max_staleness` paces a stale group (`on_stale="keep"`: no
+new group starts and no complete one is handed out past it) or cancels its workflow
+and dispatches it again at the current version (`on_stale="requeue"`):
+`episodes.client.group.staleness`. `Group.ack()` records the group in the batch's
+receipts, so a trainer that runs the batch again never gets it again
+(`episodes.client.group.receipts`).
 
 As on the default path (`episodes.client.group.stream`): budgets are counted from the
 members' results as each group ends (past one no new group starts,
@@ -41,6 +45,15 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from episodes import contract
 from episodes.client.batch.dispatch import BatchClient, cancel_episode, dispatch_spec, failed
 from episodes.client.batch.spending import Spending
+from episodes.client.group.receipts import Receipts
+from episodes.client.group.staleness import (
+    OnStale,
+    Pacing,
+    Running,
+    lag,
+    oldest_serving_version,
+    yield_order,
+)
 from episodes.client.group.stream import VERSION_POLL_S, Group, reading
 from episodes.client.starting import start_options, start_or_attach
 from episodes.errors import EpisodesError
@@ -63,6 +76,7 @@ def run_group_execution(
     max_staleness: int | None,
     *,
     groups: bool,
+    on_stale: OnStale = "keep",
 ) -> AsyncGenerator[Group, None] | AsyncGenerator[EpisodeResult, None]:
     """`run_batch(..., execution="group")`: the groups, or (not `groups`) their
     results one by one as each group ends."""
@@ -72,7 +86,7 @@ def run_group_execution(
             "and policy_version="
         )
     grouped = stream_group_workflows(
-        ec, spec, batch=batch, limit=limit, max_staleness=max_staleness
+        ec, spec, batch=batch, limit=limit, max_staleness=max_staleness, on_stale=on_stale
     )
     return grouped if groups else _flat(grouped)
 
@@ -96,6 +110,7 @@ class _Run:
     stale: int = 0
     wid: str | None = None  # the group workflow in flight (to cancel it by id)
     dispatched: bool = False
+    restored: int | None = None  # the version an earlier run dispatched it at (receipts)
 
 
 async def stream_group_workflows(
@@ -105,47 +120,85 @@ async def stream_group_workflows(
     batch: str | None,
     limit: int,
     max_staleness: int | None,
+    on_stale: OnStale = "keep",
 ) -> AsyncGenerator[Group, None]:
     """See the module doc. At most `limit` episodes in flight: `limit // (samples +
     oversample)` groups (at least one), dispatched in task order, a stale one ahead of
     the rest."""
     name = batch or spec.name
-    queue = deque(_Run(i, t) for i, t in enumerate(spec.load_tasks()))
+    tasks = spec.load_tasks()
+    receipts = Receipts(ec.client, ec.task_queue, name, groups=len(tasks))
+    kept = await receipts.read()  # a trainer that restarted: what it acknowledged
+    queue = deque(
+        _Run(i, t, restored=kept.versions.get(contract.group_id(name, t.id)))
+        for i, t in enumerate(tasks)
+        if contract.group_id(name, t.id) not in kept.acked
+    )
+    pacing = Pacing(max_staleness, on_stale)
+    ready: list[tuple[_Run, Group]] = []  # complete, held back by a stale group (`keep`)
     groups = max(1, limit // (spec.samples + spec.oversample))
     running: dict[asyncio.Task[tuple[list[EpisodeResult], bool]], _Run] = {}
     model = spec.model is not None
     ec.zero_variance_skipped = ec.groups_dropped = ec.episodes_ran = 0
     spent = Spending(spec.budget)  # past the budget no group starts (ec.budget_exhausted)
+
+    def running_groups() -> list[Running]:
+        return [
+            Running(g.version, g.restored is not None and g.version == g.restored)
+            for g in running.values()
+        ]
+
+    def out(g: _Run, group: Group) -> Group:
+        # Its lag as the trainer's version stands when it is handed out.
+        v = oldest_serving_version(g.version)
+        return group.model_copy(update={"staleness": lag(ec.policy_version, v)})
+
     try:
         while True:
             current = ec.policy_version
-            if max_staleness is not None and current is not None:
+            if pacing.requeue:
                 for t, g in sorted(running.items(), key=lambda kv: -kv[1].index):
-                    if g.version is None or current - g.version <= max_staleness:
+                    if not pacing.stale(current, g.version):
                         continue
                     t.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await t
                     del running[t]
                     await cancel_episode(ec.client, g.wid)
-                    g.stale, g.version, g.wid = g.stale + 1, None, None
+                    g.stale, g.version, g.wid, g.restored = g.stale + 1, None, None, None
                     queue.appendleft(g)
+            # Complete groups the pacing held back, oldest first, once nothing holds them.
+            while ready and not pacing.holds(ec.policy_version, running_groups()):
+                g, group = min(ready, key=lambda x: yield_order(x[0].version, x[0].index))
+                ready.remove((g, group))
+                yield reading(out(g, group), ec.transcript, model=model, ack=receipts.ack)
             while len(running) < groups and queue:
-                g = queue.popleft()
+                g = queue[0]
                 if not g.dispatched and spent.reached is not None:
+                    queue.popleft()
                     continue  # past the budget: no new group (a stale one runs again)
+                if not g.dispatched and not pacing.admits(ec.policy_version, running_groups()):
+                    break  # `keep`: a running group is stale, no new one starts
+                queue.popleft()
+                if g.restored is not None and not g.dispatched:
+                    g.version = g.restored  # an earlier run dispatched it: its version
+                else:
+                    g.version = ec.policy_version
+                    if g.version is not None:
+                        await receipts.dispatched(contract.group_id(name, g.task.id), g.version)
                 g.dispatched = True
-                g.version = ec.policy_version
                 t = asyncio.create_task(
                     _run_group(ec, dispatch_spec(spec, g.version, ec.upstreams), g, name)
                 )
                 running[t] = g
             if not running:
+                for g, group in sorted(ready, key=lambda x: yield_order(x[0].version, x[0].index)):
+                    yield reading(out(g, group), ec.transcript, model=model, ack=receipts.ack)
                 return
             done, _ = await asyncio.wait(
                 running, timeout=VERSION_POLL_S, return_when=asyncio.FIRST_COMPLETED
             )
-            for t in sorted(done, key=lambda t: running[t].index):
+            for t in sorted(done, key=lambda t: yield_order(running[t].version, running[t].index)):
                 g = running.pop(t)
                 results, infra = t.result()
                 for r in results:  # a cut member spent too
@@ -158,7 +211,7 @@ async def stream_group_workflows(
                 if spec.skip_zero_variance and group.zero_variance:
                     ec.zero_variance_skipped += 1
                     continue
-                yield group
+                ready.append((g, group))  # yielded at the loop's top, once nothing holds it
     finally:
         for t in running:
             t.cancel()

@@ -16,10 +16,19 @@ silently smaller group.
 
 Policy versions: every member of a group is dispatched at the version the group was
 first dispatched at (`model.policy_version`, recorded on each model call). With
-`max_staleness=K`, a group not complete while the client's `policy_version` is more
-than K ahead of it is cancelled (its episodes cancelled, so they release their boxes)
-and dispatched again at the current version, as fresh attempts; `Group.stale` counts
-those re-dispatches. Complete groups are yielded as they are, with their version.
+`max_staleness=K` (`episodes.client.group.staleness`), `on_stale="keep"` (the
+default) cancels nothing for its age: no new group starts, and no complete group is
+handed out, while a group still running is more than K versions behind the client's
+`policy_version`. `on_stale="requeue"`: such a group is cancelled (its episodes
+cancelled, so they release their boxes) and dispatched again at the current version,
+as fresh attempts; `Group.stale` counts those re-dispatches. Complete groups are
+yielded oldest version first, each with its lag (`Group.staleness`).
+
+Consumption: `await group.ack()` records on the server that the trainer used the
+group (`episodes.client.group.receipts`). A trainer that runs the batch again under the
+same id (after a crash, on another machine) gets every group it did not acknowledge
+once, never one it did; the episodes re-attach where they are (none runs twice), and
+a group keeps the version it was dispatched at (its receipts have it).
 
 Budgets (`spec.budget`, `run_batch(budget=)`): counted from the members' results as
 they end (`episodes.client.batch.spending`); past one no new group is dispatched, the groups
@@ -67,6 +76,15 @@ from episodes.client.batch.dispatch import (
     run_member,
 )
 from episodes.client.batch.spending import Spending
+from episodes.client.group.receipts import Receipts
+from episodes.client.group.staleness import (
+    OnStale,
+    Pacing,
+    Running,
+    lag,
+    oldest_serving_version,
+    yield_order,
+)
 from episodes.errors import EpisodesError
 from episodes.training.estimators import Estimator, diverged, episode_advantages
 from episodes.training.samples import EpisodeSamples, no_model_calls, samples_of
@@ -78,6 +96,7 @@ from episodes.types.spec import EpisodeSpec
 VERSION_POLL_S = 1.0
 
 Fetch = Callable[[str], Awaitable[Transcript]]
+Ack = Callable[[str], Awaitable[None]]
 
 
 class Group(BaseModel):
@@ -102,6 +121,10 @@ class Group(BaseModel):
     """Fresh episodes run for its members after infrastructure failures."""
     stale: int = 0
     """Times the group was cancelled as stale and dispatched again at a newer version."""
+    staleness: int | None = None
+    """Its lag: the client's `policy_version` when it was yielded, minus the oldest
+    version that served any of its members (`episodes.client.group.staleness`). None
+    when unversioned."""
     partial: bool = False
     """Cut at the spec's `group_timeout_s`: `results` holds only the members that ended
     by then (the others were cancelled). Biased towards short episodes."""
@@ -111,8 +134,17 @@ class Group(BaseModel):
     group's results and never exported."""
 
     _fetch: Fetch | None = PrivateAttr(default=None)
+    _ack: Ack | None = PrivateAttr(default=None)
     _samples: list[EpisodeSamples] | None = PrivateAttr(default=None)
     _model: bool = PrivateAttr(default=True)  # the spec has a `model` (its calls: samples)
+
+    async def ack(self) -> None:
+        """Record on the server that the trainer consumed this group: running the batch
+        again (a trainer that restarted) never hands it out again. Durable once it
+        returns; acknowledging twice is harmless."""
+        if self._ack is None:
+            raise EpisodesError(f"group {self.group_id}: not from a batch stream, no receipts")
+        await self._ack(self.group_id)
 
     @property
     def zero_variance(self) -> bool:
@@ -177,11 +209,12 @@ class Group(BaseModel):
         return self._samples
 
 
-def reading(group: Group, fetch: Fetch, *, model: bool) -> Group:
+def reading(group: Group, fetch: Fetch, *, model: bool, ack: Ack | None = None) -> Group:
     """`group`, its transcripts read with `fetch` (a workflow id -> its transcript) on
     `samples()`'s first use; `model`: its spec has a `model` (the calls `samples()`
-    gives). Every stream and fork that makes a `Group` hands it out through this."""
-    group._fetch, group._model = fetch, model
+    gives); `ack`: records its acknowledgement (a batch stream's receipts). Every stream
+    and fork that makes a `Group` hands it out through this."""
+    group._fetch, group._model, group._ack = fetch, model, ack
     return group
 
 
@@ -200,6 +233,7 @@ class _State:
     began: float = 0.0  # when it was dispatched (monotonic)
     cut: list[str] = field(default_factory=list)
     settled: int = 0  # members an earlier run of the batch cut: ended, in no group
+    restored: int | None = None  # the version an earlier run dispatched it at (receipts)
 
     @property
     def complete(self) -> bool:
@@ -219,21 +253,42 @@ async def stream_groups(
     batch: str | None,
     limit: int,
     max_staleness: int | None,
+    on_stale: OnStale = "keep",
 ) -> AsyncGenerator[Group, None]:
     """`run_batch(groups=True)`: see the module doc. At most `limit` episodes in flight;
     groups are dispatched in task order, a stale one ahead of the rest."""
     name = batch or spec.name
     size = spec.samples + spec.oversample
+    dataset = spec.load_tasks()
+    receipts = Receipts(ec.client, ec.task_queue, name, groups=len(dataset))
+    kept = await receipts.read()  # a trainer that restarted: what it acknowledged
     states = [
-        _State(i, t.id, [Member(t, s) for s in range(size)], need=spec.samples)
-        for i, t in enumerate(spec.load_tasks())
+        _State(
+            i,
+            t.id,
+            [Member(t, s) for s in range(size)],
+            need=spec.samples,
+            restored=kept.versions.get(contract.group_id(name, t.id)),
+        )
+        for i, t in enumerate(dataset)
+        if contract.group_id(name, t.id) not in kept.acked
     ]
+    pacing = Pacing(max_staleness, on_stale)
+    by_index = {g.index: g for g in states}
     ec.zero_variance_skipped = ec.groups_dropped = ec.episodes_ran = 0
     queue: deque[tuple[_State, Member]] = deque((g, m) for g in states for m in g.members)
     running: dict[asyncio.Task[Outcome], tuple[_State, Member]] = {}
     # Dispatched and not yielded yet: about `limit / samples` groups, whatever the batch.
     active: dict[int, _State] = {}
+    ready: list[_State] = []  # complete, held back by a stale running group (`keep`)
     spent = Spending(spec.budget)  # past the budget no group starts (ec.budget_exhausted)
+
+    def running_groups() -> list[Running]:
+        return [
+            Running(g.version, g.restored is not None and g.version == g.restored)
+            for g in active.values()
+            if not (g.complete or g.exhausted)
+        ]
 
     async def stop(g: _State, why: Cut | None = None) -> None:
         """Cancel the group's running members and their episodes (by id: one still
@@ -257,7 +312,7 @@ async def stream_groups(
 
     def out(g: _State, *, partial: bool = False) -> Group | None:
         """The group to yield, or None: skipped for zero variance (and counted)."""
-        group = _group(ec, name, g, model=spec.model is not None, partial=partial)
+        group = _group(ec, name, g, model=spec.model is not None, partial=partial, ack=receipts.ack)
         if spec.skip_zero_variance and group.zero_variance:
             ec.zero_variance_skipped += 1
             return None
@@ -266,10 +321,10 @@ async def stream_groups(
     try:
         while True:
             current = ec.policy_version
-            if max_staleness is not None and current is not None:
+            if pacing.requeue:
                 for i in sorted(active, reverse=True):
-                    g = states[i]
-                    if g.version is None or current - g.version <= max_staleness:
+                    g = by_index[i]
+                    if g.complete or g.exhausted or not pacing.stale(current, g.version):
                         continue
                     # Stale and not complete: cancel it and dispatch it whole again.
                     await stop(g)
@@ -278,13 +333,13 @@ async def stream_groups(
                     g.outcomes.clear()
                     g.cut, g.settled = [], 0
                     g.stale += 1
-                    g.dispatched, g.version = False, None
+                    g.dispatched, g.version, g.restored = False, None, None
                     del active[i]
                     queue.extendleft(reversed([(g, m) for m in g.members]))
             if spec.group_timeout_s is not None:
                 now = time.monotonic()
                 for i in sorted(active):
-                    g = states[i]
+                    g = by_index[i]
                     if g.complete or now - g.began < spec.group_timeout_s:
                         continue
                     # Past its time: cut the rest, yield what ended (or drop it).
@@ -294,15 +349,28 @@ async def stream_groups(
                         ec.groups_dropped += 1
                     elif group := out(g, partial=True):
                         yield group
+            # Complete groups the pacing held back, oldest first, once nothing holds them.
+            while ready and not pacing.holds(ec.policy_version, running_groups()):
+                g = min(ready, key=lambda g: yield_order(g.version, g.index))
+                ready.remove(g)
+                if group := out(g):
+                    yield group
             while len(running) < limit and queue:
-                g, m = queue.popleft()
+                g, m = queue[0]
                 if not g.dispatched and spent.reached is not None:
                     rest = [(o, x) for o, x in queue if o.dispatched]
                     queue.clear()
                     queue.extend(rest)
                     continue
+                if not g.dispatched and not pacing.admits(ec.policy_version, running_groups()):
+                    break  # `keep`: a running group is stale, no new one starts
+                queue.popleft()
                 if not g.dispatched:
                     g.dispatched, g.version = True, ec.policy_version
+                    if g.restored is not None:  # an earlier run dispatched it: its version
+                        g.version = g.restored
+                    elif g.version is not None:
+                        await receipts.dispatched(contract.group_id(name, g.task_id), g.version)
                     g.began = time.monotonic()
                     active[g.index] = g
                 t = asyncio.create_task(
@@ -317,6 +385,9 @@ async def stream_groups(
                 )
                 running[t] = (g, m)
             if not running:
+                for g in sorted(ready, key=lambda g: yield_order(g.version, g.index)):
+                    if group := out(g):
+                        yield group
                 return
             done, _ = await asyncio.wait(
                 running, timeout=VERSION_POLL_S, return_when=asyncio.FIRST_COMPLETED
@@ -336,17 +407,17 @@ async def stream_groups(
                     ec.episodes_ran += 1  # yielded or not (a skipped or dropped group)
                 if (g.complete or g.exhausted) and g not in finished:
                     finished.append(g)
-            for g in sorted(finished, key=lambda g: g.index):
-                del active[g.index]
+            for g in sorted(finished, key=lambda g: yield_order(g.version, g.index)):
                 if g.exhausted:  # as that run left it: partial, or dropped
+                    del active[g.index]
                     if spec.group_on_timeout == "drop":
                         ec.groups_dropped += 1
                     elif group := out(g, partial=True):
                         yield group
                     continue
                 await stop(g, "straggler")  # its spares (`oversample`) still running
-                if group := out(g):
-                    yield group
+                ready.append(g)  # yielded at the loop's top, once nothing holds it
+                del active[g.index]
     finally:
         tasks = list(running)
         for t in tasks:
@@ -357,7 +428,15 @@ async def stream_groups(
         )
 
 
-def _group(ec: BatchClient, batch: str, g: _State, *, model: bool, partial: bool = False) -> Group:
+def _group(
+    ec: BatchClient,
+    batch: str,
+    g: _State,
+    *,
+    model: bool,
+    partial: bool = False,
+    ack: Ack | None = None,
+) -> Group:
     ended = [m for m in g.members if m.sample in g.outcomes]
     outcomes = [g.outcomes[m.sample] for m in ended]
     failed = None
@@ -378,7 +457,8 @@ def _group(ec: BatchClient, batch: str, g: _State, *, model: bool, partial: bool
         failed=failed,
         retried=sum(m.retries for m in g.members),
         stale=g.stale,
+        staleness=lag(ec.policy_version, oldest_serving_version(g.version)),
         partial=partial,
         cut=list(g.cut),
     )
-    return reading(group, ec.transcript, model=model)
+    return reading(group, ec.transcript, model=model, ack=ack)

@@ -35,6 +35,7 @@ KEYWORDS = {
     "skip_zero_variance",
     "batch",
     "execution",
+    "on_stale",  # added with it (issue 41): None is `keep`
 }
 
 

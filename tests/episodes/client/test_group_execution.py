@@ -176,7 +176,13 @@ async def test_a_stale_group_workflow_is_cancelled_and_run_again_at_the_new_vers
     async with up:
         s = parse_spec(_kv(up.base_url, {"early": {"a": "1"}, "late": {"z": "9"}}))
         agen = ec.run_batch(
-            s, groups=True, execution="group", policy_version=0, max_staleness=1, concurrency=4
+            s,
+            groups=True,
+            execution="group",
+            policy_version=0,
+            max_staleness=1,
+            on_stale="requeue",
+            concurrency=4,
         )
         try:
             first = await asyncio.wait_for(agen.__anext__(), 120)

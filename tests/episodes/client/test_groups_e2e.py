@@ -76,7 +76,14 @@ async def test_stale_groups_run_again_at_the_current_version(client, worker) -> 
     ec = EpisodesClient(client, task_queue=QUEUE)
     async with up:
         s = parse_spec(_kv(up.base_url, {"early": {"a": "1"}, "late": {"z": "9"}}))
-        agen = ec.run_batch(s, groups=True, policy_version=0, max_staleness=1, concurrency=4)
+        agen = ec.run_batch(
+            s,
+            groups=True,
+            policy_version=0,
+            max_staleness=1,
+            on_stale="requeue",
+            concurrency=4,
+        )
         try:
             first = await _next(agen)
             assert (first.task_id, first.policy_version, first.stale) == ("early", 0, 0)

@@ -7,6 +7,7 @@
     .venv/bin/python -m tests.workflows.histories.record --groups  # group execution
     .venv/bin/python -m tests.workflows.histories.record --group-cut  # members cut
     .venv/bin/python -m tests.workflows.histories.record --batch-group-timeout
+    .venv/bin/python -m tests.workflows.histories.record --receipts  # a batch's receipts
 
 Runs a few episodes, interactive sessions and a batch on a private dev server and
 saves every run's history here as JSON. Re-record only when a workflow's commands
@@ -354,12 +355,34 @@ async def record_batch_group_timeout(client: Client) -> None:
     await _save(client, "group_batch_timeout", gwid, await _first_run(client, gwid))
 
 
+async def record_receipts(client: Client) -> None:
+    """A batch's receipts (`BatchReceiptsWorkflow`): two groups dispatched, one
+    acknowledged twice, then the other: every group acknowledged, it ends."""
+    from episodes.client.group.receipts import Receipts
+    from episodes.contract import receipts_workflow_id
+
+    r = Receipts(client, QUEUE, "rr", groups=2)
+    await r.dispatched("rr/t0", 0)
+    await r.dispatched("rr/t1", 1)
+    await r.ack("rr/t0")
+    await r.ack("rr/t0")
+    h = client.get_workflow_handle(receipts_workflow_id("rr"))
+    for _ in range(100):  # a worker ran the signals so far: the next lands in a new task
+        if (await h.query("progress"))["acked"] == 1:
+            break
+        await asyncio.sleep(0.1)
+    await r.ack("rr/t1")
+    await h.result()
+    await _save(client, "receipts", h.id, await _first_run(client, h.id))
+
+
 async def main() -> None:
     only_new = "--new" in sys.argv[1:]
     only_groups = "--groups" in sys.argv[1:]
     only_cut = "--group-cut" in sys.argv[1:]
     only_batch_cut = "--batch-group-timeout" in sys.argv[1:]
     only_13 = "--issue13" in sys.argv[1:]
+    only_receipts = "--receipts" in sys.argv[1:]
     issue27 = [a.removeprefix("--issue27=") for a in sys.argv[1:] if a.startswith("--issue27=")]
     with tempfile.TemporaryDirectory() as tmp:
         server = DevServer(
@@ -386,6 +409,9 @@ async def main() -> None:
                 if only_13:
                     await record_issue13(client)
                     return
+                if only_receipts:
+                    await record_receipts(client)
+                    return
                 if not only_new:
                     await record(client)
                 await record_new(client, server.address)
@@ -393,6 +419,7 @@ async def main() -> None:
                 await record_groups(client)
                 await record_group_cut(client)
                 await record_batch_group_timeout(client)
+                await record_receipts(client)
             finally:
                 worker.request_stop()
                 await asyncio.wait_for(task, 30)
