@@ -31,6 +31,7 @@ from episodes.types.io import (
     SessionRef,
     TurnInput,
 )
+from episodes.types.priority import RecordedUsage
 from episodes.types.results import (
     EpisodeResult,
     ErrorType,
@@ -126,6 +127,7 @@ AWAIT_EPISODE = "await_episode"
 RESTORE = "restore"
 RUN_GROUP = "run_group"
 AWAIT_GROUP = "await_group"
+RECORDED_USAGE = "recorded_usage"
 
 
 def side_queue(task_queue: str) -> str:
@@ -195,6 +197,13 @@ async def await_group(workflow_id: str) -> GroupResult:
     raise NotImplementedError
 
 
+@activity.defn(name=RECORDED_USAGE)
+async def recorded_usage(workflow_id: str) -> RecordedUsage:
+    """Any worker (the side queue): the model use a failed episode's history recorded
+    (a batch's budget counts it)."""
+    raise NotImplementedError
+
+
 DECLARED = [
     provision,
     drive,
@@ -206,6 +215,7 @@ DECLARED = [
     restore,
     run_group,
     await_group,
+    recorded_usage,
 ]
 
 # -- an episode's identity ------------------------------------------------------------------
