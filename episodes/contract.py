@@ -64,6 +64,9 @@ RESUME = "resume"  # EpisodeWorkflow (signal): a parked episode re-provisions an
 FLEET_WAIT = "waiting for the model fleet"
 CUT = "cut"  # EpisodeWorkflow (signal): why the cancel that follows cuts it (EpisodeResult.cut)
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
+# EvalBatchWorkflow (signal, from its child EpisodeWorkflow): (workflow id, parked) when
+# the child parks (True) and when it resumes (False): the batch counts its parked ones.
+EPISODE_PARKED = "episode_parked"
 
 # -- failure types (ApplicationError.type) ------------------------------------------------
 

@@ -27,7 +27,7 @@ attempt is run again.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
@@ -89,6 +89,8 @@ class EvalBatchWorkflow:
         self._errors: list[str] = []
         self._acc = MetricsAccumulator()
         self._budget: BudgetName | None = None  # the budget reached, if any
+        # Children parked now (`episode_parked` signals; one that closes leaves).
+        self._parked: set[str] = set()
 
     @workflow.query(name=contract.PROGRESS)
     def progress(self) -> BatchProgress:
@@ -98,6 +100,7 @@ class EvalBatchWorkflow:
             total=self._total,
             done=self._acc.count,
             running=self._running,
+            parked=len(self._parked),
             failed=self._failed,
             runs=self._runs,
             last=self._last,
@@ -105,7 +108,17 @@ class EvalBatchWorkflow:
 
     @workflow.query(name=contract.METRICS)
     def metrics(self) -> BatchMetrics:
-        return self._acc.summary()
+        return self._acc.summary().model_copy(update={"parked": len(self._parked)})
+
+    @workflow.signal(name=contract.EPISODE_PARKED)
+    def episode_parked(self, workflow_id: str, parked: bool) -> None:
+        """A child parked (True) or resumed (False). No command: state for the
+        queries and the details only, so no patch."""
+        if parked:
+            self._parked.add(workflow_id)
+        else:
+            self._parked.discard(workflow_id)
+        self._set_details()
 
     @workflow.run
     async def run(self, inp: BatchInput) -> BatchResult:
@@ -230,9 +243,23 @@ class EvalBatchWorkflow:
     async def _attempt(
         self, inp: BatchInput, index: int, task: Task, sample: int, attempt: int
     ) -> MemberOutcome:
-        spec = inp.spec
         wid = contract.retry_id(contract.episode_id(self._batch, task.id, sample), attempt)
         began = workflow.now()
+        try:
+            return await self._run_attempt(inp, index, task, sample, wid, began)
+        finally:
+            self._parked.discard(wid)  # closed: parked no more (a cancel sends no signal)
+
+    async def _run_attempt(
+        self,
+        inp: BatchInput,
+        index: int,
+        task: Task,
+        sample: int,
+        wid: str,
+        began: datetime,
+    ) -> MemberOutcome:
+        spec = inp.spec
         try:
             try:
                 result = await workflow.execute_child_workflow(
@@ -390,7 +417,8 @@ class EvalBatchWorkflow:
         m = self._acc.summary()
         lines = [
             f"**{self._status}** · {m.count}/{self._total} done · {self._running} running"
-            f" · run {self._runs}"
+            + (f" ({len(self._parked)} parked)" if self._parked else "")
+            + f" · run {self._runs}"
         ]
         if m.mean_reward is not None:
             lines.append(f"- mean reward {m.mean_reward:.3f} over {m.rewarded}")

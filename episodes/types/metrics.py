@@ -145,6 +145,10 @@ class BatchMetrics(Model):
     """The finished episodes' time, summed (each held a box for about as long); like
     the model calls and tokens, every attempt of each (an episode run again after an
     infrastructure failure spent too)."""
+    parked: int = 0
+    """Episodes in flight that are parked (`episodes park`: no box, `resume` goes on),
+    while the batch runs: its `metrics` query (a client's batch:
+    `episodes.client.batch.live.LiveFigure.parked`). 0 in a finished batch's result."""
     groups_complete: int = 0
     """Groups (a task's samples in the batch, `contract.group_id`) whose every member
     ended with an outcome of the agent's or the env's: a trainer may learn from them."""
