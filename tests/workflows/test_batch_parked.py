@@ -42,9 +42,10 @@ class Parkable(StandIns):
         )
 
 
-async def test_a_server_batch_counts_its_parked_episodes(env) -> None:
+async def test_a_server_batch_counts_its_parked_episodes(env, batch: str | None = None) -> None:
+    """`batch`: histories/record_attempts.py names it, to save its history."""
     s = Parkable(env.client)
-    batch = f"bp-{uuid.uuid4().hex[:6]}"
+    batch = batch or f"bp-{uuid.uuid4().hex[:6]}"
     async with s.running():
         handle = await env.client.start_workflow(
             contract.BATCH_WORKFLOW,
