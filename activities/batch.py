@@ -1,4 +1,5 @@
-"""`await_episode`: the result of an episode that already exists under its workflow id.
+"""`await_episode`: the result of an episode that already exists under its workflow id;
+`recorded_usage`: what a failed episode spent, for the batch's budget.
 
 A batch that is re-run (after it was terminated, or over episodes an earlier
 client-side `episodes run` started with the same batch id) must not run an episode
@@ -17,6 +18,8 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from episodes import contract
+from episodes.client.histories.transcript import recorded_usage as read_usage
+from episodes.types.priority import RecordedUsage
 from episodes.types.results import EpisodeResult
 
 HEARTBEAT_S = 5.0
@@ -51,3 +54,10 @@ async def await_workflow(workflow_id: str, result_type: type[T], noun: str) -> T
 @activity.defn(name=contract.AWAIT_EPISODE)
 async def await_episode(workflow_id: str) -> EpisodeResult:
     return await await_workflow(workflow_id, EpisodeResult, "episode")
+
+
+@activity.defn(name=contract.RECORDED_USAGE)
+async def recorded_usage(workflow_id: str) -> RecordedUsage:
+    """An episode whose workflow failed has no result: its history's turns say what it
+    spent (a batch's budget counts every attempt, `BatchBudget`)."""
+    return await read_usage(activity.client(), workflow_id)

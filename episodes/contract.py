@@ -31,6 +31,7 @@ from episodes.types.io import (
     SessionRef,
     TurnInput,
 )
+from episodes.types.priority import RecordedUsage
 from episodes.types.results import (
     EpisodeResult,
     ErrorType,
@@ -67,6 +68,9 @@ CUT = "cut"  # EpisodeWorkflow (signal): why the cancel that follows cuts it (Ep
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
 ACK = "ack"  # BatchReceiptsWorkflow (signal): the trainer consumed a group
 DISPATCHED = "dispatched"  # BatchReceiptsWorkflow (signal): a group's dispatch version
+# EvalBatchWorkflow (signal, from its child EpisodeWorkflow): (workflow id, parked) when
+# the child parks (True) and when it resumes (False): the batch counts its parked ones.
+EPISODE_PARKED = "episode_parked"
 
 # -- failure types (ApplicationError.type) ------------------------------------------------
 
@@ -134,6 +138,7 @@ AWAIT_EPISODE = "await_episode"
 RESTORE = "restore"
 RUN_GROUP = "run_group"
 AWAIT_GROUP = "await_group"
+RECORDED_USAGE = "recorded_usage"
 
 
 def side_queue(task_queue: str) -> str:
@@ -203,6 +208,13 @@ async def await_group(workflow_id: str) -> GroupResult:
     raise NotImplementedError
 
 
+@activity.defn(name=RECORDED_USAGE)
+async def recorded_usage(workflow_id: str) -> RecordedUsage:
+    """Any worker (the side queue): the model use a failed episode's history recorded
+    (a batch's budget counts it)."""
+    raise NotImplementedError
+
+
 DECLARED = [
     provision,
     drive,
@@ -214,6 +226,7 @@ DECLARED = [
     restore,
     run_group,
     await_group,
+    recorded_usage,
 ]
 
 # -- an episode's identity ------------------------------------------------------------------

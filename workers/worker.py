@@ -5,8 +5,9 @@ One `EpisodeWorker` runs four Temporal workers in one process:
   of its own so that it can stop polling alone, `provision` (gated by `max_sessions`);
 - on a queue unique to this process: `drive` (an episode's turn loop), `turn` and
   `score` (interactive steps), `release` for the sessions it holds in memory;
-- on the side queue (`contract.side_queue`): `await_episode`, which holds no session
-  and may wait a day, so it has slots of its own and never takes provision's.
+- on the side queue (`contract.side_queue`): `await_episode` (and `await_group`,
+  `recorded_usage`), which hold no session and may wait a day, so they have slots of
+  their own and never take provision's.
 A reaper stops sessions whose workflow has closed or that sat idle past a TTL.
 Stopping drains (workers/drain.py): provisions stop at once, live sessions get up
 to `drain_timeout_s` to finish, the rest are abandoned; every live harness is stopped.
@@ -33,7 +34,7 @@ from temporalio.worker import (
 )
 
 from activities import telemetry
-from activities.batch import await_episode
+from activities.batch import await_episode, recorded_usage
 from activities.group import GroupActivities, await_group
 from activities.session import SessionActivities, score_transcript_activity
 from episodes import contract
@@ -177,7 +178,7 @@ class EpisodeWorker:
         self._side = Worker(
             client,
             task_queue=contract.side_queue(opts.task_queue),
-            activities=[await_episode, await_group],
+            activities=[await_episode, await_group, recorded_usage],
             max_concurrent_activities=opts.max_side_activities,
             graceful_shutdown_timeout=seconds(opts.graceful_shutdown_s),
             identity=f"{self.worker_id}@side",

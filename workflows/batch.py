@@ -18,13 +18,16 @@ Budgets (`spec.budget`) are counted in the metrics accumulator, which continue-a
 carries and a re-run rebuilds from the episodes it re-attaches to: once one is
 reached no child starts, the ones in flight finish, and the batch ends
 `budget_exhausted`. (Neither changes the commands of a history recorded without
-them: no patch marker.)
+them: no patch marker.) Every attempt counts as it ends (`BUDGET_ATTEMPTS_PATCH`): an
+episode run again after an infrastructure failure spent too, and a failed episode
+counts the model use its history recorded (`recorded_usage`); past a budget no
+attempt is run again.
 """
 
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy, WorkflowIDReusePolicy
@@ -63,6 +66,12 @@ BATCH_RETRY_PATCH = "batch-infra-retries"
 # `episodes.types.results.is_infra_failure`): replaying an older history must not start
 # the `.r<n>` episode it never started.
 SHARED_INFRA_PATCH = "batch-shared-infra-set"
+# ... and before its budgets counted every attempt: the model use and episode time of
+# an attempt run again after an infrastructure failure, and what a failed episode's
+# history recorded (read by the `recorded_usage` activity). Counting them can stop the
+# batch sooner (fewer children started, no re-run past a budget) and the reading is an
+# activity of its own: histories without the marker replay as they ran.
+BUDGET_ATTEMPTS_PATCH = "batch-budget-every-attempt"
 # What older histories re-ran: worker_lost only (and failed provisions).
 LEGACY_RERUN = ("worker_lost",)
 
@@ -80,6 +89,8 @@ class EvalBatchWorkflow:
         self._errors: list[str] = []
         self._acc = MetricsAccumulator()
         self._budget: BudgetName | None = None  # the budget reached, if any
+        # Children parked now (`episode_parked` signals; one that closes leaves).
+        self._parked: set[str] = set()
 
     @workflow.query(name=contract.PROGRESS)
     def progress(self) -> BatchProgress:
@@ -89,6 +100,7 @@ class EvalBatchWorkflow:
             total=self._total,
             done=self._acc.count,
             running=self._running,
+            parked=len(self._parked),
             failed=self._failed,
             runs=self._runs,
             last=self._last,
@@ -96,7 +108,17 @@ class EvalBatchWorkflow:
 
     @workflow.query(name=contract.METRICS)
     def metrics(self) -> BatchMetrics:
-        return self._acc.summary()
+        return self._acc.summary().model_copy(update={"parked": len(self._parked)})
+
+    @workflow.signal(name=contract.EPISODE_PARKED)
+    def episode_parked(self, workflow_id: str, parked: bool) -> None:
+        """A child parked (True) or resumed (False). No command: state for the
+        queries and the details only, so no patch."""
+        if parked:
+            self._parked.add(workflow_id)
+        else:
+            self._parked.discard(workflow_id)
+        self._set_details()
 
     @workflow.run
     async def run(self, inp: BatchInput) -> BatchResult:
@@ -150,10 +172,7 @@ class EvalBatchWorkflow:
                 del in_flight[t]
                 for outcome in t.result():
                     self._record(outcome)
-            if self._budget is None:
-                self._budget = self._over_budget(inp)
-                if self._budget is not None:
-                    self._status = "budget_exhausted"  # the ones in flight finish
+            self._check_budget(inp)
             self._running = len(in_flight)
             self._set_details()
 
@@ -198,7 +217,9 @@ class EvalBatchWorkflow:
         return [await self._child(inp, index, task, sample)]
 
     async def _group(self, inp: BatchInput, index: int, task: Task) -> list[MemberOutcome]:
-        return await group_outcomes(self._batch, inp, index, task)
+        return await group_outcomes(
+            self._batch, inp, index, task, lambda replaced: self._replaced(inp, replaced)
+        )
 
     async def _child(self, inp: BatchInput, index: int, task: Task, sample: int) -> MemberOutcome:
         """The episode; one that ended for an infrastructure reason (its worker lost after
@@ -212,14 +233,33 @@ class EvalBatchWorkflow:
                 return outcome
             if not workflow.patched(BATCH_RETRY_PATCH):
                 return outcome
+            if workflow.patched(BUDGET_ATTEMPTS_PATCH):
+                # The attempt it replaces spent too; past a budget none is run again.
+                self._spend(inp, outcome)
+                if self._budget is not None:
+                    return outcome
             attempt += 1
 
     async def _attempt(
         self, inp: BatchInput, index: int, task: Task, sample: int, attempt: int
     ) -> MemberOutcome:
-        spec = inp.spec
         wid = contract.retry_id(contract.episode_id(self._batch, task.id, sample), attempt)
         began = workflow.now()
+        try:
+            return await self._run_attempt(inp, index, task, sample, wid, began)
+        finally:
+            self._parked.discard(wid)  # closed: parked no more (a cancel sends no signal)
+
+    async def _run_attempt(
+        self,
+        inp: BatchInput,
+        index: int,
+        task: Task,
+        sample: int,
+        wid: str,
+        began: datetime,
+    ) -> MemberOutcome:
+        spec = inp.spec
         try:
             try:
                 result = await workflow.execute_child_workflow(
@@ -259,7 +299,7 @@ class EvalBatchWorkflow:
                     summary=f"await existing {wid}",
                 )
         except (ChildWorkflowError, ActivityError) as e:
-            return MemberOutcome(
+            failed = MemberOutcome(
                 index,
                 task.id,
                 sample,
@@ -269,6 +309,9 @@ class EvalBatchWorkflow:
                 error=f"{wid}: {root_cause(e)}",
                 infra=_provision_failed(e),
             )
+            if workflow.patched(BUDGET_ATTEMPTS_PATCH):
+                await self._read_usage(wid, failed)
+            return failed
         return MemberOutcome(
             index,
             task.id,
@@ -305,6 +348,46 @@ class EvalBatchWorkflow:
             self._failed += 1
             self._errors = [*self._errors, o.error][-KEEP_ERRORS:]
 
+    # -- budgets -------------------------------------------------------------------
+
+    async def _read_usage(self, wid: str, o: MemberOutcome) -> None:
+        """A failed episode has no result: the model use its history recorded, into `o`
+        (unreadable: nothing, a budget never fails the batch)."""
+        try:
+            usage = await workflow.execute_activity(
+                contract.recorded_usage,
+                wid,
+                task_queue=contract.side_queue(workflow.info().task_queue),
+                start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=RetryPolicy(maximum_attempts=3),
+                summary=f"recorded usage of {wid}",
+            )
+        except ActivityError:
+            return
+        o.model_calls, o.model_tokens = usage.model_calls, usage.model_tokens
+
+    def _replaced(self, inp: BatchInput, outcomes: list[MemberOutcome]) -> bool:
+        """A group attempt about to run again: count what its members spent; True: past
+        a budget, it is not run again (older histories: neither)."""
+        if not workflow.patched(BUDGET_ATTEMPTS_PATCH):
+            return False
+        for o in outcomes:
+            self._spend(inp, o)
+        return self._budget is not None
+
+    def _spend(self, inp: BatchInput, o: MemberOutcome) -> None:
+        """Count an attempt that is run again (not a result: only what it spent)."""
+        self._acc.spend(
+            model_calls=o.model_calls, model_tokens=o.model_tokens, duration_s=o.duration_s
+        )
+        self._check_budget(inp)
+
+    def _check_budget(self, inp: BatchInput) -> None:
+        if self._budget is None:
+            self._budget = self._over_budget(inp)
+            if self._budget is not None:
+                self._status = "budget_exhausted"  # the ones in flight finish
+
     # -- helpers -------------------------------------------------------------------
 
     def _over_budget(self, inp: BatchInput) -> BudgetName | None:
@@ -313,7 +396,7 @@ class EvalBatchWorkflow:
             inp.spec.budget,
             model_tokens=acc.model_tokens,
             model_calls=acc.model_calls,
-            episode_seconds=acc.durations.sum_s,
+            episode_seconds=acc.episode_seconds,
         )
 
     def _should_continue_as_new(self, started: int, children_per_run: int) -> bool:
@@ -334,7 +417,8 @@ class EvalBatchWorkflow:
         m = self._acc.summary()
         lines = [
             f"**{self._status}** · {m.count}/{self._total} done · {self._running} running"
-            f" · run {self._runs}"
+            + (f" ({len(self._parked)} parked)" if self._parked else "")
+            + f" · run {self._runs}"
         ]
         if m.mean_reward is not None:
             lines.append(f"- mean reward {m.mean_reward:.3f} over {m.rewarded}")

@@ -2,7 +2,8 @@
 task instead of one EpisodeWorkflow a sample (`workflows/group.py`).
 
 A group runs again whole, as `<batch>.<task>.g.r<n>`, while a member ended for an
-infrastructure reason and `spec.batch_retries` allow; each member's outcome is then
+infrastructure reason and `spec.batch_retries` allow (the batch counts what the
+attempt it replaces spent, and past a budget runs none again); each member's outcome is then
 folded into the batch's metrics as an episode's is. A re-run batch finds the group
 already started and awaits its result (`await_group`, on the side queue).
 `group_timeout_s` cuts a group's members still running as on the client's path
@@ -13,6 +14,7 @@ Deterministic: a batch workflow runs it; models only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -33,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         member_result,
     )
     from episodes.types.io import BatchInput
-    from episodes.types.results import WORKFLOW_FAILED, Task, is_infra_failure
+    from episodes.types.results import WORKFLOW_FAILED, EpisodeResult, Task, is_infra_failure
 
 # Histories from before a batch's groups honoured `group_timeout_s` (it was dropped):
 # their group workflows started without it.
@@ -41,10 +43,16 @@ GROUP_TIMEOUT_PATCH = "batch-group-timeout"
 
 
 async def group_outcomes(
-    batch: str, inp: BatchInput, index: int, task: Task
+    batch: str,
+    inp: BatchInput,
+    index: int,
+    task: Task,
+    replaced: Callable[[list[MemberOutcome]], bool] | None = None,
 ) -> list[MemberOutcome]:
     """The group's members as the batch records them, in sample order (work indices
-    `index` .. `index + samples - 1`)."""
+    `index` .. `index + samples - 1`). `replaced`: given the members of an attempt
+    about to be run again (the batch counts what they spent); True: do not run it
+    again (past a budget)."""
     spec = inp.spec
     attempt = 0
     while True:
@@ -66,25 +74,34 @@ async def group_outcomes(
                 for s in range(spec.samples)
             ]
         infra = any(is_infra_failure(r.termination) for r in results)
+        outcomes = _outcomes(results, index, task, attempt)
         if infra and attempt < spec.batch_retries:
+            if replaced is not None and replaced(outcomes):
+                return outcomes
             attempt += 1
             continue
-        return [
-            MemberOutcome(
-                index + r.sample,
-                task.id,
-                r.sample,
-                r.termination,
-                r.reward,
-                r.duration_s,
-                error=r.error if r.termination == WORKFLOW_FAILED else None,
-                infra=is_infra_failure(r.termination),
-                retries=attempt,
-                model_calls=r.model_calls,
-                model_tokens=r.model_tokens,
-            )
-            for r in results
-        ]
+        return outcomes
+
+
+def _outcomes(
+    results: list[EpisodeResult], index: int, task: Task, attempt: int
+) -> list[MemberOutcome]:
+    return [
+        MemberOutcome(
+            index + r.sample,
+            task.id,
+            r.sample,
+            r.termination,
+            r.reward,
+            r.duration_s,
+            error=r.error if r.termination == WORKFLOW_FAILED else None,
+            infra=is_infra_failure(r.termination),
+            retries=attempt,
+            model_calls=r.model_calls,
+            model_tokens=r.model_tokens,
+        )
+        for r in results
+    ]
 
 
 async def _run(batch: str, inp: BatchInput, task: Task, wid: str) -> GroupResult:

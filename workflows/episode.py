@@ -57,6 +57,10 @@ RESUME_PATCH = "resume-when-not-parked"
 # for after the resume (the whole batch parked again right after `resume --batch`
 # when `park --batch` had been repeated while it was parked).
 PARK_ONCE_PATCH = "park-while-parked-is-spent"
+# An episode of a batch workflow tells its batch when it parks and when it resumes
+# (`episode_parked` signals: commands), so the batch counts its parked episodes;
+# histories from before never sent them.
+PARKED_NOTICE_PATCH = "park-tells-the-batch"
 
 
 @workflow.defn(name=contract.EPISODE_WORKFLOW)
@@ -178,6 +182,7 @@ class EpisodeWorkflow(EpisodeBase):
         self._ref, self._park = None, False
         self._status = "parked"
         self._set_details()
+        await self._tell_batch(parked=True)
         try:
             await workflow.wait_condition(
                 lambda: self._resume, timeout=timedelta(seconds=inp.spec.max_parked_s)
@@ -185,7 +190,20 @@ class EpisodeWorkflow(EpisodeBase):
         except TimeoutError:
             pass  # parked long enough: it resumes by itself
         self._resume = self._parking = False
+        await self._tell_batch(parked=False)
         return await self._restore(inp, None, count=False)
+
+    async def _tell_batch(self, *, parked: bool) -> None:
+        """The batch workflow that started this episode (its parent), if any, counts it
+        parked or not (`episode_parked`); a batch gone meanwhile is nothing to fail on."""
+        info = workflow.info()
+        if info.parent is None or not workflow.patched(PARKED_NOTICE_PATCH):
+            return
+        batch = workflow.get_external_workflow_handle(info.parent.workflow_id)
+        try:
+            await batch.signal(contract.EPISODE_PARKED, args=[info.workflow_id, parked])
+        except Exception as e:  # the batch closed: nobody to tell
+            workflow.logger.info("could not tell batch %s: %s", info.parent.workflow_id, e)
 
     # -- the turns, recorded by the drive ------------------------------------------
 

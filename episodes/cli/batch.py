@@ -91,8 +91,9 @@ async def run_spec_batch(
 
             def show(p: BatchProgress) -> None:
                 runs = f" · run {p.runs}" if p.runs > 1 else ""
+                parked = f" ({p.parked} parked)" if p.parked else ""
                 progress.update(
-                    bar, completed=p.done, last=f"{p.running} in flight{runs} · {p.last}"
+                    bar, completed=p.done, last=f"{p.running} in flight{parked}{runs} · {p.last}"
                 )
 
             try:

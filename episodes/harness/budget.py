@@ -43,6 +43,17 @@ class StreamBudget:
             )
         return None
 
+    def judge_request(self, nbytes: int) -> tuple[int, str] | None:
+        """A request's head with a Content-Length of `nbytes`, before its body is read
+        (the model proxy's and the tool bridge's): the HTTP status and why it is refused
+        (413 alone past `turn_request_bytes`, 429 past what is left of it), else None.
+        Nothing is counted: a request refused meanwhile, or abandoned before its body is
+        whole, is not the turn's; `charge_request` counts the body once taken in."""
+        why = self.request_refusal(nbytes)
+        if why is None:
+            return None
+        return (413 if nbytes > self.limits.turn_request_bytes else 429), why
+
     def charge_request(self, nbytes: int) -> str | None:
         """Count a request's body as it is taken in; why it is refused (and not
         counted) if it would pass `turn_request_bytes`, else None. The session goes on:

@@ -182,10 +182,9 @@ class ModelProxy:
             # Digits only (the parser took nothing else). Judged, not charged: a request
             # the server then refuses (413, 429) or that never arrives whole is not the
             # turn's; its body is charged once read (`_handle`).
-            size = int(length)
-            why = self._budget.request_refusal(size)
-            if why is not None:
-                raise Refusal(413 if size > self.limits.turn_request_bytes else 429, why)
+            refused = self._budget.judge_request(int(length))
+            if refused is not None:
+                raise Refusal(*refused)
 
     async def _handle(self, request: Request) -> None:
         if self._budget is not None:

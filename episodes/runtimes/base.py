@@ -133,6 +133,13 @@ class Runtime(abc.ABC):
         """
         return False
 
+    async def sweep_orphans(self) -> bool:
+        """End every process the box's processes left behind (adopted by the box's init:
+        a background job whose shell exited, a daemon), sparing the processes the
+        worker started (a live harness, the relay) and their children. True if none is
+        left. This default cannot: False (a caller that needs it refuses to go on)."""
+        return False
+
     async def limit_exceeded(self) -> str | None:
         """One line naming the limit (`limits`) the box went past, or None: a process
         of a box past a limit ends its episode `limit_exceeded`, not as a crash. This

@@ -95,6 +95,13 @@ class Box:
     async def alive(self) -> bool:
         return self._runtime is not None and await self._runtime.alive()
 
+    async def sweep_orphans(self) -> bool:
+        """End every process left behind in the box (a background job whose shell
+        exited, a daemon), sparing the live harness, the relay and their children
+        (`Runtime.sweep_orphans`); True if none is left. A verifier that reads files
+        the agent could still write calls it first (the `harbor` env)."""
+        return await self.runtime.sweep_orphans()
+
     @contextlib.contextmanager
     def deadline_in(self, seconds: float) -> Iterator[None]:
         """Within the block, every command ends at the latest `seconds` from now."""

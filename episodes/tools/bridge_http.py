@@ -5,7 +5,9 @@ The harness is untrusted, so what it can make the bridge hold is bounded as the 
 proxy's (`harness.limits`): the token and the request's size are judged on its head,
 before the app reads a byte of the body (uvicorn itself buffers at most 64 KiB of it);
 a body needs a Content-Length (411), at most `request_bytes` held at once (413 / 429),
-charged to the session's `turn_request_bytes` (429); at most `connections` open (503,
+judged on its head against the session's `turn_request_bytes` (413 / 429) and charged
+to it once read whole, as the model proxy's (`StreamBudget.judge_request`: a request
+refused or abandoned is not charged); at most `connections` open (503,
 closed); a connection with no request for `idle_timeout_s`, or a request that takes
 longer than `request_timeout_s` to arrive, is closed (uvicorn alone holds a silent
 connection for good).
@@ -66,14 +68,51 @@ class BearerAuth:
             status = 413 if size > self.limits.request_bytes else 429
             return await _refuse(send, status, "request too large (harness.limits.request_bytes)")
         if self.budget is not None:
-            why = self.budget.charge_request(size)
-            if why is not None:
-                return await _refuse(send, 429, why)
+            # Judged, not charged (as the model proxy's): a request refused here or
+            # abandoned before its body is whole is not the turn's.
+            refused = self.budget.judge_request(size)
+            if refused is not None:
+                return await _refuse(send, *refused)
         self.held += size
         try:
-            await self.app(scope, receive, send)
+            if self.budget is None:
+                return await self.app(scope, receive, send)
+            body = await _whole_body(receive)
+            if body is None:
+                return  # the harness went away before its body was whole: not charged
+            why = self.budget.charge_request(len(body))  # accepted: charged
+            if why is not None:
+                return await _refuse(send, 429, why)
+            await self.app(scope, _replay(body, receive), send)
         finally:
             self.held -= size
+
+
+async def _whole_body(receive: Any) -> bytes | None:
+    """The request's body read whole (within `request_bytes`, judged on its head), or
+    None if the client disconnected first."""
+    body = bytearray()
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            return bytes(body)
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """A `receive` for the app that hands it the body already read, then goes on."""
+    given = False
+
+    async def replayed() -> dict[str, Any]:
+        nonlocal given
+        if not given:
+            given = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
 
 
 async def _refuse(send: Any, status: int, why: str) -> None:

@@ -320,6 +320,8 @@ class BatchProgress(Model):
     total: int
     done: int
     running: int
+    parked: int = 0
+    """Of the `running`, the parked ones (`episodes park`): no box, `resume` goes on."""
     failed: int
     """Episodes whose workflow failed (counted in `done`)"""
     runs: int

@@ -13,7 +13,10 @@ run as it is. Its size does not grow with the number of episodes:
   groups whose members all scored the same (zero variance: no GRPO signal) too.
 
 One `add` per (task, sample): its final attempt (`episodes.types.attempts`); the
-batch workflow adds each child's outcome after its re-runs, never an attempt it replaced.
+batch workflow adds each child's outcome after its re-runs. An attempt it replaced
+(run again after an infrastructure failure) is only `spend`: its model calls, tokens
+and episode time count against the batch's budget (`model_calls`, `model_tokens`,
+`episode_seconds`), never in rewards, terminations or durations.
 
 Pass: an episode passes when its reward is not None and `reward >= pass_threshold`
 (default 1.0: only fully correct episodes pass). pass@k is the unbiased estimator of
@@ -139,7 +142,13 @@ class BatchMetrics(Model):
     for them, over the finished episodes (what `spec.budget` counts)."""
     model_tokens: int = 0
     episode_seconds: float = 0.0
-    """The finished episodes' time, summed (each held a box for about as long)."""
+    """The finished episodes' time, summed (each held a box for about as long); like
+    the model calls and tokens, every attempt of each (an episode run again after an
+    infrastructure failure spent too)."""
+    parked: int = 0
+    """Episodes in flight that are parked (`episodes park`: no box, `resume` goes on),
+    while the batch runs: its `metrics` query (a client's batch:
+    `episodes.client.batch.live.LiveFigure.parked`). 0 in a finished batch's result."""
     groups_complete: int = 0
     """Groups (a task's samples in the batch, `contract.group_id`) whose every member
     ended with an outcome of the agent's or the env's: a trainer may learn from them."""
@@ -186,6 +195,20 @@ class MetricsAccumulator(Model):
     groups_zero_variance: int = 0
     model_calls: int = 0
     model_tokens: int = 0
+    replaced_seconds: float = 0.0
+    """Episode time of the attempts run again (`spend`): not in `durations`, which
+    holds each member's final attempt (0 in histories from before)."""
+
+    @property
+    def episode_seconds(self) -> float:
+        """Every attempt's episode time: what `max_episode_seconds` counts."""
+        return self.durations.sum_s + self.replaced_seconds
+
+    def spend(self, *, model_calls: int, model_tokens: int, duration_s: float) -> None:
+        """Count what an attempt that was run again spent (see the module doc)."""
+        self.model_calls += max(0, model_calls)
+        self.model_tokens += max(0, model_tokens)
+        self.replaced_seconds += max(0.0, duration_s)
 
     def passes(self, reward: float | None) -> bool:
         return reward is not None and reward >= self.pass_threshold
@@ -271,7 +294,7 @@ class MetricsAccumulator(Model):
             groups_zero_variance=self.groups_zero_variance,
             model_calls=self.model_calls,
             model_tokens=self.model_tokens,
-            episode_seconds=d.sum_s,
+            episode_seconds=self.episode_seconds,
             duration_s=DurationSummary(
                 p50=d.quantile(0.5),
                 p90=d.quantile(0.9),

@@ -43,15 +43,20 @@ class BatchPriority(Model):
 class BatchBudget(Model):
     """Limits on what one batch may spend; None: no limit. Counted durably from the
     episodes' results, so a re-run batch (or a restarted client) counts the episodes
-    that already ran and does not start over. Episodes in flight when a budget is
-    reached finish: the overshoot is at most `concurrency` episodes."""
+    that already ran and does not start over. Every attempt counts as it ends: an
+    episode run again after an infrastructure failure (`batch_retries`) spent too, and
+    so did an episode whose workflow failed (what its history recorded). Past a budget
+    no episode starts, a re-run included; the episodes in flight finish: the overshoot
+    is at most `concurrency` episodes."""
 
     max_model_tokens: int | None = Field(default=None, ge=1)
-    """Tokens (prompt + completion, as the upstream reported them) over all episodes."""
+    """Tokens (prompt + completion, as the upstream reported them) over all episodes,
+    every attempt of each."""
     max_model_calls: int | None = Field(default=None, ge=1)
-    """Calls through the sessions' model proxies over all episodes."""
+    """Calls through the sessions' model proxies over all episodes, every attempt of each."""
     max_episode_seconds: float | None = Field(default=None, gt=0)
-    """Episode time (provision to release, the time its box was held) over all episodes."""
+    """Episode time (provision to release, the time its box was held) over all episodes,
+    every attempt of each."""
 
     def is_set(self) -> bool:
         return any(
@@ -73,6 +78,14 @@ def exhausted(
     if budget.max_episode_seconds is not None and episode_seconds >= budget.max_episode_seconds:
         return "max_episode_seconds"
     return None
+
+
+class RecordedUsage(Model):
+    """What an episode's history recorded of its model use: an episode whose workflow
+    failed has no result, and its turns are all that says what it spent."""
+
+    model_tokens: int = 0
+    model_calls: int = 0
 
 
 def model_usage(events: list[object]) -> tuple[int, int]:

@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from episodes import contract
+from episodes.client.histories.transcript import recorded_usage as read_usage
 from episodes.types.group import GroupInput, GroupProgress, GroupResult
 from episodes.types.io import (
     DriveInput,
@@ -35,6 +36,7 @@ from episodes.types.io import (
     SessionRef,
     TurnInput,
 )
+from episodes.types.priority import RecordedUsage
 from episodes.types.results import (
     EpisodeResult,
     ScoreResult,
@@ -158,6 +160,12 @@ class StandIns:
         handle = self.client.get_workflow_handle(workflow_id, result_type=GroupResult)
         return await handle.result()
 
+    @activity.defn(name=contract.RECORDED_USAGE)
+    async def recorded_usage(self, workflow_id: str) -> RecordedUsage:
+        """The real reading: the history the time-skipping server holds."""
+        self._call("recorded_usage", workflow_id)
+        return await read_usage(self.client, workflow_id)
+
     @activity.defn(name=contract.RESTORE)
     async def restore(self, inp: RestoreInput) -> RestoreResult:
         self._call("restore", inp)
@@ -215,7 +223,7 @@ class StandIns:
         side = Worker(
             self.client,
             task_queue=contract.side_queue(self.shared_queue),
-            activities=[self.await_episode],
+            activities=[self.await_episode, self.recorded_usage],
         )
         session = Worker(
             self.client,

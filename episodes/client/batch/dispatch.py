@@ -3,8 +3,10 @@ infrastructure failure, and the record of a workflow that failed.
 
 `run_member` is the loop both `run_batch` streams share (episodes one by one, or whole
 groups): start `<batch>.<task>.s<sample>` (or attach to it), and while it ends for an
-infrastructure reason (`episodes.types.results.is_infra_failure`) and the budget
-allows, run the next attempt `<id>.r<n>`. `Member` keeps the next attempt number and
+infrastructure reason (`episodes.types.results.is_infra_failure`) and the retries
+allow, run the next attempt `<id>.r<n>`. Each attempt counts against the batch's
+budget as it ends (`episodes.client.batch.spending`), a failed workflow with the
+model use its history recorded; past the budget no attempt is run again. `Member` keeps the next attempt number and
 the id in flight, so a caller that cancels the member (a stale group, a trainer that
 left) cancels that episode by id and never reuses the id.
 """
@@ -13,13 +15,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from episodes import contract
+from episodes.client.batch.spending import Spending
+from episodes.client.histories.transcript import recorded_usage
 from episodes.client.starting import start_episode
 from episodes.errors import EpisodeFailed, EpisodesError
 from episodes.types.model import ModelSpec, UpstreamSpec
@@ -64,7 +68,6 @@ class Member:
     """Fresh episodes run for it after infrastructure failures."""
     wid: str | None = None
     """The episode being started or awaited (to cancel it by id)."""
-    began: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -115,37 +118,51 @@ async def run_member(
     batch: str | None,
     budget: int,
     keep_cut: bool = False,
+    spent: Spending | None = None,
 ) -> Outcome:
     """The member's result: an infrastructure failure runs again as a fresh episode while
     `m.retries < budget`; a failed workflow is a `workflow_failed` result, not a raise.
     `keep_cut` (groups): an earlier run's cut episode is its result (`result.cut`), not
-    run again: its group was settled without it."""
+    run again: its group was settled without it. `spent`: the batch's spending, which
+    counts every attempt as it ends (a failed workflow with what its history
+    recorded); past its budget no attempt is run again."""
+
+    def over() -> bool:
+        return spent is not None and spent.reached is not None
+
     while True:
         attempt, m.attempt = m.attempt, m.attempt + 1
         m.wid = contract.retry_id(
             contract.episode_id(batch or spec.name, m.task.id, m.sample), attempt
         )
+        began = time.monotonic()
         handle, closed = await start_episode(
             ec.client, ec.task_queue, spec, m.task, m.sample, batch=batch, attempt=attempt
         )
         try:
             result = await await_result(handle)
         except EpisodeFailed as e:
-            if e.provision_failed and m.retries < budget:
+            failed = failed_result(spec, m.task, m.sample, e, time.monotonic() - began)
+            if spent is not None:
+                usage = await recorded_usage(ec.client, e.workflow_id)
+                failed = failed.model_copy(update=usage.model_dump())
+                spent.add(failed)
+            if e.provision_failed and m.retries < budget and not over():
                 m.retries += 1
                 continue
-            failed = failed_result(spec, m.task, m.sample, e, time.monotonic() - m.began)
             return Outcome(
                 failed.model_copy(update={"retries": m.retries}),
                 is_infra_failure(WORKFLOW_FAILED, provision_failed=e.provision_failed),
             )
+        if spent is not None:
+            spent.add(result)
         if closed and result.termination == "cancelled" and not (keep_cut and result.cut):
             # Cancelled when an earlier run_batch was left (Ctrl-C, an exception in the
             # trainer's loop) or a stale group was dispatched again: its id is closed for
             # good, so run the next attempt. Cancelled while this run waits: its result.
             continue
         infra = is_infra_failure(result.termination)
-        if infra and m.retries < budget:
+        if infra and m.retries < budget and not over():
             m.retries += 1
             continue
         return Outcome(result.model_copy(update={"retries": m.retries}), infra)

@@ -1,7 +1,9 @@
 """What a client-side batch has spent, against its budget (`spec.budget`).
 
 Counted from the episodes' results as they come in (model tokens and calls as the
-session's proxy recorded them, episode time on a box), so a restarted trainer that
+session's proxy recorded them, episode time on a box), every attempt of each as it
+ends: an episode run again after an infrastructure failure spent too, and so did one
+whose workflow failed (the model use its history recorded). So a restarted trainer that
 re-attaches to the episodes that finished counts them again and stops where it stopped
 (`episodes.types.priority`). `run_batch(groups=True)` checks it before dispatching a
 group: past the budget no new group starts, the groups already dispatched finish whole.
@@ -26,7 +28,7 @@ class Spending:
     only reports it, so two batches run at once on one client never stop each other)."""
 
     def add(self, result: EpisodeResult) -> BudgetName | None:
-        """Count one ended episode; the budget reached by now, if any."""
+        """Count one ended episode (an attempt); the budget reached by now, if any."""
         self.model_tokens += result.model_tokens
         self.model_calls += result.model_calls
         self.episode_seconds += max(0.0, result.duration_s)

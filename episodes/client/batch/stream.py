@@ -2,7 +2,7 @@
 
 Every task x sample is a member (`episodes.client.batch.dispatch`), at most `limit`
 in flight, each result yielded as its episode ends. The budget (`spec.budget`) is
-counted from the results as they come in, so a restarted trainer re-attaching to the
+counted from the results as they come in, every attempt of each (`run_member`), so a restarted trainer re-attaching to the
 episodes that finished counts them again and stops where it stopped; past it no more
 episodes start and the stream ends once those in flight have. Closing the stream
 cancels the episodes it still waits for.
@@ -41,7 +41,7 @@ async def stream_results(
                 m = work.popleft()
                 at = dispatch_spec(spec, ec.policy_version, ec.upstreams)
                 t = asyncio.create_task(
-                    run_member(ec, at, m, batch=batch, budget=spec.batch_retries)
+                    run_member(ec, at, m, batch=batch, budget=spec.batch_retries, spent=spent)
                 )
                 running[t] = m
             if not running:
@@ -51,7 +51,7 @@ async def stream_results(
                 running.pop(t)
                 result = t.result().result
                 ec.episodes_ran += 1
-                if spent.add(result):
+                if spent.reached:  # counted by run_member, every attempt as it ended
                     ec.budget_exhausted = spent.reached
                 yield result
     finally:

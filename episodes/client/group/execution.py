@@ -20,7 +20,7 @@ receipts, so a trainer that runs the batch again never gets it again
 (`episodes.client.group.receipts`).
 
 As on the default path (`episodes.client.group.stream`): budgets are counted from the
-members' results as each group ends (past one no new group starts,
+members' results as each group attempt ends (a group run again spent too) (past one no new group starts,
 `client.budget_exhausted` names it); `skip_zero_variance` skips a zero-variance group
 and counts it (`client.zero_variance_skipped`); `oversample: k` runs `samples + k`
 members in the group's activity, which ends the group once `samples` ended and cuts
@@ -188,7 +188,7 @@ async def stream_group_workflows(
                         await receipts.dispatched(contract.group_id(name, g.task.id), g.version)
                 g.dispatched = True
                 t = asyncio.create_task(
-                    _run_group(ec, dispatch_spec(spec, g.version, ec.upstreams), g, name)
+                    _run_group(ec, dispatch_spec(spec, g.version, ec.upstreams), g, name, spent)
                 )
                 running[t] = g
             if not running:
@@ -201,8 +201,8 @@ async def stream_group_workflows(
             for t in sorted(done, key=lambda t: yield_order(running[t].version, running[t].index)):
                 g = running.pop(t)
                 results, infra = t.result()
-                for r in results:  # a cut member spent too
-                    ec.budget_exhausted = ec.budget_exhausted or spent.add(r)
+                ec.budget_exhausted = ec.budget_exhausted or spent.reached  # every attempt
+                for r in results:
                     ec.episodes_ran += r.cut is None  # yielded or not
                 group = _group(ec, name, g, results, infra, model=model)
                 if group.partial and spec.group_on_timeout == "drop":
@@ -222,11 +222,12 @@ async def stream_group_workflows(
 
 
 async def _run_group(
-    ec: BatchClient, spec: EpisodeSpec, g: _Run, batch: str
+    ec: BatchClient, spec: EpisodeSpec, g: _Run, batch: str, spent: Spending
 ) -> tuple[list[EpisodeResult], bool]:
     """The group's results (one per sample), run again whole as a fresh group workflow
-    while a member ended for an infrastructure reason and `group_retries` allow; and
-    whether one still did."""
+    while a member ended for an infrastructure reason, `group_retries` allow and the
+    budget is not spent; and whether one still did. Every attempt's members count
+    against the budget as the attempt ends (`spent`)."""
     while True:
         attempt, g.attempt = g.attempt, g.attempt + 1
         g.wid = contract.retry_id(group_workflow_id(batch, g.task.id), attempt)
@@ -251,11 +252,15 @@ async def _run_group(
                 for s in range(spec.samples)
             ]
             if why.config_error:
+                for r in results:
+                    spent.add(r)
                 return results, False  # the same spec fails the same way: never again
+        for r in results:  # a cut member spent too
+            spent.add(r)
         if closed and any(r.termination == "cancelled" and r.cut is None for r in results):
             continue  # cancelled by an earlier run (Ctrl-C, a stale dispatch): run anew
         infra = any(is_infra_failure(r.termination) for r in results if r.cut is None)
-        if infra and g.retries < spec.group_retries:
+        if infra and g.retries < spec.group_retries and spent.reached is None:
             g.retries += 1
             continue
         return results, infra

@@ -31,7 +31,7 @@ once, never one it did; the episodes re-attach where they are (none runs twice),
 a group keeps the version it was dispatched at (its receipts have it).
 
 Budgets (`spec.budget`, `run_batch(budget=)`): counted from the members' results as
-they end (`episodes.client.batch.spending`); past one no new group is dispatched, the groups
+they end, every attempt of each (`episodes.client.batch.spending`); past one no new group is dispatched, the groups
 already dispatched finish whole, and `client.budget_exhausted` names it. A re-run
 re-attaches to the members that ended, counts them again and stops where it stopped.
 
@@ -329,7 +329,7 @@ async def stream_groups(
                     # Stale and not complete: cancel it and dispatch it whole again.
                     await stop(g)
                     for m in g.members:
-                        m.wid, m.began = None, time.monotonic()
+                        m.wid = None
                     g.outcomes.clear()
                     g.cut, g.settled = [], 0
                     g.stale += 1
@@ -381,6 +381,7 @@ async def stream_groups(
                         batch=batch,
                         budget=spec.group_retries,
                         keep_cut=True,
+                        spent=spent,  # every attempt, a cut one too: it spent
                     )
                 )
                 running[t] = (g, m)
@@ -396,9 +397,7 @@ async def stream_groups(
             for t in done:
                 g, m = running.pop(t)
                 o = t.result()
-                # A cut member spent too: what it used counts against the budget.
-                reached = spent.add(o.result)
-                ec.budget_exhausted = ec.budget_exhausted or reached
+                ec.budget_exhausted = ec.budget_exhausted or spent.reached
                 if o.result.cut is not None:  # an earlier run of the batch cut it
                     g.cut.append(o.result.workflow_id)
                     g.settled += 1

@@ -26,6 +26,7 @@ from temporalio.client import Client
 from episodes import contract
 from episodes.errors import EpisodesError
 from episodes.types.io import DriveResult, RestoreResult, SessionRef
+from episodes.types.priority import RecordedUsage, records_usage
 from episodes.types.results import EpisodeResult, Task, Transcript, TurnRecord, TurnResult
 
 
@@ -88,6 +89,21 @@ async def load_transcript(
             return member
         raise EpisodesError(f"no episode {workflow_id!r}: {e.message}") from None
     return out
+
+
+async def recorded_usage(client: Client, workflow_id: str) -> RecordedUsage:
+    """The model calls and tokens an episode's history recorded, every run of it (a
+    fork's parent turns left out: the parent spent them). For an episode whose workflow
+    failed, which has no result: a batch's budget counts it (`BatchBudget`). What
+    cannot be read counts as nothing: a budget is never a reason to fail."""
+    try:
+        data = await load_transcript(client, workflow_id, tolerant=True)
+    except Exception:
+        return RecordedUsage()
+    turns = data["turns"][data.get("replayed_turns", 0) :]
+    records = [TurnRecord.model_validate(t["record"]) for t in turns if not t.get("undecodable")]
+    tokens, calls = records_usage(records)
+    return RecordedUsage(model_tokens=tokens, model_calls=calls)
 
 
 async def recorded_turns(client: Client, workflow_id: str, turns: int) -> list[TurnRecord]:

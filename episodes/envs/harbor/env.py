@@ -6,7 +6,8 @@ Per episode, on the worker (docs/harbor.md):
   runtime bundle mounted so the relay and the built-in harnesses need no Python there;
 - `reset`: the first instruction (the task's, or its first step's); with the oracle
   harness, the reference solution goes to /solution first;
-- `step` (after each turn): the verifier. `tests/` goes to /tests, `test.sh` runs in
+- `step` (after each turn): the verifier. The processes the agent left behind are
+  ended (the live harness is spared), `tests/` goes to /tests, `test.sh` runs in
   the box, the reward is /logs/verifier/reward.txt or reward.json. A multi-step task
   then gives the next step's instruction (or ends: the last step, or a step below
   its `min_reward`); a single-step task whose tests failed gets its test output as a
@@ -136,8 +137,17 @@ class HarborEnv(Environment):
         return StepOutcome(done=True, reward=reward)
 
     async def _verify(self, step: Step) -> dict[str, Any]:
-        """Run the step's tests in the box; its verdict (recorded in `results`)."""
+        """Run the step's tests in the box; its verdict (recorded in `results`). First
+        every process the agent left behind is ended (`Box.sweep_orphans`): one still
+        running could rewrite the reward after test.sh wrote it (reward hacking). The
+        live harness and its own children are spared: a multi-step task keeps them
+        across its steps (docs/harbor.md, "Verification")."""
         box = self.box
+        if not await box.sweep_orphans():
+            raise RuntimeError(
+                "processes the agent left in the box could not be ended before its tests: "
+                "no verdict is trusted while they run"
+            )
         await box.run(["/bin/sh", "-c", f"rm -rf /tests {VERIFIER_DIR}/*; mkdir -p /tests"])
         for tests in step.tests:
             await box.copy_in(tests, "/tests")

@@ -77,6 +77,36 @@ done
 exit 1
 """
 
+# SIGKILLs what the box's processes left behind and nothing else: every process whose
+# parent is pid 1 (docker's init adopts an orphan: a `cmd &` whose shell exited, a
+# daemon, a `setsid`/`nohup` leftover) but the box's own `sleep`, with the trees under
+# them (a killed parent's children are adopted next, so the next round finds them).
+# The execs (a live harness, the relay, this script) have no parent inside the box and
+# are spared with their own children. Exit 1 if some remain after the rounds.
+ORPHAN_SWEEPER = r"""k= t=
+for f in /proc/[0-9]*/stat; do
+  read -r line <"$f" 2>/dev/null || continue
+  set -- ${line##*") "}
+  [ "$2" = 1 ] || continue
+  if [ -z "$t" ] || [ "${20}" -lt "$t" ]; then k=${f#/proc/}; k=${k%/stat}; t=${20}; fi
+done
+n=0
+while [ "$n" -lt 10 ]; do
+  v=
+  for f in /proc/[0-9]*/stat; do
+    p=${f#/proc/}; p=${p%/stat}
+    [ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$k" ] && continue
+    read -r line <"$f" 2>/dev/null || continue
+    set -- ${line##*") "}
+    [ "$2" = 1 ] && [ "$1" != Z ] && v="$v $p"
+  done
+  [ -n "$v" ] || exit 0
+  kill -9 $v 2>/dev/null
+  n=$((n+1)); sleep 0.1
+done
+exit 1
+"""
+
 
 def _process_started() -> str:
     return f"{psutil.Process().create_time():.3f}"
@@ -304,6 +334,16 @@ class DockerRuntime(Runtime):
             return await self.exec_quiet(["/bin/sh", "-c", BOX_SWEEPER]) == 0
         except Exception as e:
             log.warning("could not sweep container %s: %s", self.name, e)
+            return False
+
+    async def sweep_orphans(self) -> bool:
+        # Leftovers only (ORPHAN_SWEEPER): a live harness and the relay go on.
+        if self._stopped or self.api is None:
+            return False
+        try:
+            return await self.exec_quiet(["/bin/sh", "-c", ORPHAN_SWEEPER]) == 0
+        except Exception as e:
+            log.warning("could not sweep leftovers in container %s: %s", self.name, e)
             return False
 
     async def _teardown(self) -> None:

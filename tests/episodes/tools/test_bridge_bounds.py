@@ -86,3 +86,31 @@ async def test_bodies_are_bounded_by_size_and_by_the_session_budget():
             else:
                 assert await _status(reader) == status
             writer.close()
+
+
+async def test_only_accepted_requests_are_charged_to_the_session_budget():
+    """Issue 40 §6: the bridge charged the turn's budget from a head's Content-Length,
+    so a request abandoned before its body was whole used it up (the model proxy
+    charges a body once it is read whole: the bridge now does the same)."""
+    async with _bridge(
+        request_bytes=MIB, turn_request_bytes=8 * MIB, request_timeout_s=0.3
+    ) as bridge:
+        budget = bridge._budget
+        assert budget is not None
+        # Its body never all comes: the connection is closed, nothing was taken in.
+        reader, writer = await asyncio.open_connection("127.0.0.1", bridge.port)
+        writer.write(_post(bridge, 700 * 1024, bridge.token) + b"{")
+        await asyncio.wait_for(reader.read(), 10)  # closed (maybe after a 408)
+        writer.close()
+        # Larger than one request may be: refused on its head, never charged.
+        reader, writer = await asyncio.open_connection("127.0.0.1", bridge.port)
+        writer.write(_post(bridge, 2 * MIB, bridge.token))
+        assert await _status(reader) == 413
+        writer.close()
+        assert budget.requested == 0, "nothing was accepted"
+        # What is accepted is charged, once its body is whole.
+        reader, writer = await asyncio.open_connection("127.0.0.1", bridge.port)
+        writer.write(_post(bridge, 2, bridge.token) + b"{}")
+        assert await _status(reader) not in (401, 413, 429)
+        writer.close()
+        assert budget.requested == 2
