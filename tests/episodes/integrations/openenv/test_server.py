@@ -1,0 +1,150 @@
+"""`episodes serve-openenv`'s server against OpenEnv's own client (`GenericEnvClient`,
+what TRL's and torchforge's environment clients are built on), a real dev server and
+worker: each OpenEnv session a durable interactive episode, its turns counted where the
+harness receives them."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("openenv")
+
+import httpx
+from openenv.core import GenericEnvClient
+
+from tests.episodes.integrations.openenv.sessions import (
+    MESSAGES,
+    by_harness,
+    logging_spec,
+    openenv_server,
+    progress,
+)
+from tests.support.helpers import wait_until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+QUEUE = "episodes-test"  # the session worker's (tests/conftest.py)
+
+
+def openenv_client(url: str) -> GenericEnvClient:
+    return GenericEnvClient(base_url=url, connect_timeout_s=60, message_timeout_s=180)
+
+
+async def test_a_multi_turn_task_runs_to_its_end_and_is_scored(client, worker, tmp_path):
+    spec = logging_spec(tmp_path)
+    async with openenv_server(client, QUEUE, spec) as url:
+        async with openenv_client(url) as env:
+            first = await env.reset(task_id="p")
+            obs = first.observation
+            assert (obs["message"], obs["turn"], first.done) == ("p:0", None, False)
+            workflow_id = obs["workflow_id"]
+            assert workflow_id == f"{spec.name}-b.p.s0.session"
+            state = await env.state()
+            assert (state["episode_id"], state["step_count"]) == (workflow_id, 0)
+            for i, message in enumerate(MESSAGES):
+                result = await env.step({"message": obs["message"]})
+                obs = result.observation
+                assert (obs["turn"], obs["reply"], obs["workflow_id"]) == (i, message, workflow_id)
+                assert result.done == (i == len(MESSAGES) - 1)
+            assert obs["termination"] == "env_done" and obs["message"] is None
+            assert result.reward == 1.0  # the scored episode's
+            assert (await env.state())["step_count"] == len(MESSAGES)
+
+    episode = await client.get_workflow_handle(workflow_id).result()
+    assert (episode["termination"], episode["reward"], episode["turns"]) == ("env_done", 1.0, 4)
+    assert by_harness(tmp_path) == [MESSAGES]  # each turn delivered once
+
+
+async def test_a_closed_connection_ends_the_session_and_scores_it(client, worker, tmp_path):
+    spec = logging_spec(tmp_path)
+    async with openenv_server(client, QUEUE, spec) as url:
+        env = openenv_client(url)
+        workflow_id = (await env.reset()).observation["workflow_id"]
+        await env.step({"message": "p:0"})
+        await env.close()  # OpenEnv's `close` message, then the closing handshake
+
+        episode = await client.get_workflow_handle(workflow_id).result()
+    assert (episode["termination"], episode["turns"], episode["reward"]) == ("closed", 1, 0.25)
+    assert by_harness(tmp_path) == [["p:0"]]
+
+
+async def test_a_dropped_connection_parks_and_the_client_goes_on_where_it_was(
+    client, worker, tmp_path
+):
+    spec = logging_spec(tmp_path)
+    async with openenv_server(client, QUEUE, spec) as url:
+        env = openenv_client(url)
+        workflow_id = (await env.reset(task_id="p")).observation["workflow_id"]
+        for message in MESSAGES[:2]:
+            await env.step({"message": message})
+        assert env._ws is not None
+        env._ws.transport.abort()  # the trainer's process gone: no closing handshake
+
+        async def parked() -> bool:
+            return (await progress(client, workflow_id)).status == "parked"
+
+        assert await wait_until(parked, timeout=120), await progress(client, workflow_id)
+
+        async with openenv_client(url) as again:
+            back = await again.reset(episode_id=workflow_id)
+            obs = back.observation
+            # Where it was: the last step taken and the env message after it.
+            assert (obs["turn"], obs["message"], back.done) == (1, "p:2", False)
+            assert (await progress(client, workflow_id)).status == "parked"  # nothing ran
+            for i in (2, 3):
+                result = await again.step({"message": obs["message"]})
+                obs = result.observation
+                assert (obs["turn"], obs["reply"]) == (i, MESSAGES[i])
+            assert result.done and result.reward == 1.0
+
+    episode = await client.get_workflow_handle(workflow_id).result()
+    assert (episode["termination"], episode["turns"], episode["turns_replayed"]) == (
+        "env_done",
+        4,
+        2,
+    )
+    # The first harness had turns 0-1; the one the resume started got them replayed, then
+    # turns 2-3: each of the trainer's turns reached a harness as a new turn once.
+    assert by_harness(tmp_path) == [MESSAGES[:2], MESSAGES]
+
+
+async def test_a_retried_step_answers_its_recorded_reply_and_delivers_nothing(
+    client, worker, tmp_path
+):
+    spec = logging_spec(tmp_path)
+    async with openenv_server(client, QUEUE, spec) as url:
+        async with openenv_client(url) as env:
+            await env.reset(task_id="p")
+            first = await env.step({"message": "p:0", "metadata": {"turn": 0}})
+            again = await env.step({"message": "p:0", "metadata": {"turn": 0}})
+            assert again.observation == first.observation
+            with pytest.raises(RuntimeError, match="metadata turn 5: the next step is 1"):
+                await env.step({"message": "p:1", "metadata": {"turn": 5}})
+            await env.step({"message": "p:1", "metadata": {"turn": 1}})
+    assert by_harness(tmp_path) == [["p:0", "p:1"]]
+
+
+async def test_refusals_are_one_line_errors(client, worker, tmp_path):
+    spec = logging_spec(tmp_path)
+    async with openenv_server(client, QUEUE, spec) as url:
+        async with openenv_client(url) as env:
+            with pytest.raises(RuntimeError, match="step before reset: reset"):
+                await env.step({"message": "p:0"})
+            with pytest.raises(RuntimeError, match="no task 'nope' in spec"):
+                await env.reset(task_id="nope")
+
+
+async def test_the_stateless_http_routes_step_a_session_named_by_its_episode_id(
+    client, worker, tmp_path
+):
+    spec = logging_spec(tmp_path)
+    async with openenv_server(client, QUEUE, spec) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=180) as http:
+            reset = (await http.post("/reset", json={"task_id": "p"})).json()
+            workflow_id = reset["observation"]["workflow_id"]
+            assert reset["observation"]["message"] == "p:0"
+            for i, message in enumerate(MESSAGES):
+                body = {"action": {"message": message}, "episode_id": workflow_id}
+                step = (await http.post("/step", json=body)).json()
+                assert step["observation"]["turn"] == i
+            assert step["done"] and step["reward"] == 1.0
+    assert by_harness(tmp_path) == [MESSAGES]
