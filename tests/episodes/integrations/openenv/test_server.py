@@ -48,6 +48,10 @@ async def test_a_multi_turn_task_runs_to_its_end_and_is_scored(client, worker, t
             assert obs["termination"] == "env_done" and obs["message"] is None
             assert result.reward == 1.0  # the scored episode's
             assert (await env.state())["step_count"] == len(MESSAGES)
+            # Re-attaching to it now: over, with its result; nothing runs again.
+            ended = await env.reset(episode_id=workflow_id)
+            assert (ended.done, ended.reward, ended.observation["turn"]) == (True, 1.0, 3)
+            assert ended.observation["termination"] == "env_done"
 
     episode = await client.get_workflow_handle(workflow_id).result()
     assert (episode["termination"], episode["reward"], episode["turns"]) == ("env_done", 1.0, 4)
