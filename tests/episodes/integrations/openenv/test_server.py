@@ -5,11 +5,14 @@ harness receives them."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("openenv")
 
 import httpx
+import websockets
 from openenv.core import GenericEnvClient
 
 from tests.episodes.integrations.openenv.sessions import (
@@ -69,6 +72,27 @@ async def test_a_closed_connection_ends_the_session_and_scores_it(client, worker
         episode = await client.get_workflow_handle(workflow_id).result()
     assert (episode["termination"], episode["turns"], episode["reward"]) == ("closed", 1, 0.25)
     assert by_harness(tmp_path) == [["p:0"]]
+
+
+async def test_a_reset_ends_the_connections_session_before_and_a_normal_closure_ends_its_own(
+    client, worker, tmp_path
+):
+    spec = logging_spec(tmp_path)
+    async with openenv_server(client, QUEUE, spec) as url:
+        async with openenv_client(url) as env:
+            before = (await env.reset(task_id="p")).observation["workflow_id"]
+            await env.step({"message": "p:0"})
+            after = (await env.reset(task_id="p")).observation["workflow_id"]
+            assert after != before
+            episode = await client.get_workflow_handle(before).result()
+            assert (episode["termination"], episode["turns"]) == ("closed", 1)
+
+        # A client that closes the socket itself (1000) without OpenEnv's close message.
+        async with websockets.connect(url.replace("http", "ws") + "/ws") as ws:
+            await ws.send(json.dumps({"type": "reset", "data": {"task_id": "p"}}))
+            own = json.loads(await ws.recv())["data"]["observation"]["workflow_id"]
+        episode = await client.get_workflow_handle(own).result()
+        assert (episode["termination"], episode["turns"]) == ("closed", 0)
 
 
 async def test_a_dropped_connection_parks_and_the_client_goes_on_where_it_was(
