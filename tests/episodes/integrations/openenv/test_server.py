@@ -159,6 +159,10 @@ async def test_refusals_are_one_line_errors(client, worker, tmp_path):
                 await env.step({"message": "p:0"})
             with pytest.raises(RuntimeError, match="no task 'nope' in spec"):
                 await env.reset(task_id="nope")
+            # An episode_id no workflow has names a new session.
+            named = f"{spec.name}-named"
+            obs = (await env.reset(episode_id=named)).observation
+            assert (obs["workflow_id"], obs["message"], obs["turn"]) == (named, "p:0", None)
 
 
 async def test_the_stateless_http_routes_step_a_session_named_by_its_episode_id(
