@@ -22,6 +22,8 @@ from typing import Any
 
 import uvicorn
 from openenv.core.env_server.http_server import create_app
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 from starlette.websockets import WebSocketDisconnect
 
 from episodes.errors import EpisodesError
@@ -111,7 +113,14 @@ def make_app(sessions: SpecSessions, *, max_sessions: int) -> ASGIApp:
         env_name=sessions.spec.name,
         max_concurrent_envs=max_sessions,
     )
+    # Over HTTP, a refused reset or step is a 400 saying why, not a bare 500 (over /ws,
+    # OpenEnv answers any error with its message already).
+    app.add_exception_handler(EpisodesError, _refused)
     return ConnectionEnds(app)
+
+
+async def _refused(request: Request, e: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(e)}, status_code=400)
 
 
 class _Server(uvicorn.Server):

@@ -171,6 +171,9 @@ async def test_the_stateless_http_routes_step_a_session_named_by_its_episode_id(
     spec = logging_spec(tmp_path)
     async with openenv_server(client, QUEUE, spec) as url:
         async with httpx.AsyncClient(base_url=url, timeout=180) as http:
+            refused = await http.post("/step", json={"action": {"message": "p:0"}})
+            assert refused.status_code == 400
+            assert refused.json()["detail"].startswith("step before reset: reset()")
             reset = (await http.post("/reset", json={"task_id": "p"})).json()
             workflow_id = reset["observation"]["workflow_id"]
             assert reset["observation"]["message"] == "p:0"
