@@ -48,11 +48,16 @@ def test_a_bad_spec_is_one_line_and_exit_2(tmp_path, text, error) -> None:
 
 pytest.importorskip("openenv")
 
+from episodes.viewer.visibility import Filters, list_rows  # noqa: E402
 from tests.episodes.integrations.openenv.sessions import progress  # noqa: E402
 from tests.support.helpers import wait_until  # noqa: E402
 
 # The docs' example client, as the page runs it.
 play = runpy.run_path(str(ROOT / "examples" / "openenv" / "bisect.py"))["play"]
+
+
+async def _is(value, expected) -> bool:  # type: ignore[no-untyped-def]
+    return await value == expected
 
 
 def _url(log: Path, proc: subprocess.Popen[bytes], timeout_s: float = 180) -> str:
@@ -92,6 +97,16 @@ async def test_the_command_serves_the_docs_example_and_parks_open_sessions_when_
         ]
         assert all(e["termination"] == "env_done" for e in ends), ends
         assert ends[1]["turn"] == 0 and ends[1]["reward"] == 1.0  # 50 on the first guess
+
+        # The viewer's batch page lists them (what it reads: Temporal's visibility).
+        query = Filters(batch="doc-example").query()
+
+        async def listed() -> list[tuple[str, str | None]]:
+            rows, _ = await list_rows(client, query, 10)
+            return sorted((r["task"], r["termination"]) for r in rows)
+
+        expected = [(t, "env_done") for t in ("first-try", "secret-42", "wide-range")]
+        assert await wait_until(lambda: _is(listed(), expected), timeout=60), await listed()
 
         env = GenericEnvClient(base_url=url, message_timeout_s=180)
         workflow_id = (await env.reset(task_id="wide-range")).observation["workflow_id"]
