@@ -15,6 +15,8 @@ import httpx
 import websockets
 from openenv.core import GenericEnvClient
 
+from episodes.integrations.openenv.client import EpisodeEnvClient
+from episodes.integrations.openenv.env import EpisodeAction, EpisodeObservation
 from tests.episodes.integrations.openenv.sessions import (
     MESSAGES,
     by_harness,
@@ -59,6 +61,22 @@ async def test_a_multi_turn_task_runs_to_its_end_and_is_scored(client, worker, t
     episode = await client.get_workflow_handle(workflow_id).result()
     assert (episode["termination"], episode["reward"], episode["turns"]) == ("env_done", 1.0, 4)
     assert by_harness(tmp_path) == [MESSAGES]  # each turn delivered once
+
+
+async def test_the_typed_client_carries_the_same_session(client, worker, tmp_path):
+    spec = logging_spec(tmp_path)
+    async with openenv_server(client, QUEUE, spec) as url:
+        async with EpisodeEnvClient(base_url=url, message_timeout_s=180) as env:
+            result = await env.reset(task_id="p")
+            assert isinstance(result.observation, EpisodeObservation)
+            while not result.done:
+                action = EpisodeAction(message=result.observation.message)
+                result = await env.step(action)
+            obs = result.observation
+            assert (obs.turn, obs.termination, result.reward) == (3, "env_done", 1.0)
+            state = await env.state()
+            assert (state.episode_id, state.step_count) == (obs.workflow_id, 4)
+    assert by_harness(tmp_path) == [MESSAGES]
 
 
 async def test_a_closed_connection_ends_the_session_and_scores_it(client, worker, tmp_path):
