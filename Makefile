@@ -12,7 +12,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
-	@$(BIN)/python -m pip install -q -e '.[dev,docs]'
+	@$(BIN)/python -m pip install -q -e '.[dev,docs,openenv]'
 	@touch $(STAMP)
 
 # The type check runs here too: CI runs `make test`, so it enforces it. The suite runs on

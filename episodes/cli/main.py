@@ -297,6 +297,54 @@ def view(
     common.run(serve_viewer(cfg, host=host, port=port, ui_address=ui_address))
 
 
+@app.command("serve-openenv")
+@common.with_config(worker=False)
+def serve_openenv(
+    spec: Annotated[Path, typer.Argument(help="Spec file (YAML or JSON).")],
+    cfg: Config,
+    port: Annotated[int, typer.Option(help="Port to serve on (0: any free port).")] = 8000,
+    host: Annotated[
+        str, typer.Option(help="Listen address (the server has no login: keep it local).")
+    ] = "127.0.0.1",
+    batch_id: Annotated[
+        str | None,
+        typer.Option(
+            "--batch-id",
+            help="The batch the sessions belong to (`episodes export` reads it); a new "
+            "one per server run (default: SPEC's name, -openenv-, the start time).",
+            show_default=False,
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int, typer.Option(min=1, help="Open /ws connections at most (each one session).")
+    ] = 256,
+    idle_timeout_s: Annotated[
+        float,
+        typer.Option(min=1, help="A session no step reached for this long ends (idle_timeout)."),
+    ] = 600.0,
+) -> None:
+    """Serve SPEC as an OpenEnv environment: OpenEnv's HTTP routes and /ws on PORT.
+
+    Each OpenEnv session is a durable interactive episode (a workflow on the configured
+    Temporal server, run by its workers) in which the trainer is the policy: reset()
+    opens one (reset(episode_id=ID) re-attaches), step() is one turn delivered once, the
+    last step or a closed connection ends and scores it, a dropped connection parks it
+    until the client comes back (docs/integrations/openenv.md)."""
+    from episodes.cli.serve_openenv import serve_openenv as serve
+
+    common.run(
+        serve(
+            spec,
+            cfg=cfg,
+            host=host,
+            port=port,
+            batch=batch_id,
+            max_connections=max_connections,
+            idle_timeout_s=idle_timeout_s,
+        )
+    )
+
+
 @app.command("codec-server")
 def codec_server(
     host: Annotated[str, typer.Option(help="Listen address (non-loopback needs auth).")] = (

@@ -27,7 +27,7 @@ from episodes.client.group.receipts import ReceiptsStatus, receipts_status
 from episodes.client.group.staleness import ON_STALE
 from episodes.client.group.stream import Group, stream_groups
 from episodes.client.histories.replaying import ReplayMethods
-from episodes.client.interactive import InteractiveSession, open_session
+from episodes.client.interactive import InteractiveSession, attach_session, open_session
 from episodes.client.starting import start_episode
 from episodes.errors import EpisodesError
 from episodes.specfile import load_spec
@@ -169,6 +169,11 @@ class EpisodesClient(ReplayMethods):
             workflow_id=workflow_id,
             turns_per_run=turns_per_run,
         )
+
+    async def attach_session(self, workflow_id: str) -> InteractiveSession | None:
+        """Re-attach to a running interactive session by id, starting none (None: no such
+        workflow; see `episodes.client.interactive.attach_session`)."""
+        return await attach_session(self.client, workflow_id)
 
     @overload
     def run_batch(

@@ -12,6 +12,9 @@ Each step is one Temporal Update on an InteractiveEpisodeWorkflow whose update i
 network error (or `step(..., idempotency_key=k)` with the same key) returns the
 recorded reply, and the harness sees the message once.
 
+`attach_session(client, workflow_id)` re-attaches to a running session by its id without
+starting one (a trainer back after a lost connection), with its last step's recorded reply.
+
 `await session.park()` (or `client.park(session.workflow_id)`, `episodes park ID`)
 releases the box between two steps; the next `step`, or `resume()`, brings the session
 back on any worker with its recorded turns replayed exactly.
@@ -82,6 +85,21 @@ class InteractiveSession:
         if reply.done:
             self.done, self.termination, self.error = True, reply.termination, reply.error
         return reply
+
+    async def recorded(self, n: int) -> StepReply | None:
+        """Step `n`'s reply as the session recorded it, for a step already taken (`n` <
+        `turn`): its update id sent again, which Temporal answers with the outcome it
+        keeps, so the harness sees nothing. None when the session no longer has it (a
+        run it continued from, or a step sent under an `idempotency_key` of one's own):
+        the validator then rejects it as out of order, so it never runs again."""
+        if not 0 <= n < self.turn:
+            raise StepRejected(f"step {n} has not been taken: the next step is {self.turn}")
+        try:
+            return await self._update_latest_run(
+                contract.STEP, StepInput(turn=n), f"{self.workflow_id}:step:{n}", StepReply
+            )
+        except (WorkflowUpdateFailedError, RPCError):
+            return None
 
     async def park(self) -> None:
         """Park the session: once no step runs it releases its box and harness (nothing
@@ -213,6 +231,45 @@ async def open_session(
         session.result = result
         return session
     return InteractiveSession(handle, opened)
+
+
+async def attach_session(client: Client, workflow_id: str) -> InteractiveSession | None:
+    """Re-attach to the session under `workflow_id` without starting one (`open_session`
+    starts one when none runs): None when no workflow has that id. A session that has
+    ended comes back `done` with its `result`. One that has taken steps has `last` set
+    to its last step's recorded reply (`recorded`), the env message to act on next."""
+    handle = client.get_workflow_handle(workflow_id, result_type=EpisodeResult)
+    try:
+        opened = await handle.execute_update(contract.OPEN, result_type=SessionOpened)
+    except (WorkflowUpdateFailedError, RPCError):
+        try:
+            desc = await handle.describe()
+        except RPCError as d:
+            if d.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        if desc.workflow_type != contract.INTERACTIVE_WORKFLOW:
+            raise SessionFailed(
+                f"{workflow_id} is not an interactive session (a {desc.workflow_type})"
+            ) from None
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            raise
+        result = await _result(handle)  # it has ended: its result is final
+        session = InteractiveSession(
+            handle,
+            SessionOpened(
+                turns_done=result.turns,
+                done=True,
+                termination=result.termination,
+                error=result.error,
+            ),
+        )
+        session.result = result
+        return session
+    session = InteractiveSession(handle, opened)
+    if session.turn > 0:
+        session.last = await session.recorded(session.turn - 1)
+    return session
 
 
 def _run_closed(e: RPCError) -> bool:

@@ -24,7 +24,16 @@ def _help(*args: str, columns: int = 100) -> str:
 
 @pytest.mark.parametrize(
     "command",
-    [["show"], ["export"], ["fork"], ["park"], ["resume"], ["view"], ["schedule", "list"]],
+    [
+        ["show"],
+        ["export"],
+        ["fork"],
+        ["park"],
+        ["resume"],
+        ["view"],
+        ["serve-openenv"],
+        ["schedule", "list"],
+    ],
     ids=lambda c: " ".join(c),
 )
 def test_a_command_without_a_worker_shows_no_worker_settings(command) -> None:
