@@ -1,0 +1,1 @@
+"""Glue that lets trainers' own interfaces (OpenEnv, verifiers, TRL) drive durable episodes."""
