@@ -31,7 +31,7 @@ from typing import Any
 import verifiers.v1 as vf
 from verifiers.v1.configs.agent import resolve_agent
 from verifiers.v1.configs.env import default_agent_harness
-from verifiers.v1.types import AssistantMessage, UserMessage
+from verifiers.v1.types import AssistantMessage, Usage, UserMessage
 
 from episodes.client import EpisodesClient
 from episodes.integrations.rows import point_at, run_samples
@@ -209,6 +209,21 @@ def _reply(call: ModelCall | None) -> AssistantMessage:
     return AssistantMessage(content=None)
 
 
+def _call(node: int, call: ModelCall | None) -> vf.ModelCall:
+    """The recorded call as verifiers' `ModelCall` of the assistant node it sampled."""
+    usage = call.usage if call is not None else None
+    return vf.ModelCall(
+        node=node,
+        model=call.request.get("model") if call is not None else None,
+        endpoint="/chat/completions",
+        usage=Usage(
+            prompt_tokens=usage.prompt_tokens or 0, completion_tokens=usage.completion_tokens or 0
+        )
+        if usage is not None and usage.prompt_tokens is not None
+        else None,
+    )
+
+
 def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
     """Maximal runs of equal mask values: (value, start, end)."""
     runs: list[tuple[int, int, int]] = []
@@ -249,11 +264,7 @@ def _branch(trace: vf.Trace, sample: Sample, calls: list[ModelCall]) -> None:
                     logprobs=sample.completion_logprobs[start:end],
                 )
             )
-            trace.calls.append(
-                vf.ModelCall(
-                    node=len(trace.nodes) - 1, model=call.request.get("model") if call else None
-                )
-            )
+            trace.calls.append(_call(len(trace.nodes) - 1, call))
         else:
             # What the env, the tools and the template put between two sampled turns.
             trace.nodes.append(
