@@ -74,9 +74,6 @@ class EpisodesTasksetConfig(vf.TasksetConfig):
     batch_id: str | None = None
     """Prefix of the rollouts' batch ids (None: the spec's name). Each rollout is its own
     episode, `<batch_id>-vf-<random>.<task>.s0`."""
-    on_split: str = "branches"
-    """What the samples of an episode that split become: `branches` (one branch each,
-    prime-rl trains on every branch)."""
 
 
 class EpisodesTask(vf.Task[EpisodesTaskData]):
