@@ -50,12 +50,12 @@ learn: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check episodes activities workflows workers tests bench examples learn
+	$(BIN)/ruff format --check episodes episodes_vf activities workflows workers tests bench examples learn
 	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
-	$(BIN)/ruff format episodes activities workflows workers tests bench examples learn
+	$(BIN)/ruff format episodes episodes_vf activities workflows workers tests bench examples learn
 
 clean:
 	rm -rf $(VENV) $(VF_VENV) .episodes .pytest_cache site
