@@ -30,6 +30,7 @@ from episodes.types.io import EpisodeProgress
 from episodes.types.spec import EpisodeSpec, parse_spec
 from tests.conftest import ROOT
 from tests.episodes.session.test_agent_session import UPSTREAM_KEY, agent_spec
+from tests.episodes.training.test_training import _thinking
 from tests.support.helpers import spec as make_spec
 from tests.support.helpers import wait_until
 from tests.support.notebook import NOTEBOOK, sampling_policy
@@ -123,6 +124,42 @@ async def test_env_client_run_returns_the_served_tokens_and_the_reward(
     assert not any(mask[: len(served[0]["prompt_token_ids"])])
     # The rollout's model client reached the upstream: the proxy forced its model.
     assert {r["body"]["model"] for r in up.chat_requests} == {"scripted"}
+
+
+async def test_a_template_that_drops_reasoning_gives_one_branch_per_call(
+    client, worker, tmp_path
+) -> None:
+    """A reasoning model through /v1/chat/completions: each call's prompt lost the
+    `<think>` the previous call sampled, so each call is a sample, hence a branch."""
+    data = agent_spec("http://127.0.0.1:9/v1")
+    data["name"] = f"vfr-{uuid.uuid4().hex[:6]}"
+    data["harness"]["inherit_env"] = ["PYTHONPATH"]
+    spec = parse_spec(data)
+    up = ScriptedUpstream(
+        policy=_thinking, key=UPSTREAM_KEY, template=ChatTemplate(drop_reasoning=True)
+    )
+    async with up:
+        proc = _rollout(
+            _write(spec, tmp_path / "spec.yaml"),
+            client.service_client.config.target_host,
+            "episodes-test",
+            up.base_url,
+        )
+        episode = await asyncio.to_thread(_episode, proc)
+        served = up.served
+    (trace,) = episode["traces"]
+    assert trace["info"]["samples"] == 3 and len(trace["info"]["splits"]) == 2
+    assert trace["info"]["splits"][0] == (
+        f"prefix_mismatch at token {len(served[0]['prompt_token_ids'])}"
+    )
+    branches = trace["branches"]
+    assert len(branches) == len(served) == 3
+    for b, c in zip(branches, served, strict=True):
+        assert b["token_ids"] == c["prompt_token_ids"] + c["token_ids"]
+        n = len(c["prompt_token_ids"])
+        assert b["sampled_mask"] == [False] * n + [True] * len(c["token_ids"])
+        assert b["logprobs"] == [0.0] * n + c["logprobs"]
+    assert trace["rewards"] == {"episode": 1.0}
 
 
 async def _running_episode(client, queue: str) -> str:
