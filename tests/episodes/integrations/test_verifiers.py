@@ -162,6 +162,53 @@ async def test_a_template_that_drops_reasoning_gives_one_branch_per_call(
     assert trace["rewards"] == {"episode": 1.0}
 
 
+async def test_vf_eval_runs_the_same_env(client, worker, tmp_path) -> None:
+    """`vf-eval` runs the Env in its own process (`run_slot`), no env server."""
+    data = agent_spec("http://127.0.0.1:9/v1")
+    data["name"] = f"vfe-{uuid.uuid4().hex[:6]}"
+    data["harness"]["inherit_env"] = ["PYTHONPATH"]
+    spec = parse_spec(data)
+    up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate())
+    async with up:
+        proc = subprocess.Popen(
+            [
+                str(VF_PYTHON.parent / "vf-eval"),
+                "episodes-vf",
+                "--env.taskset.spec",
+                _write(spec, tmp_path / "spec.yaml"),
+                "--env.taskset.address",
+                client.service_client.config.target_host,
+                "--env.taskset.task-queue",
+                "episodes-test",
+                "--model",
+                "scripted",
+                "--client.base-url",
+                up.base_url,
+                "-r",
+                "2",
+                "--no-rich",
+                "--no-push",
+                "--output-dir",
+                str(tmp_path / "out"),
+            ],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        out, _ = await asyncio.to_thread(proc.communicate, timeout=240)
+    assert proc.returncode == 0, out[-4000:]
+    assert "running 1x2 rollouts on scripted" in out
+    (traces,) = (tmp_path / "out").glob("*/traces.jsonl")
+    episodes = [json.loads(line) for line in traces.read_text().splitlines()]
+    assert len(episodes) == 2 and all(e["ok"] for e in episodes)
+    rewards = [t["rewards"]["episode"]["score"] for e in episodes for t in e["traces"]]
+    assert rewards == [1.0, 1.0]
+    ids = {t["info"]["workflow_id"] for e in episodes for t in e["traces"]}
+    assert len(ids) == 2  # two rollouts, two episodes
+
+
 async def _running_episode(client, queue: str) -> str:
     """The one episode on `queue` (each rollout's id is its own: find it by its queue)."""
     found: list[str] = []
