@@ -3,6 +3,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# verifiers (the `verifiers` extra) pins mcp 2.0 and openai < 3: its own venv, where the
+# `episodes-vf` environment runs under verifiers' env server (docs/integrations/verifiers.md).
+VF_VENV := .venv-verifiers
 
 .PHONY: venv test demo docs lint fmt bench learn clean
 
@@ -13,6 +16,9 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	@$(BIN)/python -m pip install -q --upgrade pip
 	@$(BIN)/python -m pip install -q -e '.[dev,docs,openenv]'
+	@test -x $(VF_VENV)/bin/python || $(PY) -m venv $(VF_VENV)
+	@$(VF_VENV)/bin/python -m pip install -q --upgrade pip
+	@$(VF_VENV)/bin/python -m pip install -q -e '.[verifiers]'
 	@touch $(STAMP)
 
 # The type check runs here too: CI runs `make test`, so it enforces it. The suite runs on
@@ -44,12 +50,12 @@ learn: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check episodes activities workflows workers tests bench examples learn
+	$(BIN)/ruff format --check episodes episodes_vf activities workflows workers tests bench examples learn
 	$(BIN)/mypy
 
 fmt: $(STAMP)
 	$(BIN)/ruff check --fix .
-	$(BIN)/ruff format episodes activities workflows workers tests bench examples learn
+	$(BIN)/ruff format episodes episodes_vf activities workflows workers tests bench examples learn
 
 clean:
-	rm -rf $(VENV) .episodes .pytest_cache site
+	rm -rf $(VENV) $(VF_VENV) .episodes .pytest_cache site
