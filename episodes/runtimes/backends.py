@@ -52,6 +52,11 @@ BACKENDS: dict[str, Backend] = {
         destroy="episodes.runtimes.cloud.prime:destroy_vm",
         load_sdk="episodes.runtimes.cloud.prime:load_prime_sdk",
     ),
+    "e2b": Backend(
+        "episodes.runtimes.cloud.e2b:E2BRuntime",
+        destroy="episodes.runtimes.cloud.e2b:destroy_sandbox",
+        load_sdk="episodes.runtimes.cloud.e2b:load_e2b_sdk",
+    ),
 }
 
 
