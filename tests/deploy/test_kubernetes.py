@@ -111,6 +111,9 @@ def test_the_sandbox_gets_what_the_entrypoint_needs() -> None:
     assert "SYS_ADMIN" in sc["capabilities"]["add"] and sc["capabilities"]["drop"] == ["ALL"]
     assert {"SETUID", "SETGID", "CHOWN"} <= set(sc["capabilities"]["add"])
     assert sc["privileged"] is False
-    # The sandbox's namespaces and its fresh /proc in each box.
+    # The sandbox's namespaces, the remount, and its fresh /proc in each box.
     assert sc["seccompProfile"] == {"type": "Unconfined"} and sc["procMount"] == "Unmasked"
+    assert sc["appArmorProfile"] == {"type": "Unconfined"}
+    # The boxes' cgroups are inside the pod's: no pod memory limit below their sum.
+    assert "memory" not in container["resources"].get("limits", {})
     assert pod["automountServiceAccountToken"] is False
