@@ -97,7 +97,9 @@ class EpisodeWorker:
         )
         # Group execution's one activity (a group's members in-process): gated like provision.
         self.groups = GroupActivities(
-            worker_id=self.worker_id, history_limit_bytes=self.activities.history_limit_bytes
+            worker_id=self.worker_id,
+            history_limit_bytes=self.activities.history_limit_bytes,
+            pools=self.pools,
         )
         self.slots = SessionSlots(
             self.registry,
