@@ -48,6 +48,7 @@ from activities.group_record import GroupRecord, MemberSink
 from activities.session import spec_error_type
 from episodes import contract
 from episodes.errors import EnvironmentFailed, HarnessFailure, SpecError
+from episodes.runtimes.pool.worker_pools import WorkerPools
 from episodes.session.drive import TurnLoop
 from episodes.session.live import LiveSession
 from episodes.types.group import (
@@ -67,9 +68,17 @@ PLACE_POLL_S = 0.05  # as the worker's session slots poll for room
 
 
 class GroupActivities:
-    def __init__(self, *, worker_id: str, history_limit_bytes: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        history_limit_bytes: int | None = None,
+        pools: WorkerPools | None = None,
+    ) -> None:
         self.worker_id = worker_id
         self.history_limit_bytes = history_limit_bytes
+        # The worker's pools: members claim the warm boxes their spec asks for.
+        self.pools = pools
         self.groups = 0  # `run_group` activities running here
         self.members = 0  # their live member sessions
         self.waiting = 0  # members waiting for a place
@@ -184,6 +193,7 @@ class GroupActivities:
             task,
             m.sample,
             f"{wid}:{uuid.uuid4().hex[:10]}",
+            warm=self.pools.warm_boxes(spec.pool) if self.pools is not None else None,
             labels={"worker": self.worker_id, "workflow": wid},
             history_limit_bytes=self.history_limit_bytes,
         )

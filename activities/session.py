@@ -93,10 +93,12 @@ class SessionActivities:
         # mid-provision is noticed after the heartbeat timeout, not the start-to-close.
         beat = asyncio.create_task(heartbeat_until_cancelled(eager=False))
         try:
-            pool = None
-            if inp.spec.reuse_key and self.pools is not None:
-                pool = await self.pools.get(inp.spec.pool)
-            session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool)
+            pool = warm = None
+            if self.pools is not None:
+                if inp.spec.reuse_key:
+                    pool = await self.pools.get(inp.spec.pool)
+                warm = self.pools.warm_boxes(inp.spec.pool)
+            session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool, warm)
             with cancel_is_a_cancel("provision", None):
                 first = await opened(session)
         except BaseException as e:
@@ -127,7 +129,8 @@ class SessionActivities:
         try:
             source = inp.source_workflow_id or inp.workflow_id  # a fork's: its parent's
             records = await recorded_turns(activity.client(), source, inp.turns)
-            session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id)
+            warm = self.pools.warm_boxes(inp.spec.pool) if self.pools is not None else None
+            session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, warm=warm)
             first = await opened(session)
             if inp.source_workflow_id is None:
                 telemetry.record_restart(inp.lost)
@@ -154,7 +157,13 @@ class SessionActivities:
         )
 
     def _new_session(
-        self, spec: EpisodeSpec, task: Task, sample: int, workflow_id: str, pool: Any = None
+        self,
+        spec: EpisodeSpec,
+        task: Task,
+        sample: int,
+        workflow_id: str,
+        pool: Any = None,
+        warm: Any = None,
     ) -> LiveSession:
         session_id = f"{workflow_id}:{uuid.uuid4().hex[:10]}"
         bind(workflow_id=workflow_id, session_id=session_id)
@@ -164,6 +173,7 @@ class SessionActivities:
             sample,
             session_id,
             pool=pool,
+            warm=warm,
             labels={"worker": self.worker_id, "workflow": workflow_id},
             history_limit_bytes=self.history_limit_bytes,
         )

@@ -30,6 +30,7 @@ BENCHMARKS = {
     "levers": "bench.levers",
     "density": "bench.density",
     "pool": "bench.pool",
+    "warm": "bench.warm",
     "agents": "bench.agent_overhead",
     "agents_scale": "bench.agents_scale",
     "training": "bench.training_export",

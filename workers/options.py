@@ -46,6 +46,7 @@ class WorkerOptions:
     # Caps on what specs ask of this worker's box pools (None: the spec decides).
     pool_ttl_s: float | None = None
     pool_max_idle: int | None = None
+    pool_max_warm: int | None = None
     # Worker Versioning (both or neither): docs/operations/drain.md.
     deployment_name: str | None = None
     build_id: str | None = None

@@ -77,7 +77,9 @@ class EpisodeWorker:
         self.session_queue = f"{opts.task_queue}-session-{self.worker_id}"
         self.registry = SessionRegistry(opts.max_sessions)
         set_env_threads(opts.env_threads)
-        self.pools = WorkerPools(max_ttl_s=opts.pool_ttl_s, max_idle=opts.pool_max_idle)
+        self.pools = WorkerPools(
+            max_ttl_s=opts.pool_ttl_s, max_idle=opts.pool_max_idle, max_warm=opts.pool_max_warm
+        )
         self.breaker = (
             ProvisionBreaker(opts.provision_breaker_after, name=f"worker {self.worker_id}")
             if opts.provision_breaker_after
@@ -96,7 +98,9 @@ class EpisodeWorker:
         )
         # Group execution's one activity (a group's members in-process): gated like provision.
         self.groups = GroupActivities(
-            worker_id=self.worker_id, history_limit_bytes=self.activities.history_limit_bytes
+            worker_id=self.worker_id,
+            history_limit_bytes=self.activities.history_limit_bytes,
+            pools=self.pools,
         )
         self.slots = SessionSlots(
             self.registry,
@@ -324,4 +328,5 @@ class EpisodeWorker:
             "provision_failures_in_a_row": self.breaker.failures if self.breaker else 0,
         }
         stats["pool"] = self.pools.stats.model_dump()
+        stats["warm"] = self.pools.warm_stats.model_dump()
         return stats

@@ -301,6 +301,10 @@ CONFIG_OPTIONS: dict[str, Any] = {
     "pool_max_idle": Annotated[
         int | None, typer.Option(help="Most idle boxes per pool on a worker.", rich_help_panel=_SET)
     ],
+    "pool_max_warm": Annotated[
+        int | None,
+        typer.Option(help="Most warm boxes per box config on a worker.", rich_help_panel=_SET),
+    ],
     "log_level": Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING or ERROR.", rich_help_panel=_SET)
     ],

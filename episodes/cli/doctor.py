@@ -18,8 +18,8 @@ def doctor(
         list[str] | None,
         typer.Option(
             "--runtime",
-            help="A runtime the workers must be able to run (subprocess, docker, modal, "
-            "prime); repeatable. Others are shown but do not fail.",
+            help="A runtime the workers must be able to run (a harness.runtime type: "
+            "subprocess, docker or a cloud's); repeatable. Others are shown but do not fail.",
         ),
     ] = None,
     no_workers: Annotated[
@@ -27,11 +27,12 @@ def doctor(
     ] = False,
 ) -> None:
     """Check this configuration end to end: one line per check, exit 1 when one fails."""
-    from episodes.ops.doctor import RUNTIMES, run_checks
+    from episodes.ops.doctor import run_checks, runtime_names
 
+    known = runtime_names()
     for name in runtime or []:
-        if name not in RUNTIMES:
-            common.fail(f"--runtime: {name!r} is not one of {', '.join(RUNTIMES)}")
+        if name not in known:
+            common.fail(f"--runtime: {name!r} is not one of {', '.join(known)}")
     checks = common.run(run_checks(cfg, runtimes=runtime or [], workers=not no_workers))
     for c in checks:
         style = "green" if c.ok else ("red" if c.required else "dim")

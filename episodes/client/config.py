@@ -56,6 +56,9 @@ class Settings(BaseModel):
     """The longest a spec's pool may keep an idle box on this worker (a cap)."""
     pool_max_idle: int = Field(16, ge=0)
     """The most idle boxes one pool may keep on this worker (a cap)."""
+    pool_max_warm: int = Field(16, ge=0)
+    """The most warm boxes (a spec's `pool.warm`) this worker keeps per box config (a
+    cap; 0: none)."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
     metrics_port: int | None = Field(None, ge=0, le=65535)

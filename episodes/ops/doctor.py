@@ -34,23 +34,23 @@ from episodes.ops.doctor_local import (
     Check,
     check_payloads,
     check_runtime,
+    runtime_names,
     short_error,
 )
 from episodes.search_attributes import CLI_TYPES
 
 __all__ = [
     "HARNESS_IMAGE",
-    "RUNTIMES",
     "Check",
     "check_payloads",
     "check_priority",
     "check_runtime",
     "open_client",
     "run_checks",
+    "runtime_names",
     "setup",
 ]
 
-RUNTIMES = ("subprocess", "docker", "modal", "prime")
 INDEXED = {
     "Keyword": IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
     "Double": IndexedValueType.INDEXED_VALUE_TYPE_DOUBLE,
@@ -199,7 +199,7 @@ async def run_checks(
             if workers:
                 checks.append(await check_workers(client, cfg.settings.task_queue))
             checks += await check_priority(client)
-    for name in RUNTIMES:
+    for name in runtime_names():
         checks.append(await asyncio.to_thread(check_runtime, name, name in wanted))
     checks += await check_payloads()
     return checks

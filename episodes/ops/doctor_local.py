@@ -1,12 +1,14 @@
-"""The doctor's checks of the worker's own machine: its runtimes (the sandbox, Docker,
-Modal, Prime) and its payload storage; and `Check`, one line of the report, which
-every check returns (episodes/ops/doctor.py runs them all and re-exports these)."""
+"""The doctor's checks of the worker's own machine: its runtimes (every backend of
+`episodes.runtimes.backends`: the sandbox and Docker checked here, the SDK-backed ones
+through their SDK loader) and its payload storage; and `Check`, one line of the report,
+which every check returns (episodes/ops/doctor.py runs them all and re-exports these)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib.metadata
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,52 +53,85 @@ def _sandbox_limits() -> str:
     return f"limits by {how}, {filt}"
 
 
+def runtime_names() -> tuple[str, ...]:
+    """Every runtime the doctor checks: the backends table's."""
+    from episodes.runtimes.backends import BACKENDS
+
+    return tuple(BACKENDS)
+
+
 def check_runtime(name: str, required: bool) -> Check:
     label = f"runtime {name}"
-    if name == "subprocess":
-        from episodes.runtimes.sandbox.runtime import sandbox_problem
+    host_check = _HOST_CHECKS.get(name)
+    if host_check is not None:
+        return host_check(label, required)
+    return _check_sdk(name, label, required)
 
-        problem = sandbox_problem()
-        if problem is not None:
-            fix = (
-                "apt-get install bubblewrap (and allow user namespaces), or run only "
-                "trusted harnesses with harness.runtime.isolation: none"
-            )
-            return Check(label, False, f"isolation none only: {problem}", fix, required)
+
+def _check_sandbox(label: str, required: bool) -> Check:
+    from episodes.runtimes.sandbox.runtime import sandbox_problem
+
+    problem = sandbox_problem()
+    if problem is not None:
+        fix = (
+            "apt-get install bubblewrap (and allow user namespaces), or run only "
+            "trusted harnesses with harness.runtime.isolation: none"
+        )
+        return Check(label, False, f"isolation none only: {problem}", fix, required)
+    return Check(
+        label,
+        True,
+        f"sandbox (bwrap) and isolation none; sandbox {_sandbox_limits()}",
+        required=required,
+    )
+
+
+def _check_docker(label: str, required: bool) -> Check:
+    try:
+        from episodes.runtimes.docker.engine import shared_client
+
+        api = shared_client().api
+        api.ping()
+    except Exception as e:
+        first = (str(e).splitlines() or [type(e).__name__])[0][:160]
         return Check(
             label,
-            True,
-            f"sandbox (bwrap) and isolation none; sandbox {_sandbox_limits()}",
-            required=required,
+            False,
+            f"no Docker engine answers ({first})",
+            "start Docker, or give the worker the engine socket "
+            "(docker-compose.docker-runtime.yml)",
+            required,
         )
-    if name == "docker":
-        try:
-            from episodes.runtimes.docker.engine import shared_client
+    try:
+        api.inspect_image(HARNESS_IMAGE)
+    except Exception:
+        return Check(
+            label,
+            False,
+            f"engine up, image {HARNESS_IMAGE} missing",
+            "scripts/build-image.sh on the worker's host",
+            required,
+        )
+    return Check(label, True, f"engine up, image {HARNESS_IMAGE} present", required=required)
 
-            api = shared_client().api
-            api.ping()
-        except Exception as e:
-            first = (str(e).splitlines() or [type(e).__name__])[0][:160]
-            return Check(
-                label,
-                False,
-                f"no Docker engine answers ({first})",
-                "start Docker, or give the worker the engine socket "
-                "(docker-compose.docker-runtime.yml)",
-                required,
-            )
-        try:
-            api.inspect_image(HARNESS_IMAGE)
-        except Exception:
-            return Check(
-                label,
-                False,
-                f"engine up, image {HARNESS_IMAGE} missing",
-                "scripts/build-image.sh on the worker's host",
-                required,
-            )
-        return Check(label, True, f"engine up, image {HARNESS_IMAGE} present", required=required)
-    dist = {"modal": "modal", "prime": "prime-sandboxes"}[name]
+
+# The runtimes of the worker's own host, checked by what they need there.
+_HOST_CHECKS: dict[str, Callable[[str, bool], Check]] = {
+    "subprocess": _check_sandbox,
+    "docker": _check_docker,
+}
+
+
+def _check_sdk(name: str, label: str, required: bool) -> Check:
+    """A backend reached through its SDK: installed, loadable, with credentials (its
+    loader raises RuntimeUnavailable as "what: what to do")."""
+    from episodes.errors import RuntimeUnavailable
+    from episodes.runtimes.backends import sdk_loader
+
+    found = sdk_loader(name)
+    if found is None:
+        return Check(label, False, "no check for this runtime", "", required)
+    dist, load = found
     try:
         version = importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
@@ -104,22 +139,14 @@ def check_runtime(name: str, required: bool) -> Check:
             label, False, f"{dist} not installed", f"pip install 'episodes[{name}]'", required
         )
     try:
-        if name == "modal":
-            from modal.config import config
-
-            creds = bool(config.get("token_id") and config.get("token_secret"))
-            how = "set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET (or `modal token new`)"
-        else:
-            import prime_sandboxes
-
-            creds = bool(prime_sandboxes.Config().api_key)
-            how = "set PRIME_API_KEY (or `prime login`)"
+        load()
+    except RuntimeUnavailable as e:
+        what, _, fix = str(e).partition(": ")
+        return Check(label, False, f"{dist} {version}, {what}", fix, required)
     except Exception as e:
         return Check(
             label, False, f"{dist} {version} fails to load: {type(e).__name__}", "", required
         )
-    if not creds:
-        return Check(label, False, f"{dist} {version}, no credentials", how, required)
     return Check(label, True, f"{dist} {version}, credentials set", required=required)
 
 

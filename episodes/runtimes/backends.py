@@ -1,8 +1,9 @@
 """One registration per runtime backend: how to build its box from a config, and how
 to destroy a box of it that a dead worker left behind.
 
-`make_runtime` and the box ledger (`episodes.runtimes.cloud.ledger`) both read this table,
-so adding a backend is one entry here (and its config in `episodes.types.runtime`).
+`make_runtime`, the box ledger (`episodes.runtimes.cloud.ledger`) and the doctor
+(`episodes.ops.doctor`, which checks every runtime here) all read this table, so adding
+a backend is one entry here (and its config in `episodes.types.runtime`).
 Each entry names its modules by path: an SDK-backed backend loads only when used.
 """
 
@@ -24,12 +25,16 @@ class Backend:
     """`build` is `module:Class`, called as `Class(config)` or, with `labels`,
     `Class(config, labels=...)`. `destroy`/`load_sdk` (`module:function`) delete a
     leftover box by id with the platform's SDK: set for backends whose boxes outlive
-    their worker and are kept in the ledger (cloud boxes)."""
+    their worker and are kept in the ledger (cloud boxes). `load_sdk` also tells the
+    doctor whether this worker can use the backend (it raises RuntimeUnavailable
+    saying what is missing), and `sdk` names the SDK's distribution, whose version the
+    doctor shows (installed by the extra named like the backend)."""
 
     build: str
     labels: bool = True
     destroy: str | None = None
     load_sdk: str | None = None
+    sdk: str | None = None
 
 
 def _resolve(ref: str) -> Any:
@@ -46,11 +51,19 @@ BACKENDS: dict[str, Backend] = {
         "episodes.runtimes.cloud.modal:ModalRuntime",
         destroy="episodes.runtimes.cloud.modal:destroy_sandbox",
         load_sdk="episodes.runtimes.cloud.modal:load_modal_sdk",
+        sdk="modal",
     ),
     "prime": Backend(
         "episodes.runtimes.cloud.prime:PrimeRuntime",
         destroy="episodes.runtimes.cloud.prime:destroy_vm",
         load_sdk="episodes.runtimes.cloud.prime:load_prime_sdk",
+        sdk="prime-sandboxes",
+    ),
+    "e2b": Backend(
+        "episodes.runtimes.cloud.e2b:E2BRuntime",
+        destroy="episodes.runtimes.cloud.e2b:destroy_sandbox",
+        load_sdk="episodes.runtimes.cloud.e2b:load_e2b_sdk",
+        sdk="e2b",
     ),
 }
 
@@ -76,3 +89,13 @@ def destroyer(runtime: str) -> tuple[Destroyer, Callable[[], Any]] | None:
     if backend is None or backend.destroy is None or backend.load_sdk is None:
         return None
     return _resolve(backend.destroy), _resolve(backend.load_sdk)
+
+
+def sdk_loader(runtime: str) -> tuple[str, Callable[[], Any]] | None:
+    """The SDK distribution of `runtime` and how to load it (RuntimeUnavailable when it
+    cannot be used here); None for backends without an SDK (subprocess, docker)."""
+    backend = BACKENDS.get(runtime)
+    if backend is None or backend.load_sdk is None or backend.sdk is None:
+        return None
+    ref = backend.load_sdk
+    return backend.sdk, lambda: _resolve(ref)()  # its module imports only when called

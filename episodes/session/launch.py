@@ -20,6 +20,7 @@ from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
     from episodes.runtimes.pool.runtime_pool import RuntimePool
+    from episodes.runtimes.pool.warm import WarmBoxes
 
 
 def harness_argv(spec: EpisodeSpec, runtime: Runtime | None = None) -> list[str]:
@@ -85,16 +86,24 @@ async def acquire_runtime(
     task: Task,
     sample: int,
     labels: dict[str, str],
+    warm: WarmBoxes | None = None,
 ) -> tuple[Runtime, bool | None]:
-    """A parked or fresh box, entered into `box` so closing it gives the box back (or
-    stops it); and whether it came from the pool (None: no pool asked)."""
+    """A parked, warm or fresh box, entered into `box` so closing it gives the box back
+    (or stops it); and whether it came from the reuse pool (None: no pool asked). A
+    warm box (claimed from `warm`, started ahead of demand) is a fresh box that is
+    already up: it is this episode's, stopped or parked like one started here."""
+    claim = None if warm is None else (lambda: warm.claim(config, labels))
     if pool is not None and spec.reuse_key:
         from episodes.runtimes.pool.runtime_pool import render_reuse_key
 
         key = render_reuse_key(spec.reuse_key, task, sample)
-        lease = pool.lease(key, config, labels=labels)
+        lease = pool.lease(key, config, labels=labels, claim=claim)
         runtime = await box.enter_async_context(lease)
         return runtime, lease.hit
+    claimed = await claim() if claim is not None else None
+    if claimed is not None:
+        box.push_async_callback(claimed.stop)
+        return claimed, None
     runtime = make_runtime(config, labels=labels)
     # Registered before start: a box that failed half-way is still stopped.
     box.push_async_callback(runtime.stop)

@@ -50,6 +50,7 @@ from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
     from episodes.runtimes.pool.runtime_pool import RuntimePool
+    from episodes.runtimes.pool.warm import WarmBoxes
 
 
 # "No message given": the env's pending message is sent (None is a valid message).
@@ -65,6 +66,7 @@ class LiveSession:
         session_id: str,
         *,
         pool: RuntimePool | None = None,
+        warm: WarmBoxes | None = None,
         labels: dict[str, str] | None = None,
         history_limit_bytes: int | None = None,
     ) -> None:
@@ -76,6 +78,7 @@ class LiveSession:
         self.session_id = session_id
         self.labels = {"session": session_id, **(labels or {})}
         self._pool = pool
+        self._warm = warm
         self.history_limit_bytes = history_limit_bytes
         # Known secret values (the spec's secrets, the model's upstream key), set by open():
         # scrubbed from every record, error and stderr tail the episode keeps.
@@ -130,7 +133,14 @@ class LiveSession:
             except Exception as e:
                 raise EnvironmentFailed("box_config", e) from e
             self.runtime, self.pool_hit = await acquire_runtime(
-                self._box, config, self._pool, self.spec, self.task, self.sample, self.labels
+                self._box,
+                config,
+                self._pool,
+                self.spec,
+                self.task,
+                self.sample,
+                self.labels,
+                self._warm,
             )
             env.box = Box(self.runtime)
             span.event("box started")

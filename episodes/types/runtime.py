@@ -259,7 +259,30 @@ class PrimeConfig(_Config):
         return -(-self.limits.disk // 2**30)
 
 
+class E2BConfig(_Config):
+    """An E2B sandbox (a Firecracker microVM); processes are envd commands."""
+
+    type: Literal["e2b"] = "e2b"
+    template: str = "base"
+    """The sandbox template (a name or id); its build fixes the sandbox's CPU and memory."""
+    limits: Limits = Field(default_factory=Limits)
+    """Not enforced by this runtime: E2B sizes a sandbox by its template (`e2b template
+    build --cpu-count --memory-mb`), not per sandbox; build the template to fit."""
+    timeout_s: Seconds = 3600
+    """E2B's own lifetime bound: a sandbox nobody stops is killed after it (at most 1 h
+    on E2B's Hobby tier, 24 h on Pro)."""
+    workdir: str = "/home/user"
+    """The working directory of every process (made at start if missing); the default is
+    the home of the template's `user`, who runs the processes."""
+    python: str = "python3"
+    """The box's Python. Each process runs under a small stdlib bridge on it: E2B hands
+    command output to the SDK as decoded text, so the bridge carries the bytes
+    base64-encoded (the harness protocol is binary)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Variables set in the sandbox (inline: never secrets)."""
+
+
 RuntimeConfig = Annotated[
-    SubprocessConfig | DockerConfig | ModalConfig | PrimeConfig,
+    SubprocessConfig | DockerConfig | ModalConfig | PrimeConfig | E2BConfig,
     Field(discriminator="type"),
 ]

@@ -71,6 +71,12 @@ class PoolSpec(Model):
     """How long a parked box waits for its next lease before it is stopped."""
     max_idle: int = Field(default=16, ge=0)
     """The most boxes parked at once per pool on a worker (0: none are kept)."""
+    warm: int = Field(default=0, ge=0)
+    """Boxes of the spec's runtime config a worker keeps started and unused, ahead of
+    demand: a provision claims one instead of starting a box, and the worker starts
+    another behind it (docs/runtimes.md, warm pools). A claimed box is fresh, never
+    another episode's. Filled from a worker's first provision of the config; a config
+    nobody claimed for `ttl_s` is given back. 0: none."""
 
 
 class EpisodeSpec(Model):
@@ -192,7 +198,8 @@ class EpisodeSpec(Model):
     """A template over task fields, e.g. "{task.id}" or "{task.data[repo]}"; episodes
     with the same rendered key may reuse a parked box on the same worker."""
     pool: PoolSpec = Field(default_factory=PoolSpec)
-    """The pool's bounds for boxes kept under `reuse_key`."""
+    """The pool's bounds for boxes kept under `reuse_key`, and its warm boxes (`warm`),
+    which need no `reuse_key`."""
     model: ModelSpec | None = None
     """The upstream model behind the session's OpenAI-compatible proxy (docs/tools-
     and-models.md)."""

@@ -1,9 +1,10 @@
-"""Cloud runtimes: a box is a sandbox or VM of a platform (Modal, Prime Intellect),
+"""Cloud runtimes: a box is a sandbox or VM of a platform (Modal, Prime Intellect, E2B),
 reached through its SDK; boxes that may outlive their worker are kept in a ledger.
 
     modal         ModalRuntime
     prime         PrimeRuntime
-    remote_box    RemoteBox: what both share (start, stop, control commands, retries)
+    e2b           E2BRuntime
+    remote_box    RemoteBox: what they share (start, stop, control commands, retries)
     remote_shell  RemoteShellProcess: one process, run through a wrapper shell
     ledger        the boxes a worker made, so that a later one destroys its leftovers
 """

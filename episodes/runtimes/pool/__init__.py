@@ -1,6 +1,8 @@
-"""Pools of started boxes, reused across episodes by a reuse key.
+"""Pools of started boxes: reused across episodes by a reuse key, or kept warm ahead
+of demand.
 
     runtime_pool  RuntimePool: idle boxes by key, leases, stats
+    warm          WarmPool: boxes started ahead of demand, claimed once each
     worker_pools  the pools a worker keeps for its sessions
     reuse         a pool spec's reuse-key template, rendered for a task
 

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
@@ -48,6 +48,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RuntimeFactory = Callable[..., Runtime]
+# Where a miss may get a started box instead of starting one (a warm pool's claim).
+Claim = Callable[[], Awaitable[Runtime | None]]
 
 
 class RuntimePoolConfig(BaseModel):
@@ -86,7 +88,12 @@ class RuntimeLease:
     """
 
     def __init__(
-        self, pool: RuntimePool, key: str, config: RuntimeConfig, labels: dict[str, str] | None
+        self,
+        pool: RuntimePool,
+        key: str,
+        config: RuntimeConfig,
+        labels: dict[str, str] | None,
+        claim: Claim | None = None,
     ) -> None:
         self.key = key
         self.config = config
@@ -94,6 +101,7 @@ class RuntimeLease:
         self.runtime: Runtime | None = None
         self._pool = pool
         self._labels = labels
+        self._claim = claim
         self._state = "new"  # new -> entered -> exited
 
     async def __aenter__(self) -> Runtime:
@@ -101,7 +109,9 @@ class RuntimeLease:
             raise RuntimeError("a RuntimeLease can be entered only once")
         self._state = "entering"
         try:
-            self.runtime, self.hit = await self._pool._acquire(self.key, self.config, self._labels)
+            self.runtime, self.hit = await self._pool._acquire(
+                self.key, self.config, self._labels, self._claim
+            )
         except BaseException:
             self._state = "exited"
             raise
@@ -146,10 +156,16 @@ class RuntimePool:
     # -- public API ---------------------------------------------------------------
 
     def lease(
-        self, key: str, config: RuntimeConfig, *, labels: dict[str, str] | None = None
+        self,
+        key: str,
+        config: RuntimeConfig,
+        *,
+        labels: dict[str, str] | None = None,
+        claim: Claim | None = None,
     ) -> RuntimeLease:
-        """`async with pool.lease(key, config) as box:`; the box is reused or fresh."""
-        return RuntimeLease(self, key, config, labels)
+        """`async with pool.lease(key, config) as box:`; the box is reused or fresh.
+        `claim`: on a miss, try it first for a started box (a warm pool's)."""
+        return RuntimeLease(self, key, config, labels, claim)
 
     async def discard(self, key: str) -> None:
         """Stop the box under `key` now, after its live lease (if any) ends. Idempotent."""
@@ -208,14 +224,14 @@ class RuntimePool:
     # -- internals ----------------------------------------------------------------
 
     async def _acquire(
-        self, key: str, config: RuntimeConfig, labels: dict[str, str] | None
+        self, key: str, config: RuntimeConfig, labels: dict[str, str] | None, claim: Claim | None
     ) -> tuple[Runtime, bool]:
         if self._closed:
             raise PoolClosed(f"the runtime pool is closed; cannot lease {key!r}")
         if not await self._try_lock(key):
             # Busy: a miss, not a wait (see the module docstring).
             self._misses += 1
-            runtime = await self._start_fresh(config, labels)
+            runtime = await self._start_fresh(config, labels, claim)
             self._extra.add(runtime)
             return runtime, False
         try:
@@ -227,14 +243,19 @@ class RuntimePool:
             if entry is not None:
                 await self._stop(entry.runtime)
             self._misses += 1
-            runtime = await self._start_fresh(config, labels)
+            runtime = await self._start_fresh(config, labels, claim)
             self._leased[key] = runtime
             return runtime, False
         except BaseException:
             self._unlock(key)
             raise
 
-    async def _start_fresh(self, config: RuntimeConfig, labels: dict[str, str] | None) -> Runtime:
+    async def _start_fresh(
+        self, config: RuntimeConfig, labels: dict[str, str] | None, claim: Claim | None = None
+    ) -> Runtime:
+        claimed = await claim() if claim is not None else None
+        if claimed is not None:
+            return claimed
         runtime = self._factory(config, labels=labels)
         try:
             await runtime.start()

@@ -337,7 +337,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m episodes.runtimes.selfcheck",
         description="Run the runtime self-check against a backend (it provisions real boxes).",
     )
-    parser.add_argument("type", help="the runtime type: subprocess, docker, modal, prime")
+    from episodes.runtimes.backends import BACKENDS
+
+    parser.add_argument("type", help=f"the runtime type: {', '.join(BACKENDS)}")
     parser.add_argument("--config", default="{}", help="more runtime config fields, as JSON")
     parser.add_argument("--python", help="argv prefix for python in the box (default python3)")
     parser.add_argument("--only", help="run only the checks whose names contain this")

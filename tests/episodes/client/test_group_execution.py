@@ -345,3 +345,20 @@ async def test_a_workers_max_sessions_holds_with_groups_larger_than_it(client) -
 
 async def _collect(agen) -> list:
     return [x async for x in agen]
+
+
+async def test_group_members_claim_warm_boxes(client, worker) -> None:
+    # A group's members are sessions of the worker like any episode's: a spec's warm
+    # boxes serve them too (the first group fills the pool, the second claims).
+    s = spec(name=f"gw-{uuid.uuid4().hex[:6]}", samples=2, pool={"warm": 2, "ttl_s": 30})
+    ec = EpisodesClient(client, task_queue=QUEUE)
+    before = worker.pools.warm_stats
+    first = [g async for g in ec.run_batch(s, groups=True, execution="group")]
+    assert {r.termination for g in first for r in g.results} == {"env_done"}
+    assert await wait_until(lambda: worker.pools.warm_stats.ready >= 2, timeout=60)
+    again = [
+        g async for g in ec.run_batch(s, groups=True, execution="group", batch_id=f"{s.name}-2")
+    ]
+    assert {r.termination for g in again for r in g.results} == {"env_done"}
+    after = worker.pools.warm_stats
+    assert after.claimed - before.claimed >= 2 and after.cold - before.cold >= 1

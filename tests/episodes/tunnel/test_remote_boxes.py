@@ -1,4 +1,4 @@
-"""Modal and Prime boxes reach the session's tools and model through the stdio tunnel.
+"""Modal, Prime and E2B boxes reach the session's tools and model through the stdio tunnel.
 
 Against the in-repo fakes of their SDKs: a box is really started, the tunnel's
 in-box end runs in it as a process of the box, and a client program in the box
@@ -23,10 +23,12 @@ from episodes.tunnel import stdio as tunnel
 from episodes.types.model import ModelSpec
 from episodes.types.spec import parse_spec
 from tests.episodes.session.test_agent_session import UPSTREAM_KEY, agent_spec
-from tests.support.backends import modal_fake, prime_fake
+from tests.support.backends import e2b_fake, modal_fake, prime_fake
 
 pytestmark = pytest.mark.timeout(120)
-BACKENDS = pytest.mark.parametrize("backend", [modal_fake, prime_fake], ids=["modal", "prime"])
+BACKENDS = pytest.mark.parametrize(
+    "backend", [modal_fake, prime_fake, e2b_fake], ids=["modal", "prime", "e2b"]
+)
 
 # Runs in the box with the harness's variables: one tool call, one model call.
 CLIENT = r"""
@@ -185,7 +187,7 @@ async def test_a_kv_agent_episode_on_a_remote_box(backend, monkeypatch):
     assert backend.leftovers() == []
 
 
-@pytest.mark.parametrize("kind", ["modal", "prime"])
+@pytest.mark.parametrize("kind", ["modal", "prime", "e2b"])
 def test_a_model_with_a_remote_runtime_is_a_valid_spec(kind):
     spec = parse_spec(
         {

@@ -13,6 +13,7 @@ import asyncio
 import json
 import socket
 import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -30,6 +31,7 @@ from tests.support.fakes import modal_fake
 from workers.orphans import reap_orphan_boxes
 
 prime_fake = pytest.importorskip("tests.support.fakes.prime_fake")
+e2b_fake = pytest.importorskip("tests.support.fakes.e2b_fake")
 T = 30.0
 
 
@@ -94,6 +96,27 @@ async def test_a_killed_workers_sandbox_and_vm_are_deleted_at_the_next_start(
     assert prime.cloud.deleted == [ids[1]]
     assert not path.exists()
     assert await reap_orphan_boxes(sdks={"modal": modal, "prime": prime}) == 0
+
+
+async def test_a_killed_workers_e2b_sandbox_is_deleted_at_the_next_start(
+    ledgers: Path, dead_writer: None, tmp_path: Path
+) -> None:
+    from episodes.runtimes.cloud.e2b import E2BRuntime
+    from episodes.types.runtime import E2BConfig
+
+    e2b = e2b_fake.fake_sdk()
+    wid = worker_id()
+    config = E2BConfig(workdir=str(tmp_path / "work"), python=sys.executable)
+    box = E2BRuntime(config, labels={"worker": wid}, sdk=e2b)
+    await asyncio.wait_for(box.start(), T)
+    assert e2b.cloud.live() == [box.id]
+    path = ledger.ledger_path(wid)
+    assert [(b.runtime, b.box_id) for b in ledger.read(path)] == [("e2b", box.id)]
+    del box  # never stopped
+    crash(path)
+
+    assert await reap_orphan_boxes(sdks={"e2b": e2b}) == 1
+    assert e2b.cloud.live() == [] and not path.exists()
 
 
 async def test_the_box_is_in_the_ledger_before_the_first_await_after_create(

@@ -1,5 +1,6 @@
-"""What ModalRuntime and PrimeRuntime promise beyond the shared self-check, on the SDK fakes:
-leak-proof provisioning, fail-closed signalling, and one clear error when unusable."""
+"""What ModalRuntime, PrimeRuntime and E2BRuntime promise beyond the shared self-check, on
+the SDK fakes: leak-proof provisioning, fail-closed signalling, and one clear error when
+unusable."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import pytest
 
 from episodes.errors import RuntimeUnavailable, SpecError
 from episodes.runtimes.cloud import remote_shell
+from episodes.runtimes.cloud.e2b import E2BRuntime
 from episodes.runtimes.cloud.modal import ModalRuntime
 from episodes.runtimes.cloud.prime import PrimeRuntime
-from episodes.types.runtime import ModalConfig, PrimeConfig
+from episodes.types.runtime import E2BConfig, ModalConfig, PrimeConfig
 from tests.support.fakes import modal_fake
 
 prime_fake = pytest.importorskip("tests.support.fakes.prime_fake")
+e2b_fake = pytest.importorskip("tests.support.fakes.e2b_fake")
 
 T = 30.0
 SLEEPER = 'import time; print("ready", flush=True); time.sleep(600)'
@@ -60,6 +63,19 @@ def make_prime(tmp_path: Path, **config: Any) -> tuple[PrimeRuntime, Any]:
     workdir = str(tmp_path / "work")
     runtime = PrimeRuntime(PrimeConfig(workdir=workdir, **config), labels={"k": "v"}, sdk=sdk)
     return runtime, sdk.cloud
+
+
+def make_e2b(tmp_path: Path, **config: Any) -> tuple[E2BRuntime, Any]:
+    sdk = e2b_fake.fake_sdk()
+    config = {"workdir": str(tmp_path / "work"), "python": sys.executable, **config}
+    runtime = E2BRuntime(E2BConfig(**config), labels={"k": "v"}, sdk=sdk)
+    return runtime, sdk.cloud
+
+
+def make(kind: str, tmp_path: Path, **config: Any) -> tuple[Any, Any]:
+    if kind == "modal":
+        return make_modal(**config)
+    return (make_prime if kind == "prime" else make_e2b)(tmp_path, **config)
 
 
 # -- Prime provisioning ----------------------------------------------------------------
@@ -221,15 +237,11 @@ def shim_dir(tmp_path: Path) -> Path:
 
 def shimmed(kind: str, tmp_path: Path) -> tuple[Any, Any, Path]:
     d = shim_dir(tmp_path)
-    env = {"PATH": f"{d}:/usr/bin:/bin"}
-    if kind == "modal":
-        runtime, cloud = make_modal(env=env)
-    else:
-        runtime, cloud = make_prime(tmp_path, env=env)
+    runtime, cloud = make(kind, tmp_path, env={"PATH": f"{d}:/usr/bin:/bin"})
     return runtime, cloud, d
 
 
-@pytest.mark.parametrize("kind", ["modal", "prime"])
+@pytest.mark.parametrize("kind", ["modal", "prime", "e2b"])
 async def test_no_pid_in_time_destroys_the_box(
     kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -244,7 +256,7 @@ async def test_no_pid_in_time_destroys_the_box(
         assert cloud.live() == []
 
 
-@pytest.mark.parametrize("kind", ["modal", "prime"])
+@pytest.mark.parametrize("kind", ["modal", "prime", "e2b"])
 async def test_a_signal_that_cannot_be_sent_destroys_the_box(kind: str, tmp_path: Path) -> None:
     runtime, cloud, d = shimmed(kind, tmp_path)
     async with stopping(runtime):
@@ -272,9 +284,9 @@ def _exists(pid: int) -> bool:
 
 
 # -- failures of the program or the wrapper are reported, not hidden -------------------
-@pytest.mark.parametrize("kind", ["modal", "prime"])
+@pytest.mark.parametrize("kind", ["modal", "prime", "e2b"])
 async def test_a_missing_program_exits_nonzero_with_its_error(kind: str, tmp_path: Path) -> None:
-    runtime = make_modal()[0] if kind == "modal" else make_prime(tmp_path)[0]
+    runtime = make(kind, tmp_path)[0]
     async with stopping(runtime):
         await within(runtime.start())
         proc = await within(runtime.open_process(["/nonexistent/harness"]))
@@ -295,3 +307,118 @@ async def test_prime_wrapper_that_cannot_start_reports_why(tmp_path: Path) -> No
         assert b"episodes: cannot make" in await within(proc.stderr.read())
         await within(proc.terminate())  # nothing to signal: a no-op, the box stays
         assert await runtime.alive()
+
+
+# -- E2B ---------------------------------------------------------------------------------
+ALL_BYTES = "import sys; b = bytes(range(256)) * 3; sys.stdout.buffer.write(b); sys.stderr.buffer.write(b[::-1])"
+
+
+async def test_e2b_carries_bytes_that_are_not_utf8(tmp_path: Path) -> None:
+    # The SDK decodes command output as UTF-8 text: without the bridge, half of these
+    # bytes arrive as U+FFFD (the harness protocol's length prefix among them).
+    runtime, _ = make_e2b(tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        proc = await within(runtime.open_process([sys.executable, "-c", ALL_BYTES]))
+        out, err = await within(asyncio.gather(proc.stdout.read(), proc.stderr.read()))
+        assert out == bytes(range(256)) * 3
+        assert err == (bytes(range(256)) * 3)[::-1]
+        assert await within(proc.wait()) == 0
+
+
+async def test_e2b_harness_processes_have_no_command_timeout(tmp_path: Path) -> None:
+    # envd ends a command's stream (and the command) at `timeout`, 60 s by default.
+    runtime, _ = make_e2b(tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        calls: list[dict[str, Any]] = []
+        run = runtime.sandbox.commands.run
+
+        async def spy(cmd: str, **kw: Any) -> Any:
+            calls.append(kw)
+            return await run(cmd, **kw)
+
+        runtime.sandbox.commands.run = spy
+        proc = await within(runtime.open_process([sys.executable, "-c", SLEEPER]))
+        assert await within(proc.stdout.read(6)) == b"ready\n"
+        assert calls[0]["timeout"] == 0 and calls[0]["stdin"] is True
+        await within(proc.kill())
+        assert await within(proc.wait()) == -9
+
+
+async def test_e2b_fake_cuts_a_command_at_its_timeout(tmp_path: Path) -> None:
+    sdk = e2b_fake.fake_sdk()
+    sandbox = await sdk.AsyncSandbox.create()
+    try:
+        handle = await sandbox.commands.run("sleep 600", background=True, timeout=1)
+        with pytest.raises(e2b_fake.TimeoutException):
+            await within(handle.wait())
+    finally:
+        await sandbox.kill()
+
+
+async def test_e2b_create_gets_template_timeout_env_and_labels_as_metadata(
+    tmp_path: Path,
+) -> None:
+    runtime, cloud = make_e2b(tmp_path, template="my-template", timeout_s=900, env={"BOX": "1"})
+    async with stopping(runtime):
+        await within(runtime.start())
+        (sandbox,) = cloud.sandboxes.values()
+        assert runtime.id == sandbox.sandbox_id and sandbox.metadata == {"k": "v"}
+        assert sandbox.create_args == {
+            "template": "my-template",
+            "timeout": 900,
+            "envs": {"BOX": "1"},
+        }
+        assert Path(runtime.config.workdir).is_dir()  # made by start()
+        proc = await within(
+            runtime.open_process(
+                [sys.executable, "-c", "import os; print(os.environ['BOX'], os.getcwd())"]
+            )
+        )
+        assert await within(proc.stdout.read()) == f"1 {runtime.config.workdir}\n".encode()
+    assert cloud.live() == []
+
+
+async def test_e2b_sandbox_gone_is_not_alive_and_runs_nothing(tmp_path: Path) -> None:
+    runtime, cloud = make_e2b(tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        runtime.sandbox.simulate_death()  # its timeout, a host failure
+        assert not await runtime.alive()
+        with pytest.raises(e2b_fake.SandboxNotRunningException):
+            await within(runtime.open_process([sys.executable, "-c", SLEEPER]))
+    # A kill of a sandbox that is gone is the API's 404: nothing to do.
+    from episodes.runtimes.cloud.e2b import destroy_sandbox
+
+    sdk = e2b_fake.fake_sdk(cloud)
+    await destroy_sandbox(runtime.id or "igone", sdk)
+    await destroy_sandbox("inever-made", sdk)
+
+
+async def test_e2b_start_cancelled_while_create_is_in_flight_kills_it(tmp_path: Path) -> None:
+    runtime, cloud = make_e2b(tmp_path)
+    cloud.create_delay_s = 1.0
+    task = asyncio.ensure_future(runtime.start())
+    await until(lambda: bool(cloud.sandboxes))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await within(task)
+    await until(lambda: cloud.live() == [])
+    await within(runtime.stop())
+
+
+async def test_e2b_without_a_python_in_the_box_says_why(tmp_path: Path) -> None:
+    runtime, _ = make_e2b(tmp_path, python="/nonexistent/python3")
+    async with stopping(runtime):
+        await within(runtime.start())
+        proc = await within(runtime.open_process([sys.executable, "-c", SLEEPER]))
+        assert proc.pid is None
+        assert await within(proc.wait()) == 127
+        assert b"/nonexistent/python3" in await within(proc.stderr.read())
+
+
+async def test_e2b_without_credentials_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("E2B_API_KEY", raising=False)
+    with pytest.raises(RuntimeUnavailable, match="E2B_API_KEY"):
+        await E2BRuntime(E2BConfig()).start()

@@ -1,6 +1,6 @@
 """Live round trips on the real clouds: run only with credentials, else skipped with why.
 
-Each test makes one real sandbox/VM (default image python:3.11-slim), runs a line-echo
+Each test makes one real sandbox/VM (python:3.11-slim; E2B: its `base` template), runs a line-echo
 process through stdin/stdout, closes stdin, signals a second process, and stops the
 box. The box is stopped in `finally`, so a failing assertion leaves nothing running.
 """
@@ -17,7 +17,7 @@ import pytest
 from episodes.runtimes.base import Runtime
 from episodes.runtimes.selfcheck import kit as selfcheck_kit
 from episodes.runtimes.selfcheck.kit import LINE_ECHO, SLEEPER
-from episodes.types.runtime import ModalConfig, PrimeConfig
+from episodes.types.runtime import E2BConfig, ModalConfig, PrimeConfig
 
 pytestmark = pytest.mark.live
 
@@ -76,3 +76,11 @@ async def test_prime_live_round_trip() -> None:
     from episodes.runtimes.cloud.prime import PrimeRuntime
 
     await round_trip(PrimeRuntime(PrimeConfig(timeout_minutes=15), labels=labels()))
+
+
+async def test_e2b_live_round_trip() -> None:
+    if not os.environ.get("E2B_API_KEY"):
+        pytest.skip("E2B_API_KEY not set: live E2B test skipped")
+    from episodes.runtimes.cloud.e2b import E2BRuntime
+
+    await round_trip(E2BRuntime(E2BConfig(timeout_s=900), labels=labels()))

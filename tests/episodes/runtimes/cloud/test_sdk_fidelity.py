@@ -181,3 +181,52 @@ def test_prime_models_the_runtime_reads_have_those_fields() -> None:
     assert {"idempotency_key", "labels", "environment_vars", "docker_image"} <= set(
         ps.CreateSandboxRequest.model_fields
     )
+
+
+# -- E2B ---------------------------------------------------------------------------
+def _e2b_pairs() -> list[tuple[str, Any, Any]]:
+    e2b = pytest.importorskip("e2b")
+    from e2b.sandbox_async.commands.command import Commands
+    from e2b.sandbox_async.commands.command_handle import AsyncCommandHandle
+
+    from tests.support.fakes import e2b_fake as f
+
+    sandbox, fsandbox = e2b.AsyncSandbox, f.fake_sdk().AsyncSandbox
+    return [
+        ("AsyncSandbox.create", fsandbox.create, sandbox.create),
+        ("AsyncSandbox.is_running", f.AsyncSandbox.is_running, sandbox.is_running),
+        # kill is one name for two calls: on an instance, and on the class with an id.
+        # (the SDK's descriptor wraps its async method in a plain function: compare the method)
+        (
+            "AsyncSandbox.kill (instance)",
+            f.AsyncSandbox._kill,
+            inspect.getattr_static(sandbox, "kill").method,
+        ),
+        ("AsyncSandbox.kill (class)", fsandbox._cls_kill, sandbox._cls_kill),
+        *[
+            (f"Commands.{m}", getattr(f.Commands, m), getattr(Commands, m))
+            for m in ("run", "send_stdin", "close_stdin", "kill")
+        ],
+        ("AsyncCommandHandle.wait", f.AsyncCommandHandle.wait, AsyncCommandHandle.wait),
+    ]
+
+
+def test_e2b_fake_signatures_match_the_sdk() -> None:
+    problems = {name: p for name, fake, real in _e2b_pairs() if (p := drift(fake, real))}
+    assert problems == {}
+
+
+def test_e2b_fake_properties_and_exceptions_are_the_sdks() -> None:
+    e2b = pytest.importorskip("e2b")
+    from e2b.sandbox_async.commands.command_handle import AsyncCommandHandle
+
+    for cls, name in [
+        (e2b.AsyncSandbox, "sandbox_id"),
+        (e2b.AsyncSandbox, "commands"),
+        (AsyncCommandHandle, "pid"),
+    ]:
+        assert isinstance(inspect.getattr_static(cls, name), property), (cls, name)
+    # What the runtime reads of a result and of a nonzero exit.
+    assert {"exit_code"} <= set(inspect.signature(e2b.CommandExitException).parameters)
+    assert issubclass(e2b.SandboxNotRunningException, e2b.SandboxException)
+    assert "timeout" in inspect.signature(e2b.AsyncSandbox.create).parameters

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 
 from episodes.client import EpisodesClient
@@ -26,3 +27,27 @@ async def test_no_reuse_key_means_no_pool(client, worker) -> None:
     s = spec(name=f"nopool-{uuid.uuid4().hex[:6]}")
     result = await EpisodesClient(client, task_queue="episodes-test").run_episode(s, s.tasks[0])
     assert result.pool_hit is None
+
+
+async def test_episodes_of_a_spec_with_warm_boxes_claim_them(client, worker) -> None:
+    # The first provision of a config is cold and starts the filling; the later ones
+    # claim boxes started ahead of them (each fresh: tests/episodes/runtimes/pool/test_warm.py).
+    s = spec(name=f"warm-{uuid.uuid4().hex[:6]}", pool={"warm": 2, "ttl_s": 30})
+    ec = EpisodesClient(client, task_queue="episodes-test")
+    before = worker.pools.warm_stats
+    first = await ec.run_episode(s, s.tasks[0], sample=0)
+    assert first.termination == "env_done" and first.pool_hit is None
+    await until(lambda: worker.pools.warm_stats.ready >= 2)
+    results = [await ec.run_episode(s, s.tasks[0], sample=i) for i in (1, 2, 3)]
+    assert [r.termination for r in results] == ["env_done"] * 3
+    after = worker.pools.warm_stats
+    assert after.claimed - before.claimed >= 3
+    assert after.cold - before.cold >= 1
+
+
+async def until(predicate) -> None:  # type: ignore[no-untyped-def]
+    async def poll() -> None:
+        while not predicate():
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(poll(), 60)
