@@ -267,6 +267,40 @@ def export_cmd(
     )
 
 
+@app.command("compare")
+@common.with_config(worker=False)
+def compare_cmd(
+    batch_a: Annotated[str, typer.Argument(help="The baseline batch id (A).")],
+    batch_b: Annotated[str, typer.Argument(help="The batch compared with it (B).")],
+    cfg: Config,
+    threshold: Annotated[
+        float, typer.Option(help="An episode passes when its reward is at least this.")
+    ] = 1.0,
+    alpha: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Significant when the p-value is below this.")
+    ] = 0.05,
+    seed: Annotated[int, typer.Option(help="The bootstrap's and the permutation test's seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
+) -> None:
+    """Compare two eval batches task by task: B minus A in mean reward, its interval and
+    a paired test's p-value (is it beyond the noise?), each batch's figures with their
+    intervals, the tasks that flipped, and a warning for each pin (spec, image, model,
+    package) the two batches' manifests disagree on. Read from the histories."""
+    from episodes.cli.compare import compare_batches
+
+    common.run(
+        compare_batches(
+            batch_a,
+            batch_b,
+            cfg=cfg,
+            threshold=threshold,
+            alpha=alpha,
+            seed=seed,
+            as_json=as_json,
+        )
+    )
+
+
 @app.command()
 @common.with_config(worker=False)
 def view(
