@@ -72,18 +72,18 @@ async def read_outcomes(
         return Outcome(task, None, None if running else WORKFLOW_FAILED)
 
     outcomes = list(await asyncio.gather(*(one(wf) for wf in found)))
-    manifest = await _memo_manifest(client, batch, found)
+    manifest = await batch_manifest(client, batch, [wf.id for wf in found[:3]])
     if manifest is not None:
         manifest = {**manifest, **fingerprints(responses)}
     return BatchOutcomes(batch, outcomes, manifest)
 
 
-async def _memo_manifest(
-    client: Client, batch: str, found: list[WorkflowExecution]
+async def batch_manifest(
+    client: Client, batch: str, episode_ids: list[str]
 ) -> dict[str, Any] | None:
-    """The batch workflow's manifest, else the first episode's that has one."""
-    ids = [contract.batch_workflow_id(batch), *(wf.id for wf in found[:3])]
-    for wid in ids:
+    """The manifest in the memo of the batch workflow, else of the first of
+    `episode_ids` that has one (the viewer passes a few of the batch's)."""
+    for wid in [contract.batch_workflow_id(batch), *episode_ids]:
         try:
             memo = await (await client.get_workflow_handle(wid).describe()).memo()
         except RPCError:  # no such workflow (a client-side batch has no batch workflow)

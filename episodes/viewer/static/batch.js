@@ -42,6 +42,32 @@ function priorityCards(f) {
   return out;
 }
 
+// The figures with their intervals, over tasks (`intervals`: episodes.evals.summary),
+// as pages.py's first view draws them.
+function interval(iv) {
+  return iv ? `[${num(iv[0], 3)}, ${num(iv[1], 3)}]` : "–";
+}
+
+function figures(iv) {
+  const rows = [["mean reward", iv.mean_reward],
+    [`pass rate (reward ≥ ${iv.threshold}, Wilson)`, iv.pass_rate]];
+  for (const [k, e] of Object.entries(iv.pass_at_k)) rows.push([`pass@${k}`, e]);
+  for (const [k, e] of Object.entries(iv.pass_hat_k)) if (k !== "1") rows.push([`pass^${k}`, e]);
+  return h("table", {}, h("tr", {}, ["", "value", "interval", "standard error"].map((c) => h("th", {}, c))),
+    rows.map(([label, e]) => h("tr", {}, h("td", {}, label),
+      h("td", { class: "num" }, num(e ? e.value : null, 3)),
+      h("td", { class: "num" }, interval(e ? e.interval : null)),
+      h("td", { class: "num" }, num(e ? e.standard_error : null, 3)))));
+}
+
+function compareForm(s) {
+  return h("form", { class: "filters", method: "get", action: "/compare-batches" },
+    h("input", { type: "hidden", name: "a", value: batchId }),
+    h("input", { type: "hidden", name: "threshold", value: String(s.threshold) }),
+    h("label", {}, "compare with batch ", h("input", { name: "b", required: "", size: 32 })), " ",
+    h("button", { type: "submit" }, "Compare"));
+}
+
 function terminations(s, rows) {
   const sideOf = {};
   for (const r of rows) sideOf[r.termination || "running"] = r.side;
@@ -149,6 +175,9 @@ async function render() {
     h("div", { class: "muted small" }, `${data.episodes[0]?.env || ""} · pass threshold ${s.threshold}` +
       (data.truncated ? " · showing the first episodes only" : "")),
     cards(s, data.fleet),
+    h("h2", {}, "With their noise ", h("span", { class: "muted small" },
+      `${Math.round(s.intervals.level * 100)}% intervals, over tasks`)),
+    figures(s.intervals), compareForm(s),
     h("div", { class: "grid2" },
       h("div", {}, h("h2", {}, "Terminations"), terminations(s, data.episodes)),
       h("div", {}, h("h2", {}, "Search transcripts"), search_ui)),
