@@ -84,10 +84,13 @@ async def _read_shown(client: Client, names: tuple[str, str]) -> list[BatchOutco
         for name in names:
             bar = progress.add_task(f"read {name}", total=None, last="")
 
+            def found(n: int, bar: TaskID = bar) -> None:
+                progress.update(bar, total=n)
+
             def advance(wid: str, bar: TaskID = bar) -> None:
                 progress.update(bar, advance=1, last=wid)
 
-            read.append(await read_outcomes(client, name, on_read=advance))
+            read.append(await read_outcomes(client, name, on_found=found, on_read=advance))
             progress.update(bar, last="done")
     return read
 

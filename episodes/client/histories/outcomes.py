@@ -46,12 +46,19 @@ class BatchOutcomes:
 
 
 async def read_outcomes(
-    client: Client, batch: str, *, on_read: Callable[[str], None] | None = None
+    client: Client,
+    batch: str,
+    *,
+    on_found: Callable[[int], None] | None = None,
+    on_read: Callable[[str], None] | None = None,
 ) -> BatchOutcomes:
-    """Every final episode of `batch`, as an `Outcome`, and its manifest."""
+    """Every final episode of `batch`, as an `Outcome`, and its manifest. `on_found`
+    gets how many episodes there are, `on_read` each one's id once read."""
     found = [*await final_episodes(client, batch), *await group_members(client, batch)]
     if not found:
         raise EpisodesError(f"batch {batch!r}: no episodes found (none has EpisodeBatch={batch})")
+    if on_found is not None:
+        on_found(len(found))
     gate = asyncio.Semaphore(READ_CONCURRENCY)
     responses: list[Any] = []
 
