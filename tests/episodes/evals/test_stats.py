@@ -98,6 +98,20 @@ def test_sign_flip_test_samples_when_many() -> None:
     assert sign_flip_test(noisy, seed=3) == sign_flip_test(noisy, seed=3)
 
 
+def test_the_sampled_test_agrees_with_the_exact_one(monkeypatch) -> None:
+    """10,000 random sign assignments estimate the exact p-value within a few of its
+    standard errors (sqrt(p(1-p)/10,000) <= 0.005)."""
+    from episodes.evals import stats
+
+    diffs = [0.5, 0.25, -0.1, 0.3, 0.7, -0.2, 0.05, 0.4, 0.15, -0.35, 0.6, 0.1]
+    exact = sign_flip_test(diffs)
+    monkeypatch.setattr(stats, "EXACT_UP_TO", 0)
+    sampled = sign_flip_test(diffs)
+    assert 0.005 < exact < 0.5  # a value the estimate could miss
+    assert sampled == pytest.approx(exact, abs=0.02)
+    assert sampled == sign_flip_test(diffs)  # seeded
+
+
 def test_flips_are_the_tasks_whose_verdict_changed() -> None:
     a = {"t1": True, "t2": False, "t3": True}
     b = {"t1": False, "t2": True, "t3": True, "t4": False}
