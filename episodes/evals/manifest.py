@@ -13,7 +13,7 @@ Pinned (compared field by field by `differences`):
 
 - `spec_hash`: sha256 of the spec as the episodes run it, less what does not change
   an episode's outcome (its name, the task list, which the pairing compares, and the
-  scheduling: concurrency, priority, fairness, budget, pool, reuse key);
+  scheduling: concurrency, priority, fairness, budget, pool, reuse key, prices);
 - `runtime`: the box runtime's type; `images`: the image references the spec names,
   with `image_digests` for those pinned by digest (`name@sha256:...`): a tag alone
   is not a pin (a rebuilt `:latest` reads the same), and the warning says so;
@@ -50,6 +50,7 @@ UNPINNED = frozenset(
         "budget",
         "pool",
         "reuse_key",
+        "prices",
     }
 )
 PINNED = ("spec_hash", "runtime", "images", "image_digests", "model", "package", "python")
