@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from pydantic import Field
 
 from episodes.types.base import Model
+from episodes.types.cost import Cost
 
 # Histogram bucket i holds durations in (GAMMA**(i-1), GAMMA**i]. Reporting the bucket's
 # midpoint 2*GAMMA**i/(GAMMA+1) is off by at most (GAMMA-1)/(GAMMA+1) < 1% relatively.
@@ -150,6 +151,10 @@ class BatchMetrics(Model):
     """Complete groups whose every member has a reward and all are equal: every
     advantage is 0, no GRPO signal (`Group.zero_variance`; with one sample per task,
     every rewarded group)."""
+    cost: Cost | None = None
+    """What the priced episodes cost (the spec's `prices`), summed; None: none priced."""
+    priced: int = 0
+    """Episodes with a cost (those finished under a price table)."""
 
 
 class PassTally(Model):
@@ -186,6 +191,8 @@ class MetricsAccumulator(Model):
     groups_zero_variance: int = 0
     model_calls: int = 0
     model_tokens: int = 0
+    cost: Cost | None = None
+    priced: int = 0
 
     def passes(self, reward: float | None) -> bool:
         return reward is not None and reward >= self.pass_threshold
@@ -201,8 +208,12 @@ class MetricsAccumulator(Model):
         retries: int = 0,
         model_calls: int = 0,
         model_tokens: int = 0,
+        cost: Cost | None = None,
     ) -> None:
         self.count += 1
+        if cost is not None:
+            self.cost = cost if self.cost is None else self.cost.plus(cost)
+            self.priced += 1
         self.model_calls += max(0, model_calls)
         self.model_tokens += max(0, model_tokens)
         self.infra_failures += infra
@@ -271,6 +282,8 @@ class MetricsAccumulator(Model):
             groups_zero_variance=self.groups_zero_variance,
             model_calls=self.model_calls,
             model_tokens=self.model_tokens,
+            cost=self.cost,
+            priced=self.priced,
             episode_seconds=d.sum_s,
             duration_s=DurationSummary(
                 p50=d.quantile(0.5),

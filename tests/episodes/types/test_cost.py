@@ -69,3 +69,13 @@ def test_cost_prices_cached_input_apart_and_box_seconds_by_runtime() -> None:
     assert Cost(model=1, box=2).plus(Cost(model=3, unpriced=["x"])) == Cost(
         model=4, box=2, unpriced=["x"]
     )
+
+
+def test_a_budget_in_cost() -> None:
+    from episodes.types.priority import BatchBudget, exhausted
+
+    budget = BatchBudget(max_cost=1.5)
+    assert budget.is_set()
+    spent = {"model_tokens": 0, "model_calls": 0, "episode_seconds": 0.0}
+    assert exhausted(budget, **spent, cost=1.49) is None
+    assert exhausted(budget, **spent, cost=1.5) == "max_cost"
