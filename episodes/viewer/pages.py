@@ -392,6 +392,21 @@ def _batches_compared(d: Mapping[str, Any]) -> str:
     )
 
 
+def usage_text(u: Mapping[str, Any]) -> str:
+    """A model's calls and tokens as the upstream reported them (episode.js's too)."""
+    cached = f" ({u['cached_tokens']} cached)" if u.get("cached_tokens") else ""
+    reasoning = f" ({u['reasoning_tokens']} reasoning)" if u.get("reasoning_tokens") else ""
+    return (
+        f"{plural(u['calls'], 'call')}: {u['input_tokens']} in{cached}, "
+        f"{u['output_tokens']} out{reasoning}"
+    )
+
+
+def cost_text(c: Mapping[str, Any]) -> str:
+    text = f"${c['model'] + c['box']:.4f} (models ${c['model']:.4f}, boxes ${c['box']:.4f})"
+    return text + (f"; no price for {', '.join(c['unpriced'])}" if c.get("unpriced") else "")
+
+
 def duration_of(e: Mapping[str, Any], r: Mapping[str, Any] | None) -> float | None:
     """An episode's one duration: its result's `duration_s` (what `episodes run` and
     `episodes show` print) once it has one; before that, the workflow's time since it
@@ -418,9 +433,15 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
         )
     if r:
         head.append("<h2>Outcome</h2>")
+        spent = "".join(
+            f"<dt>model {_e(m)}</dt><dd>{_e(usage_text(u))}</dd>"
+            for m, u in (r.get("usage") or {}).items()
+        )
+        if r.get("cost"):
+            spent += f"<dt>cost</dt><dd>{_e(cost_text(r['cost']))}</dd>"
         head.append(
             f'<dl class="kv"><dt>termination</dt><dd>{_e(r["termination"])}</dd>'
-            f"<dt>reward</dt><dd>{_num(r['reward'])}</dd></dl>"
+            f"<dt>reward</dt><dd>{_num(r['reward'])}</dd>{spent}</dl>"
         )
         if r["error"]["message"]:
             head.append(f'<pre class="error">{_e(r["error"]["message"])}</pre>')
@@ -450,6 +471,16 @@ def _priority_cards(f: Mapping[str, Any]) -> list[str]:
         cards.append(_card("model tokens", f["model_tokens"], plural(f["model_calls"], "call")))
     if f.get("episode_seconds") is not None:
         cards.append(_card("episode time", _dur(f["episode_seconds"]), "summed"))
+    if f.get("cost"):
+        c = f["cost"]
+        cards.append(
+            _card(
+                "cost",
+                f"${c['model'] + c['box']:.4f}",
+                f"{plural(f['priced'], 'episode')} priced: models ${c['model']:.4f}, "
+                f"boxes ${c['box']:.4f}",
+            )
+        )
     if f.get("groups_zero_variance") is not None:
         cards.append(_card("zero-variance groups", f["groups_zero_variance"], "no GRPO signal"))
     return cards
