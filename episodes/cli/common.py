@@ -35,7 +35,7 @@ from episodes.errors import EpisodesError
 from episodes.types.attempts import final_attempts
 from episodes.types.cost import Cost, ModelUsage, merge_usage
 from episodes.types.results import INFRA_TERMINATIONS, EpisodeResult
-from episodes.words import plural
+from episodes.words import plural, usd
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -142,8 +142,8 @@ def usage_rows(usage: dict[str, ModelUsage]) -> list[tuple[str, str]]:
 
 
 def cost_text(cost: Cost, priced: int, episodes: int) -> str:
-    """`$0.0123 (models $0.0100, boxes $0.0023)`, and what it leaves out."""
-    text = f"${cost.total:.4f} (models ${cost.model:.4f}, boxes ${cost.box:.4f})"
+    """`$0.0123 (models $0.01, boxes $0.0023)`, and what it leaves out."""
+    text = f"{usd(cost.total)} (models {usd(cost.model)}, boxes {usd(cost.box)})"
     if priced < episodes:
         text += f", {priced} of {plural(episodes, 'episode')} priced"
     if cost.unpriced:

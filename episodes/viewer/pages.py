@@ -41,7 +41,7 @@ from episodes.viewer.members import batch_rows
 from episodes.viewer.priority import batch_priority
 from episodes.viewer.stats import batch_stats, latest_attempts, outcomes
 from episodes.viewer.transcripts import Episodes, NotFound
-from episodes.words import plural
+from episodes.words import plural, usd
 
 log = logging.getLogger(__name__)
 FIRST_TURNS = 50  # the episode page's first page of turns (as its script asks)
@@ -403,7 +403,7 @@ def usage_text(u: Mapping[str, Any]) -> str:
 
 
 def cost_text(c: Mapping[str, Any]) -> str:
-    text = f"${c['model'] + c['box']:.4f} (models ${c['model']:.4f}, boxes ${c['box']:.4f})"
+    text = f"{usd(c['model'] + c['box'])} (models {usd(c['model'])}, boxes {usd(c['box'])})"
     return text + (f"; no price for {', '.join(c['unpriced'])}" if c.get("unpriced") else "")
 
 
@@ -476,9 +476,9 @@ def _priority_cards(f: Mapping[str, Any]) -> list[str]:
         cards.append(
             _card(
                 "cost",
-                f"${c['model'] + c['box']:.4f}",
-                f"{plural(f['priced'], 'episode')} priced: models ${c['model']:.4f}, "
-                f"boxes ${c['box']:.4f}",
+                usd(c["model"] + c["box"]),
+                f"{plural(f['priced'], 'episode')} priced: models {usd(c['model'])}, "
+                f"boxes {usd(c['box'])}",
             )
         )
     if f.get("groups_zero_variance") is not None:

@@ -37,8 +37,8 @@ function priorityCards(f) {
   if (f.model_calls) out.push(card("model tokens", f.model_tokens, plural(f.model_calls, "call")));
   if (f.episode_seconds != null) out.push(card("episode time", dur(f.episode_seconds), "summed"));
   if (f.cost) {
-    out.push(card("cost", `$${(f.cost.model + f.cost.box).toFixed(4)}`,
-      `${plural(f.priced, "episode")} priced: models $${f.cost.model.toFixed(4)}, boxes $${f.cost.box.toFixed(4)}`));
+    out.push(card("cost", usd(f.cost.model + f.cost.box),
+      `${plural(f.priced, "episode")} priced: models ${usd(f.cost.model)}, boxes ${usd(f.cost.box)}`));
   }
   if (f.groups_zero_variance != null) {
     out.push(card("zero-variance groups", f.groups_zero_variance, "no GRPO signal"));

@@ -15,7 +15,7 @@ function usageText(u) {
 }
 
 function costText(c) {
-  return `$${(c.model + c.box).toFixed(4)} (models $${c.model.toFixed(4)}, boxes $${c.box.toFixed(4)})` +
+  return `${usd(c.model + c.box)} (models ${usd(c.model)}, boxes ${usd(c.box)})` +
     (c.unpriced.length ? `; no price for ${c.unpriced.join(", ")}` : "");
 }
 

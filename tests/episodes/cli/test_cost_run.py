@@ -8,6 +8,7 @@ import uuid
 
 import pytest
 
+from episodes.words import usd
 from tests.episodes.cli.test_cli import episodes, write_spec
 
 # A box-second of the subprocess runtime at $1,000: one episode spends any small budget.
@@ -44,7 +45,7 @@ async def test_cost_in_results_the_summary_and_a_budget(
         assert r["cost"]["box"] == pytest.approx(r["duration_s"] * 1000.0)
         assert r["cost"]["model"] == 0.0 and r["usage"] == {}
     total = sum(r["cost"]["box"] for r in rows)
-    assert f"${total:.4f} (models $0.0000, boxes ${total:.4f})" in stdout.replace("\n", " ")
+    assert f"{usd(total)} (models $0, boxes {usd(total)})" in stdout.replace("\n", " ")
 
     # A budget in cost: past it no episode starts.
     budgeted = write_spec(

@@ -128,6 +128,5 @@ def test_the_batch_table_shows_the_summed_cost() -> None:
     console.print(metrics_table(acc.summary()))
     text = re.sub(r"[ │┃]+", " ", console.export_text())
     assert (
-        " cost $1.0000 (models $0.7500, boxes $0.2500), 2 of 3 episodes priced; no price for x "
-        in text
+        " cost $1.00 (models $0.75, boxes $0.25), 2 of 3 episodes priced; no price for x " in text
     )

@@ -79,3 +79,17 @@ def test_a_budget_in_cost() -> None:
     spent = {"model_tokens": 0, "model_calls": 0, "episode_seconds": 0.0}
     assert exhausted(budget, **spent, cost=1.49) is None
     assert exhausted(budget, **spent, cost=1.5) == "max_cost"
+
+
+def test_amounts_in_dollars_read_as_people_write_them() -> None:
+    from episodes.words import usd
+
+    assert [usd(x) for x in (0, 7.14e-05, 0.0006006, 0.0123, 0.5, 1, 1234.567)] == [
+        "$0",
+        "$0.0000714",
+        "$0.0006006",
+        "$0.0123",
+        "$0.5",
+        "$1.00",
+        "$1,234.57",
+    ]

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from episodes.client.batch.server import batch_input, start_batch, wait_batch
+from episodes.words import usd
 from tests.support.helpers import spec
 
 pytestmark = pytest.mark.timeout(240)
@@ -28,10 +29,10 @@ async def test_batch_and_episode_pages_show_the_cost(client, worker, viewer) -> 
     assert fleet["priced"] == 2
     assert fleet["cost"]["box"] == pytest.approx(result.metrics.cost.box)
     page = (await viewer.http.get(f"/batch/{name}")).text
-    assert f"${result.metrics.cost.total:.4f}" in page and "2 episodes priced" in page
+    assert usd(result.metrics.cost.total) in page and "2 episodes priced" in page
 
     wid = f"{name}.t0.s0"
     r = (await viewer.get("/api/episode", id=wid))["result"]
     assert r["cost"]["box"] > 0 and r["usage"] == {}
     page = (await viewer.http.get(f"/episode/{wid}")).text
-    assert "<dt>cost</dt>" in page and "(models $0.0000, boxes $" in page
+    assert "<dt>cost</dt>" in page and "(models $0, boxes $" in page
