@@ -82,6 +82,7 @@ async def group_outcomes(
                 retries=attempt,
                 model_calls=r.model_calls,
                 model_tokens=r.model_tokens,
+                cost=r.cost,
             )
             for r in results
         ]
