@@ -18,6 +18,7 @@ from episodes.cli.park import park, resume
 from episodes.cli.priority import (
     FairnessKey,
     FairnessWeight,
+    MaxCost,
     MaxEpisodeSeconds,
     MaxModelCalls,
     MaxModelTokens,
@@ -95,6 +96,7 @@ def run_cmd(
     max_model_tokens: MaxModelTokens = None,
     max_model_calls: MaxModelCalls = None,
     max_episode_seconds: MaxEpisodeSeconds = None,
+    max_cost: MaxCost = None,
     oversample: Oversample = None,
 ) -> None:
     """Run every task x sample of SPEC, show progress, print a summary.
@@ -111,6 +113,7 @@ def run_cmd(
         max_model_tokens,
         max_model_calls,
         max_episode_seconds,
+        max_cost,
     )
     if batch:
         common.err_console.print(

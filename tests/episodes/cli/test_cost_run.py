@@ -47,10 +47,14 @@ async def test_cost_in_results_the_summary_and_a_budget(
     total = sum(r["cost"]["box"] for r in rows)
     assert f"{usd(total)} (models $0, boxes {usd(total)})" in stdout.replace("\n", " ")
 
-    # A budget in cost: past it no episode starts.
-    budgeted = write_spec(
-        tmp_path, _spec(f"{name}-b", budget={"max_cost": 0.001}), name="budgeted.yaml"
-    )
-    code, stdout, stderr = await episodes("run", str(budgeted), *flags)
+    # A budget in cost, in the spec (client) or as a flag (batch workflow): past it no
+    # episode starts.
+    if server_batch:
+        budgeted = write_spec(tmp_path, _spec(f"{name}-b"), name="budgeted.yaml")
+        code, stdout, stderr = await episodes("run", str(budgeted), *flags, "--max-cost", "0.001")
+    else:
+        data = _spec(f"{name}-b", budget={"max_cost": 0.001})
+        budgeted = write_spec(tmp_path, data, name="budgeted.yaml")
+        code, stdout, stderr = await episodes("run", str(budgeted), *flags)
     assert code == 0, stdout + stderr
     assert "budget_exhausted: max_cost reached; 1 of 4 episodes ran" in stdout
