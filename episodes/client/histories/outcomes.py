@@ -88,9 +88,10 @@ async def read_outcomes(
 async def batch_manifest(
     client: Client, batch: str, episode_ids: list[str]
 ) -> dict[str, Any] | None:
-    """The manifest in the memo of the batch workflow, else of the first of
-    `episode_ids` that has one (the viewer passes a few of the batch's)."""
-    for wid in [contract.batch_workflow_id(batch), *episode_ids]:
+    """The manifest in the memo of the batch workflow (`batch.<id>`, or a scheduled
+    run's, whose workflow id is its batch id), else of the first of `episode_ids` that
+    has one (the viewer passes a few of the batch's)."""
+    for wid in [contract.batch_workflow_id(batch), batch, *episode_ids]:
         try:
             memo = await (await client.get_workflow_handle(wid).describe()).memo()
         except RPCError:  # no such workflow (a client-side batch has no batch workflow)
