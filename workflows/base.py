@@ -35,6 +35,7 @@ from workflows.scoring import (  # noqa: F401 (the patch names' import path from
 with workflow.unsafe.imports_passed_through():
     from episodes import contract
     from episodes import search_attributes as sa
+    from episodes.types.cost import ModelUsage, episode_cost, merge_usage, usage_by_model
     from episodes.types.io import (
         EpisodeCarry,
         EpisodeInput,
@@ -69,6 +70,10 @@ PARK_CANCEL_PATCH = "cancel-while-parking"
 # fork's replay) was taken for a failed restore: the episode ended `worker_lost` and
 # scored its record. Now it ends `cancelled`, unscored.
 RESTORE_CANCEL_PATCH = "cancel-while-restoring"
+# The result (and a continued run's carry) holds the model usage per model, cached and
+# reasoning tokens included, and the cost under the spec's `prices`: new payload fields,
+# no new command, guarded all the same so a saved history replays exactly as it ran.
+USAGE_PATCH = "episode-usage-and-cost"
 
 
 class EpisodeBase(Scoring):
@@ -96,6 +101,7 @@ class EpisodeBase(Scoring):
         # The earlier runs' model calls and tokens (the carry's).
         self._earlier_calls = 0
         self._earlier_tokens = 0
+        self._earlier_usage: dict[str, ModelUsage] = {}
         # It could not start for a reason in its configuration (a spec error).
         self._config_error = False
         self._park = False  # a `park` signal asks for the next turn (or step) boundary
@@ -112,6 +118,7 @@ class EpisodeBase(Scoring):
         self._box_failovers = carry.box_failovers
         self._divergences, self._turns_rerun = carry.replay_divergences, carry.turns_rerun
         self._earlier_calls, self._earlier_tokens = carry.model_calls, carry.model_tokens
+        self._earlier_usage = dict(carry.usage)
 
     def _carry(self, started: datetime) -> dict:
         assert self._ref is not None
@@ -126,7 +133,14 @@ class EpisodeBase(Scoring):
             "replay_divergences": self._divergences,
             "turns_rerun": self._turns_rerun,
             **self._model_usage(),
+            **({"usage": self._usage()} if workflow.patched(USAGE_PATCH) else {}),
         }
+
+    def _usage(self) -> dict[str, ModelUsage]:
+        """The chain's model usage per model so far (`episodes.types.cost`)."""
+        return merge_usage(
+            self._earlier_usage, usage_by_model(e for t in self._turns for e in t.events)
+        )
 
     def _model_usage(self) -> dict[str, int]:
         """The chain's model calls and tokens so far (batch budgets count them)."""
@@ -363,6 +377,17 @@ class EpisodeBase(Scoring):
             ]
         )
         self._set_details()
+        duration_s = (workflow.now() - started).total_seconds()
+        calls = self._model_usage()
+        spent: dict = {}
+        if workflow.patched(USAGE_PATCH):
+            usage = self._usage()
+            prices = inp.spec.prices
+            runtime = inp.spec.harness.runtime.type
+            spent = {
+                "usage": usage,
+                "cost": episode_cost(usage, duration_s, runtime, prices) if prices else None,
+            }
         return EpisodeResult(
             workflow_id=workflow.info().workflow_id,
             task_id=inp.task.id,
@@ -374,17 +399,19 @@ class EpisodeBase(Scoring):
             turns=self._turns_done,
             reward=score.reward,
             score_details=score.details,
-            duration_s=(workflow.now() - started).total_seconds(),
+            duration_s=duration_s,
             pool_hit=self._ref.pool_hit if self._ref else None,
             restarts=self._restarts,
             turns_replayed=self._turns_replayed,
             replay_divergences=self._divergences,
             turns_rerun=self._turns_rerun,
             box_failovers=self._box_failovers,
-            **self._model_usage(),
+            model_calls=calls["model_calls"],
+            model_tokens=calls["model_tokens"],
             config_error=self._config_error,
             forked_from=inp.fork,
             cut=self._cut if termination == "cancelled" else None,
+            **spent,
         )
 
     def _set_details(self) -> None:

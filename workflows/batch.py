@@ -322,6 +322,7 @@ class EvalBatchWorkflow:
             infra=self._infra(result.termination),
             model_calls=result.model_calls,
             model_tokens=result.model_tokens,
+            cost=result.cost,
         )
 
     def _infra(self, termination: str) -> bool:
@@ -341,6 +342,8 @@ class EvalBatchWorkflow:
             retries=o.retries,
             model_calls=o.model_calls,
             model_tokens=o.model_tokens,
+            # Summed only: a history from before costs has none, and adds nothing.
+            cost=o.cost,
         )
         reward = "-" if o.reward is None else f"{o.reward:.2f}"
         self._last = f"{o.task_id}#{o.sample} {o.termination} {reward}"
@@ -378,7 +381,10 @@ class EvalBatchWorkflow:
     def _spend(self, inp: BatchInput, o: MemberOutcome) -> None:
         """Count an attempt that is run again (not a result: only what it spent)."""
         self._acc.spend(
-            model_calls=o.model_calls, model_tokens=o.model_tokens, duration_s=o.duration_s
+            model_calls=o.model_calls,
+            model_tokens=o.model_tokens,
+            duration_s=o.duration_s,
+            cost=o.cost,
         )
         self._check_budget(inp)
 
@@ -397,6 +403,8 @@ class EvalBatchWorkflow:
             model_tokens=acc.model_tokens,
             model_calls=acc.model_calls,
             episode_seconds=acc.episode_seconds,
+            # `max_cost` is new: no saved history's budget has it, none replays otherwise.
+            cost=acc.cost.total if acc.cost else 0.0,
         )
 
     def _should_continue_as_new(self, started: int, children_per_run: int) -> bool:

@@ -1,14 +1,18 @@
 """What a batch workflow records of each member it ran (`workflows/batch.py`, and its
 groups in `workflows/batch_groups.py`): defined once, below both.
 
-Deterministic: workflow code; the standard library and temporalio only.
+Deterministic: workflow code; the standard library, temporalio and the types floor only.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from temporalio import workflow
 from temporalio.exceptions import FailureError
+
+with workflow.unsafe.imports_passed_through():
+    from episodes.types.cost import Cost
 
 
 @dataclass
@@ -26,6 +30,7 @@ class MemberOutcome:
     retries: int = 0  # fresh episodes run for it after infrastructure failures
     model_calls: int = 0
     model_tokens: int = 0
+    cost: Cost | None = None  # the episode's, under the spec's `prices`
 
 
 def root_cause(e: BaseException) -> str:

@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from episodes.cli.common import console, err_console, live_progress, progress_bar
+from episodes.cli.common import console, cost_text, err_console, live_progress, progress_bar
 from episodes.cli.embedded import client_for
 from episodes.cli.run import (
     KEPT_LINE,
@@ -158,6 +158,8 @@ def metrics_table(
     table.add_row("retried as fresh episodes", str(m.retried))
     if m.model_calls:
         table.add_row("model calls / tokens", f"{m.model_calls} / {m.model_tokens}")
+    if m.cost is not None:
+        table.add_row("cost", cost_text(m.cost, m.priced, m.count))
     table.add_row("episode time", f"{m.episode_seconds:.1f} s (summed)")
     table.add_row(
         "groups complete / failed", f"{m.groups_complete} / {m.groups_failed} (a task's samples)"

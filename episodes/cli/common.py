@@ -33,7 +33,9 @@ from rich.table import Table
 from episodes.client.config import flag
 from episodes.errors import EpisodesError
 from episodes.types.attempts import final_attempts
+from episodes.types.cost import Cost, ModelUsage, merge_usage
 from episodes.types.results import INFRA_TERMINATIONS, EpisodeResult
+from episodes.words import plural, usd
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -113,7 +115,40 @@ def summary_table(results: list[EpisodeResult], title: str = "episodes") -> Tabl
             "duration p50 / p95",
             f"{percentile(durations, 0.5):.2f} s / {percentile(durations, 0.95):.2f} s",
         )
+    for what, value in usage_rows(merge_usage(*(r.usage for r in results))):
+        table.add_row(what, value)
+    costs = [r.cost for r in results if r.cost is not None]
+    if costs:
+        table.add_row(
+            "cost", cost_text(functools.reduce(Cost.plus, costs), len(costs), len(results))
+        )
     return table
+
+
+def usage_rows(usage: dict[str, ModelUsage]) -> list[tuple[str, str]]:
+    """A row per model: its calls and tokens as the upstream reported them."""
+    rows = []
+    for name, u in usage.items():
+        cached = f" ({u.cached_tokens} cached)" if u.cached_tokens else ""
+        reasoning = f" ({u.reasoning_tokens} reasoning)" if u.reasoning_tokens else ""
+        rows.append(
+            (
+                f"model {name}",
+                f"{plural(u.calls, 'call')}: {u.input_tokens} in{cached}, "
+                f"{u.output_tokens} out{reasoning}",
+            )
+        )
+    return rows
+
+
+def cost_text(cost: Cost, priced: int, episodes: int) -> str:
+    """`$0.0123 (models $0.01, boxes $0.0023)`, and what it leaves out."""
+    text = f"{usd(cost.total)} (models {usd(cost.model)}, boxes {usd(cost.box)})"
+    if priced < episodes:
+        text += f", {priced} of {plural(episodes, 'episode')} priced"
+    if cost.unpriced:
+        text += f"; no price for {', '.join(cost.unpriced)}"
+    return text
 
 
 class _PlainProgress(Progress):

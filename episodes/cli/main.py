@@ -19,6 +19,7 @@ from episodes.cli.park import park, resume
 from episodes.cli.priority import (
     FairnessKey,
     FairnessWeight,
+    MaxCost,
     MaxEpisodeSeconds,
     MaxModelCalls,
     MaxModelTokens,
@@ -96,6 +97,7 @@ def run_cmd(
     max_model_tokens: MaxModelTokens = None,
     max_model_calls: MaxModelCalls = None,
     max_episode_seconds: MaxEpisodeSeconds = None,
+    max_cost: MaxCost = None,
     oversample: Oversample = None,
 ) -> None:
     """Run every task x sample of SPEC, show progress, print a summary.
@@ -112,6 +114,7 @@ def run_cmd(
         max_model_tokens,
         max_model_calls,
         max_episode_seconds,
+        max_cost,
     )
     if batch:
         common.err_console.print(
@@ -265,6 +268,40 @@ def export_cmd(
             skip_incomplete=skip_incomplete,
             estimator=estimator,  # type: ignore[arg-type]
             skip_diverged=skip_diverged,
+        )
+    )
+
+
+@app.command("compare")
+@common.with_config(worker=False)
+def compare_cmd(
+    batch_a: Annotated[str, typer.Argument(help="The baseline batch id (A).")],
+    batch_b: Annotated[str, typer.Argument(help="The batch compared with it (B).")],
+    cfg: Config,
+    threshold: Annotated[
+        float, typer.Option(help="An episode passes when its reward is at least this.")
+    ] = 1.0,
+    alpha: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Significant when the p-value is below this.")
+    ] = 0.05,
+    seed: Annotated[int, typer.Option(help="The bootstrap's and the permutation test's seed.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the verdict as JSON.")] = False,
+) -> None:
+    """Compare two eval batches task by task: B minus A in mean reward, its interval and
+    a paired test's p-value (is it beyond the noise?), each batch's figures with their
+    intervals, the tasks that flipped, and a warning for each pin (spec, image, model,
+    package) the two batches' manifests disagree on. Read from the histories."""
+    from episodes.cli.compare import compare_batches
+
+    common.run(
+        compare_batches(
+            batch_a,
+            batch_b,
+            cfg=cfg,
+            threshold=threshold,
+            alpha=alpha,
+            seed=seed,
+            as_json=as_json,
         )
     )
 

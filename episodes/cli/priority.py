@@ -31,6 +31,13 @@ MaxEpisodeSeconds = Annotated[
     float | None,
     typer.Option(min=0.001, help="Budget: start no episode after this much episode (box) time."),
 ]
+MaxCost = Annotated[
+    float | None,
+    typer.Option(
+        min=0.000001,
+        help="Budget: start no episode once this much is spent, in USD under the spec's prices.",
+    ),
+]
 
 Oversample = Annotated[
     int | None,
@@ -49,12 +56,14 @@ def priority_kwargs(
     max_model_tokens: int | None,
     max_model_calls: int | None,
     max_episode_seconds: float | None,
+    max_cost: float | None = None,
 ) -> dict[str, Any]:
     """The keyword arguments of `episodes.client.batch.priority.with_priority` (and `run_batch`)."""
     budget = BatchBudget(
         max_model_tokens=max_model_tokens,
         max_model_calls=max_model_calls,
         max_episode_seconds=max_episode_seconds,
+        max_cost=max_cost,
     )
     return {
         "priority": priority,

@@ -14,6 +14,7 @@ from episodes.cli import common
 from episodes.cli.priority import (
     FairnessKey,
     FairnessWeight,
+    MaxCost,
     MaxEpisodeSeconds,
     MaxModelCalls,
     MaxModelTokens,
@@ -63,6 +64,7 @@ def create(
     max_model_tokens: MaxModelTokens = None,
     max_model_calls: MaxModelCalls = None,
     max_episode_seconds: MaxEpisodeSeconds = None,
+    max_cost: MaxCost = None,
 ) -> None:
     """Create a schedule that runs SPEC as a batch (the dataset is read now)."""
     from episodes.envs import check_env_ref
@@ -90,6 +92,7 @@ def create(
                 max_model_tokens,
                 max_model_calls,
                 max_episode_seconds,
+                max_cost,
             ),
         )
         when = f"cron {cron!r}" if cron else f"every {every}"

@@ -3,7 +3,8 @@ priority, id policies and summary, built by one function, and the start itself.
 
 An episode (`EpisodesClient.start_episode`, a client-side batch's member), a group
 workflow (`run_batch(execution="group")`) and a fork's branch all start the same way:
-findable by their spec, task and batch (`episodes.search_attributes`), carrying the
+findable by their spec, task and batch (`episodes.search_attributes`), with the
+batch's manifest in their memo (`episodes.evals.manifest`), carrying the
 batch's priority and fairness (the server hands them down to their activities), a
 finished one never run twice (a failed one may be), and a start under an id that
 exists attaches to that workflow instead (`start_or_attach` says whether it had
@@ -27,6 +28,7 @@ from temporalio.common import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from episodes import contract
+from episodes.evals.manifest import MEMO_KEY, manifest_of
 from episodes.search_attributes import episode_search_attributes, task_priority
 from episodes.traces import episode_context
 from episodes.types.io import EpisodeInput
@@ -46,6 +48,8 @@ class StartOptions:
     priority: Priority
     static_summary: str
     static_details: str | None = None
+    # What the batch pinned (`episodes.evals.manifest`): `episodes compare` reads it.
+    memo: dict[str, Any] | None = None
     # A finished workflow is never run twice; a failed one may be re-run.
     id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY
     id_conflict_policy: WorkflowIDConflictPolicy = WorkflowIDConflictPolicy.USE_EXISTING
@@ -77,6 +81,7 @@ def start_options(
         priority=task_priority(spec),
         static_summary=summary,
         static_details=details,
+        memo={MEMO_KEY: manifest_of(spec)},
         request_eager_start=eager,
     )
 

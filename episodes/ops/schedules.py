@@ -38,6 +38,7 @@ from episodes.client.batch.priority import with_priority
 from episodes.client.batch.server import batch_input, total_episodes
 from episodes.contract import BATCH_WORKFLOW
 from episodes.errors import ScheduleError
+from episodes.evals.manifest import MEMO_KEY, manifest_of
 from episodes.types.base import Model
 from episodes.types.spec import EpisodeSpec
 
@@ -130,6 +131,8 @@ async def create_schedule(
         typed_search_attributes=sa.batch_search_attributes(inp.spec, None, inp.schedule),
         priority=sa.task_priority(inp.spec),
         static_summary=f"schedule {name} · {spec.name} · {total_episodes(inp)} episodes",
+        # Each run's manifest (`episodes.evals.manifest`): `episodes compare` reads it.
+        memo={MEMO_KEY: manifest_of(inp.spec)},
     )
     try:
         return await client.create_schedule(

@@ -23,6 +23,10 @@ differed from the recorded one (a restart, resume or fork; 0 for most). With
 `include_diverged=False` an episode with any is left out, and its reward counts as
 missing in its group's advantages (`episodes.training.estimators`).
 
+`episode_*_tokens` and `episode_cost` are the episode's (`EpisodeResult.usage`, summed
+over its models, and `.cost`; 0 and null in results from before they were kept),
+repeated on each of its rows: sum them over one row per episode, never over rows.
+
 Parquet (pyarrow, `pip install 'episodes[train]'`) with an explicit schema, so the
 file loads as it is in pandas and `datasets.load_dataset("parquet", data_files=...)`:
 ids int32, mask int8, logprobs float64 (exactly what the upstream sent).
@@ -39,6 +43,7 @@ from episodes.contract import group_id
 from episodes.errors import EpisodesError
 from episodes.training.estimators import Estimator, diverged, episode_advantages
 from episodes.training.samples import EpisodeSamples
+from episodes.types.cost import merge_usage
 from episodes.types.results import EpisodeResult
 
 COLUMNS = (
@@ -62,6 +67,11 @@ COLUMNS = (
     "num_model_calls",
     "split_reason",
     "replay_divergences",
+    "episode_input_tokens",
+    "episode_cached_tokens",
+    "episode_output_tokens",
+    "episode_reasoning_tokens",
+    "episode_cost",
 )
 FORMATS = (".parquet", ".jsonl")
 
@@ -101,6 +111,7 @@ def export_rows(
     for result, built in episodes:
         if not built.complete or (not include_diverged and diverged(result)):
             continue
+        spent = _spent(result)
         for s in built.samples:
             rows.append(
                 {
@@ -124,9 +135,23 @@ def export_rows(
                     "num_model_calls": s.num_model_calls,
                     "split_reason": s.split_reason,
                     "replay_divergences": result.replay_divergences,
+                    **spent,
                 }
             )
     return rows
+
+
+def _spent(result: EpisodeResult) -> dict[str, Any]:
+    """The episode's tokens over every model, as the upstream reported them, and its
+    cost under the spec's `prices` (None without one): the same on each of its rows."""
+    usage = merge_usage(result.usage).values()
+    return {
+        "episode_input_tokens": sum(u.input_tokens for u in usage),
+        "episode_cached_tokens": sum(u.cached_tokens for u in usage),
+        "episode_output_tokens": sum(u.output_tokens for u in usage),
+        "episode_reasoning_tokens": sum(u.reasoning_tokens for u in usage),
+        "episode_cost": result.cost.total if result.cost is not None else None,
+    }
 
 
 def write_rows(rows: list[dict[str, Any]], path: Path) -> None:
@@ -167,6 +192,11 @@ def _schema(pa: Any) -> Any:
             ("num_model_calls", pa.int64()),
             ("split_reason", pa.string()),
             ("replay_divergences", pa.int64()),
+            ("episode_input_tokens", pa.int64()),
+            ("episode_cached_tokens", pa.int64()),
+            ("episode_output_tokens", pa.int64()),
+            ("episode_reasoning_tokens", pa.int64()),
+            ("episode_cost", pa.float64()),
         ]
     )
 

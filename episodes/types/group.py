@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import Field
 
 from episodes.types.base import Model
+from episodes.types.cost import episode_cost, usage_by_model
 from episodes.types.priority import records_usage
 from episodes.types.results import Cut, EpisodeResult, Task, Termination, TurnResult
 
@@ -111,9 +112,11 @@ def member_result(
 ) -> EpisodeResult:
     """A member's `EpisodeResult`, however it ended (by itself, cut, lost, or its group
     workflow failed): named by its member id, with its recorded turns counted and the
-    model usage they carry. The one construction the activity, the group and batch
+    model usage they carry (and its cost under the spec's `prices`). The one construction the activity, the group and batch
     workflows and the client share."""
     tokens, calls = records_usage(t.record for t in m.turns)
+    usage = usage_by_model(e for t in m.turns for e in t.record.events)
+    prices, runtime = spec.prices, spec.harness.runtime.type
     return EpisodeResult(
         workflow_id=member_id(group_workflow_id, m.sample),
         task_id=task_id,
@@ -131,6 +134,8 @@ def member_result(
         replay_divergences=m.replay_divergences,
         model_calls=calls,
         model_tokens=tokens,
+        usage=usage,
+        cost=episode_cost(usage, duration_s, runtime, prices) if prices else None,
         config_error=config_error,
         cut=cut,
     )

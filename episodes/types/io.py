@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from episodes.types.base import Model, Seconds, SecondsOrZero
+from episodes.types.cost import ModelUsage
 from episodes.types.metrics import BatchMetrics, MetricsAccumulator
 from episodes.types.priority import BudgetName
 from episodes.types.results import (
@@ -70,6 +71,8 @@ class EpisodeCarry(Model):
     model_calls: int = 0
     """The earlier runs' model calls and tokens (batch budgets count them)."""
     model_tokens: int = 0
+    usage: dict[str, ModelUsage] = Field(default_factory=dict)
+    """The earlier runs' model usage per model (`episodes.types.cost`)."""
 
 
 class EpisodeInput(Model):

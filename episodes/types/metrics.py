@@ -34,6 +34,7 @@ from collections.abc import Iterable
 from pydantic import Field
 
 from episodes.types.base import Model
+from episodes.types.cost import Cost
 
 # Histogram bucket i holds durations in (GAMMA**(i-1), GAMMA**i]. Reporting the bucket's
 # midpoint 2*GAMMA**i/(GAMMA+1) is off by at most (GAMMA-1)/(GAMMA+1) < 1% relatively.
@@ -159,6 +160,10 @@ class BatchMetrics(Model):
     """Complete groups whose every member has a reward and all are equal: every
     advantage is 0, no GRPO signal (`Group.zero_variance`; with one sample per task,
     every rewarded group)."""
+    cost: Cost | None = None
+    """What the priced episodes cost (the spec's `prices`), summed; None: none priced."""
+    priced: int = 0
+    """Episodes with a cost (those finished under a price table)."""
 
 
 class PassTally(Model):
@@ -195,6 +200,8 @@ class MetricsAccumulator(Model):
     groups_zero_variance: int = 0
     model_calls: int = 0
     model_tokens: int = 0
+    cost: Cost | None = None
+    priced: int = 0
     replaced_seconds: float = 0.0
     """Episode time of the attempts run again (`spend`): not in `durations`, which
     holds each member's final attempt (0 in histories from before)."""
@@ -204,8 +211,17 @@ class MetricsAccumulator(Model):
         """Every attempt's episode time: what `max_episode_seconds` counts."""
         return self.durations.sum_s + self.replaced_seconds
 
-    def spend(self, *, model_calls: int, model_tokens: int, duration_s: float) -> None:
+    def spend(
+        self,
+        *,
+        model_calls: int,
+        model_tokens: int,
+        duration_s: float,
+        cost: Cost | None = None,
+    ) -> None:
         """Count what an attempt that was run again spent (see the module doc)."""
+        if cost is not None:
+            self.cost = cost if self.cost is None else self.cost.plus(cost)
         self.model_calls += max(0, model_calls)
         self.model_tokens += max(0, model_tokens)
         self.replaced_seconds += max(0.0, duration_s)
@@ -224,8 +240,12 @@ class MetricsAccumulator(Model):
         retries: int = 0,
         model_calls: int = 0,
         model_tokens: int = 0,
+        cost: Cost | None = None,
     ) -> None:
         self.count += 1
+        if cost is not None:
+            self.cost = cost if self.cost is None else self.cost.plus(cost)
+            self.priced += 1
         self.model_calls += max(0, model_calls)
         self.model_tokens += max(0, model_tokens)
         self.infra_failures += infra
@@ -294,6 +314,8 @@ class MetricsAccumulator(Model):
             groups_zero_variance=self.groups_zero_variance,
             model_calls=self.model_calls,
             model_tokens=self.model_tokens,
+            cost=self.cost,
+            priced=self.priced,
             episode_seconds=self.episode_seconds,
             duration_s=DurationSummary(
                 p50=d.quantile(0.5),

@@ -21,7 +21,7 @@ from pydantic import Field
 from episodes.types.base import Model
 
 MIN_PRIORITY, MAX_PRIORITY = 1, 5
-BudgetName = Literal["max_model_tokens", "max_model_calls", "max_episode_seconds"]
+BudgetName = Literal["max_model_tokens", "max_model_calls", "max_episode_seconds", "max_cost"]
 
 
 class BatchPriority(Model):
@@ -57,16 +57,29 @@ class BatchBudget(Model):
     max_episode_seconds: float | None = Field(default=None, gt=0)
     """Episode time (provision to release, the time its box was held) over all episodes,
     every attempt of each."""
+    max_cost: float | None = Field(default=None, gt=0)
+    """Cost in USD under the spec's `prices` (each result's `cost`) over all episodes;
+    needs a price table."""
 
     def is_set(self) -> bool:
         return any(
             v is not None
-            for v in (self.max_model_tokens, self.max_model_calls, self.max_episode_seconds)
+            for v in (
+                self.max_model_tokens,
+                self.max_model_calls,
+                self.max_episode_seconds,
+                self.max_cost,
+            )
         )
 
 
 def exhausted(
-    budget: BatchBudget | None, *, model_tokens: int, model_calls: int, episode_seconds: float
+    budget: BatchBudget | None,
+    *,
+    model_tokens: int,
+    model_calls: int,
+    episode_seconds: float,
+    cost: float = 0.0,
 ) -> BudgetName | None:
     """The first budget reached (what was spent at or past its limit), else None."""
     if budget is None:
@@ -77,6 +90,8 @@ def exhausted(
         return "max_model_calls"
     if budget.max_episode_seconds is not None and episode_seconds >= budget.max_episode_seconds:
         return "max_episode_seconds"
+    if budget.max_cost is not None and cost >= budget.max_cost:
+        return "max_cost"
     return None
 
 

@@ -11,6 +11,7 @@ from typing import Any, Final, Literal
 from pydantic import Field, TypeAdapter
 
 from episodes.types.base import Model
+from episodes.types.cost import Cost, ModelUsage
 from episodes.types.events import Event, ModelCall, ToolCall, resolve_model_calls
 
 # Why an episode ended. Harness failures are outcomes, not exceptions: the
@@ -243,6 +244,13 @@ class EpisodeResult(Model):
     """Calls through the session's model proxy over the whole episode, and the tokens
     the upstream reported for them (0 in results from before they were counted)."""
     model_tokens: int = 0
+    usage: dict[str, ModelUsage] = Field(default_factory=dict)
+    """Per model: its calls and the tokens the upstream reported (input, cached input,
+    output, reasoning: `episodes.types.cost.ModelUsage`), never averages. Empty in
+    results from before it was kept."""
+    cost: Cost | None = None
+    """What the episode cost under the spec's `prices` (model calls and box time), None
+    without a price table."""
     retries: int = 0
     """Fresh episodes (`<id>.r<n>`) a client-side batch (`run_batch`) ran for this task
     and sample after infrastructure failures before this one. A re-run of an episode

@@ -26,6 +26,7 @@ from pydantic import (
 
 from episodes.errors import SpecError
 from episodes.types.base import Model, Seconds
+from episodes.types.cost import Prices
 from episodes.types.harness import BUILTIN_HARNESSES, HarnessSpec
 from episodes.types.model import ModelSpec
 from episodes.types.priority import BatchBudget
@@ -200,6 +201,10 @@ class EpisodeSpec(Model):
     pool: PoolSpec = Field(default_factory=PoolSpec)
     """The pool's bounds for boxes kept under `reuse_key`, and its warm boxes (`warm`),
     which need no `reuse_key`."""
+    prices: Prices | None = None
+    """A price table (USD per million input, cached and output tokens per model, per
+    box-second per runtime): each result's `cost`, the summaries' and the export's
+    (docs/cost.md)."""
     model: ModelSpec | None = None
     """The upstream model behind the session's OpenAI-compatible proxy (docs/tools-
     and-models.md)."""

@@ -1,6 +1,7 @@
 """The viewer's web app: a JSON API over Temporal and the static pages that call it.
 
-Pages are plain addresses (`/`, `/batch/<id>`, `/episode/<workflow id>`, `/compare`),
+Pages are plain addresses (`/`, `/batch/<id>`, `/episode/<workflow id>`, `/compare`,
+`/compare-batches?a=<batch>&b=<batch>`),
 each a static HTML file served with its first view rendered in (`episodes.viewer.pages`:
 headless tools and slow machines see content), whose script then reads its address
 and fetches the API for the live page. The API (all GET, under `/api/`) reads
@@ -25,7 +26,7 @@ from temporalio.client import Client
 
 import episodes.viewer.visibility as visibility
 from episodes.viewer.hosts import host_check
-from episodes.viewer.pages import batch_view, first_view
+from episodes.viewer.pages import batch_view, batches_compared, first_view
 from episodes.viewer.search import MAX_EPISODES, MAX_HITS, search_batch
 from episodes.viewer.transcripts import Episodes, NotFound, clip
 
@@ -39,6 +40,7 @@ PAGES = {
     "batch": "batch.html",
     "episode": "episode.html",
     "compare": "compare.html",
+    "compare-batches": "compare-batches.html",
 }
 LOADING = '<p class="muted">loading…</p>'  # what each page's <main> holds until filled
 _TYPES = {".html": "text/html", ".js": "text/javascript", ".css": "text/css"}
@@ -139,6 +141,15 @@ async def batch(request: web.Request) -> web.Response:
     return _json(await batch_view(request.app[CLIENT], name, threshold))
 
 
+async def compare_batches(request: web.Request) -> web.Response:
+    a, b = _required(request, "a"), _required(request, "b")
+    try:
+        threshold = float(request.query.get("threshold") or 1.0)
+    except ValueError:
+        raise web.HTTPBadRequest(text="threshold must be a number") from None
+    return _json(await batches_compared(request.app[CLIENT], a, b, threshold))
+
+
 async def episode(request: web.Request) -> web.Response:
     wid = _required(request, "id")
     offset = _int(request, "offset", 0)
@@ -210,11 +221,13 @@ def make_app(
             web.get("/batch/{id:.+}", _page("batch")),
             web.get("/episode/{id:.+}", _page("episode")),
             web.get("/compare", _page("compare")),
+            web.get("/compare-batches", _page("compare-batches")),
             web.get("/static/{name}", static),
             web.get("/api/config", config),
             web.get("/api/batches", batches),
             web.get("/api/episodes", episodes),
             web.get("/api/batch", batch),
+            web.get("/api/compare-batches", compare_batches),
             web.get("/api/episode", episode),
             web.get("/api/part", part),
             web.get("/api/progress", progress),

@@ -16,6 +16,10 @@ from typing import Any
 from temporalio.client import Client
 
 import episodes.viewer.visibility as visibility
+from episodes.client.histories.outcomes import batch_manifest
+from episodes.errors import EpisodesError
+from episodes.evals.comparison import compare
+from episodes.evals.manifest import differences, unpinned
 from episodes.viewer.markup import (
     _a,
     _banner,
@@ -35,9 +39,9 @@ from episodes.viewer.markup import (
 )
 from episodes.viewer.members import batch_rows
 from episodes.viewer.priority import batch_priority
-from episodes.viewer.stats import batch_stats
+from episodes.viewer.stats import batch_stats, latest_attempts, outcomes
 from episodes.viewer.transcripts import Episodes, NotFound
-from episodes.words import plural
+from episodes.words import plural, usd
 
 log = logging.getLogger(__name__)
 FIRST_TURNS = 50  # the episode page's first page of turns (as its script asks)
@@ -61,6 +65,40 @@ async def batch_view(client: Client, name: str, threshold: float = 1.0) -> dict[
     }
 
 
+async def batches_compared(
+    client: Client, a: str, b: str, threshold: float = 1.0
+) -> dict[str, Any]:
+    """`/api/compare-batches`: B against A paired by task (`episodes.evals.comparison`),
+    from the batches' visibility rows as their batch pages read them, and the warnings
+    of their manifests (`episodes.evals.manifest`)."""
+    read = []
+    for name in (a, b):
+        rows, truncated = await batch_rows(client, name)
+        if not rows:
+            raise NotFound(f"no episodes in batch {name!r}")
+        final = latest_attempts(rows)
+        manifest = await batch_manifest(client, name, [r["id"] for r in final[:3]])
+        read.append((outcomes(final), manifest, truncated))
+    try:
+        result = compare(read[0][0], read[1][0], threshold)
+    except EpisodesError as e:
+        raise visibility.BadQuery(str(e)) from None
+    return {
+        "batches": {"a": a, "b": b},
+        **result.as_dict(),
+        "warnings": differences(read[0][1], read[1][1]),
+        "notes": unpinned(read[0][1], read[1][1]),
+        "truncated": read[0][2] or read[1][2],
+    }
+
+
+def _threshold(query: Mapping[str, str]) -> float:
+    try:
+        return float(query.get("threshold") or 1.0)
+    except ValueError:
+        raise visibility.BadQuery("threshold must be a number") from None
+
+
 async def first_view(
     page: str,
     match: Mapping[str, str],
@@ -75,11 +113,16 @@ async def first_view(
             return "episodes", await _index(client, query), 200
         if page == "batch":
             name = match["id"]
-            try:
-                threshold = float(query.get("threshold") or 1.0)
-            except ValueError:
-                raise visibility.BadQuery("threshold must be a number") from None
-            return f"{name} · episodes", _batch(await batch_view(client, name, threshold)), 200
+            data = await batch_view(client, name, _threshold(query))
+            return f"{name} · episodes", _batch(data), 200
+        if page == "compare-batches":
+            a, b = query.get("a") or "", query.get("b") or ""
+            if not (a and b):
+                raise visibility.BadQuery(
+                    "comparing needs two batches: /compare-batches?a=<batch>&b=<batch>"
+                )
+            data = await batches_compared(client, a, b, _threshold(query))
+            return f"{a} vs {b} · episodes", _batches_compared(data), 200
         if page == "episode":
             wid = match["id"]
             data = await episodes.page(wid, 0, FIRST_TURNS)
@@ -206,6 +249,10 @@ def _batch(data: dict[str, Any]) -> str:
             f'<div class="muted small">{_e(env)} · pass threshold {_e(s["threshold"])}'
             f"{_e(shown)}</div>",
             f'<div class="cards">{"".join(cards)}</div>',
+            f'<h2>With their noise <span class="muted small">{_e(_level(s["intervals"]))} '
+            "intervals, over tasks</span></h2>",
+            _table(["", "value", "interval", "standard error"], _figures(s["intervals"])),
+            _compare_form(data["batch"], s["threshold"]),
             "<h2>Terminations</h2>",
             _table(["termination", "episodes"], terminations),
             '<div class="grid3">',
@@ -238,6 +285,128 @@ def _batch(data: dict[str, Any]) -> str:
     )
 
 
+def _level(summary: Mapping[str, Any]) -> str:
+    return f"{summary['level']:.0%}"
+
+
+def _interval(iv: list[float] | None) -> str:
+    return f"[{_fmt(iv[0])}, {_fmt(iv[1])}]" if iv else "-"
+
+
+def _figure_rows(summary: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any] | None]]:
+    """(label, estimate) of a batch's figures (`episodes.evals.summary.BatchSummary`)."""
+    rows: list[tuple[str, Mapping[str, Any] | None]] = [
+        ("mean reward", summary["mean_reward"]),
+        (f"pass rate (reward ≥ {summary['threshold']:g}, Wilson)", summary["pass_rate"]),
+    ]
+    rows += [(f"pass@{k}", e) for k, e in summary["pass_at_k"].items()]
+    rows += [(f"pass^{k}", e) for k, e in summary["pass_hat_k"].items() if str(k) != "1"]
+    return rows
+
+
+def _figures(summary: Mapping[str, Any]) -> list[list[str]]:
+    """A batch's figures as table rows: value, interval, standard error."""
+    return [
+        [
+            _e(label),
+            _num(e["value"] if e else None),
+            _e(_interval(e["interval"] if e else None)),
+            _num(e["standard_error"] if e else None),
+        ]
+        for label, e in _figure_rows(summary)
+    ]
+
+
+def _compare_form(batch: str, threshold: float) -> str:
+    """A form to the comparison page with this batch as A (a plain GET: no script)."""
+    return (
+        '<form class="filters" method="get" action="/compare-batches">'
+        f'<input type="hidden" name="a" value="{_e(batch)}">'
+        f'<input type="hidden" name="threshold" value="{_e(threshold)}">'
+        '<label>compare with batch <input name="b" required size="32"></label> '
+        '<button type="submit">Compare</button></form>'
+    )
+
+
+def _batches_compared(d: Mapping[str, Any]) -> str:
+    """Two batches side by side, the difference and its verdict, the flipped tasks."""
+    a, b = d["batches"]["a"], d["batches"]["b"]
+    sa, sb = d["a"], d["b"]
+    head = [
+        f"<h1>{_a(_batch_link(a), a)} (A) vs {_a(_batch_link(b), b)} (B)</h1>",
+        f'<div class="muted small">pass threshold {_e(sa["threshold"])} · '
+        f"{_e(_level(sa))} intervals over tasks"
+        + (" · showing the first episodes only" if d.get("truncated") else "")
+        + "</div>",
+    ]
+    head += [f'<div class="banner">{_e(w)}</div>' for w in d["warnings"]]
+    iv = d["interval"]
+    verdict = "beyond the noise" if d["significant"] else "within the noise"
+    head.append(
+        '<div class="cards">'
+        + _card("difference (B - A)", _signed(d["difference"]), "mean reward over paired tasks")
+        + _card(f"{_level(sa)} interval", _interval(iv))
+        + _card("p-value", f"{d['p_value']:.4g}", "paired sign-flip test over tasks")
+        + _card("verdict", verdict, f"p < {d['alpha']:g}" if d["significant"] else None)
+        + _card("flipped", f"{len(d['flipped'])} of {d['paired_tasks']}", "tasks")
+        + "</div>"
+    )
+    by_label_b = dict(_figure_rows(sb))
+    rows = [
+        ["tasks", _e(sa["tasks"]), _e(sb["tasks"])],
+        ["episodes", _e(sa["episodes"]), _e(sb["episodes"])],
+    ]
+    for label, ea in _figure_rows(sa):
+        eb = by_label_b.get(label)
+        rows.append(
+            [
+                _e(label),
+                f"{_num(ea['value'] if ea else None)} {_e(_interval(ea['interval'] if ea else None))}",
+                f"{_num(eb['value'] if eb else None)} {_e(_interval(eb['interval'] if eb else None))}",
+            ]
+        )
+    flipped = [
+        [
+            _e(f["task"]),
+            _e("pass" if f["a"] else "fail"),
+            _e("pass" if f["b"] else "fail"),
+        ]
+        for f in d["flipped"]
+    ]
+    unpaired = ""
+    if d["only_a"] or d["only_b"]:
+        unpaired = (
+            f'<p class="muted small">unpaired, left out: {len(d["only_a"])} only in A, '
+            f"{len(d['only_b'])} only in B</p>"
+        )
+    return "\n".join(
+        [
+            *head,
+            "<h2>Side by side</h2>",
+            _table(["", f"A: {a}", f"B: {b}"], rows),
+            unpaired,
+            f"<h2>Flipped tasks ({len(flipped)})</h2>",
+            _table(["task", "A", "B"], flipped) if flipped else "<p>No task flipped.</p>",
+            *(f'<p class="muted small">note: {_e(n)}</p>' for n in d["notes"]),
+        ]
+    )
+
+
+def usage_text(u: Mapping[str, Any]) -> str:
+    """A model's calls and tokens as the upstream reported them (episode.js's too)."""
+    cached = f" ({u['cached_tokens']} cached)" if u.get("cached_tokens") else ""
+    reasoning = f" ({u['reasoning_tokens']} reasoning)" if u.get("reasoning_tokens") else ""
+    return (
+        f"{plural(u['calls'], 'call')}: {u['input_tokens']} in{cached}, "
+        f"{u['output_tokens']} out{reasoning}"
+    )
+
+
+def cost_text(c: Mapping[str, Any]) -> str:
+    text = f"{usd(c['model'] + c['box'])} (models {usd(c['model'])}, boxes {usd(c['box'])})"
+    return text + (f"; no price for {', '.join(c['unpriced'])}" if c.get("unpriced") else "")
+
+
 def duration_of(e: Mapping[str, Any], r: Mapping[str, Any] | None) -> float | None:
     """An episode's one duration: its result's `duration_s` (what `episodes run` and
     `episodes show` print) once it has one; before that, the workflow's time since it
@@ -264,9 +433,15 @@ def _episode(wid: str, d: dict[str, Any]) -> str:
         )
     if r:
         head.append("<h2>Outcome</h2>")
+        spent = "".join(
+            f"<dt>model {_e(m)}</dt><dd>{_e(usage_text(u))}</dd>"
+            for m, u in (r.get("usage") or {}).items()
+        )
+        if r.get("cost"):
+            spent += f"<dt>cost</dt><dd>{_e(cost_text(r['cost']))}</dd>"
         head.append(
             f'<dl class="kv"><dt>termination</dt><dd>{_e(r["termination"])}</dd>'
-            f"<dt>reward</dt><dd>{_num(r['reward'])}</dd></dl>"
+            f"<dt>reward</dt><dd>{_num(r['reward'])}</dd>{spent}</dl>"
         )
         if r["error"]["message"]:
             head.append(f'<pre class="error">{_e(r["error"]["message"])}</pre>')
@@ -296,6 +471,16 @@ def _priority_cards(f: Mapping[str, Any]) -> list[str]:
         cards.append(_card("model tokens", f["model_tokens"], plural(f["model_calls"], "call")))
     if f.get("episode_seconds") is not None:
         cards.append(_card("episode time", _dur(f["episode_seconds"]), "summed"))
+    if f.get("cost"):
+        c = f["cost"]
+        cards.append(
+            _card(
+                "cost",
+                usd(c["model"] + c["box"]),
+                f"{plural(f['priced'], 'episode')} priced: models {usd(c['model'])}, "
+                f"boxes {usd(c['box'])}",
+            )
+        )
     if f.get("groups_zero_variance") is not None:
         cards.append(_card("zero-variance groups", f["groups_zero_variance"], "no GRPO signal"))
     return cards

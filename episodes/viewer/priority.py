@@ -20,7 +20,8 @@ async def batch_priority(client: Client, batch: str, rows: list[dict[str, Any]])
     """`priority`, `fairness_key` (None: the server's defaults); while episodes run,
     `live`, `waiting` and `parked` (`episodes.client.batch.live`); with a batch workflow,
     `status` (`budget_exhausted` names the budget in `budget`), `model_tokens`,
-    `model_calls`, `episode_seconds`, `groups_zero_variance` (None: one sample per task)."""
+    `model_calls`, `episode_seconds`, `groups_zero_variance` (None: one sample per task),
+    `cost` (`episodes.types.cost.Cost`, None: no episode priced) and `priced`."""
     first = rows[0] if rows else {}
     out: dict[str, Any] = {
         "priority": first.get("priority"),
@@ -57,5 +58,7 @@ async def batch_priority(client: Client, batch: str, rows: list[dict[str, Any]])
         model_calls=metrics.model_calls,
         episode_seconds=metrics.episode_seconds,
         groups_zero_variance=metrics.groups_zero_variance if metrics.samples > 1 else None,
+        cost=metrics.cost.model_dump(mode="json") if metrics.cost else None,
+        priced=metrics.priced,
     )
     return out

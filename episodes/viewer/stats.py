@@ -3,7 +3,8 @@
 The rows come from `episodes.viewer.visibility` (one per episode: task, sample,
 termination, reward, turns, duration). What is computed here is what the batch page
 shows: counts by termination and by side (whose failure it was), a reward histogram,
-pass@k, per-task groups with advantages, duration and turn-count distributions.
+pass@k, per-task groups with advantages, duration and turn-count distributions, and
+the figures with their intervals (`intervals`: `episodes.evals.summary`, over tasks).
 Which groups are whole and their advantages are `episodes.training`'s, as the export
 computes them (a group missing a reward shows none).
 """
@@ -16,6 +17,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any, Literal
 
+from episodes.evals.summary import Outcome, summarize
 from episodes.training.estimators import advantages
 from episodes.training.groups import whole_groups
 from episodes.types.attempts import final_attempts
@@ -111,6 +113,11 @@ def _started(row: dict[str, Any]) -> datetime | None:
     return datetime.fromisoformat(row["start"]) if row.get("start") else None
 
 
+def outcomes(rows: list[dict[str, Any]]) -> list[Outcome]:
+    """The rows as the eval statistics read them (`episodes.evals.summary`)."""
+    return [Outcome(r.get("task") or "?", r.get("reward"), r.get("termination")) for r in rows]
+
+
 def batch_stats(rows: list[dict[str, Any]], threshold: float = 1.0) -> dict[str, Any]:
     """The batch page's figures; sets `advantage` (`episodes.training.advantages`), `side`
     and `final` (whether it is its (task, sample)'s final attempt) on each row in place."""
@@ -177,6 +184,7 @@ def batch_stats(rows: list[dict[str, Any]], threshold: float = 1.0) -> dict[str,
         "rewarded": len(rewards),
         "threshold": threshold,
         "pass_at_k": pass_at,
+        "intervals": summarize(outcomes(final), threshold).as_dict(),
         "reward_histogram": histogram(rewards),
         "duration_s": {**_quantiles(durations), "histogram": histogram(durations)},
         "turns": {**_quantiles(turns), "histogram": histogram(turns, integers=True)},

@@ -23,6 +23,7 @@ from episodes import contract
 from episodes import search_attributes as sa
 from episodes.client.batch.options import batch_id_arg
 from episodes.errors import EpisodesError
+from episodes.evals.manifest import MEMO_KEY, manifest_of
 from episodes.search_attributes import batch_search_attributes, task_priority
 from episodes.types.attempts import final_attempts
 from episodes.types.io import BatchInput, BatchProgress, BatchResult
@@ -87,6 +88,8 @@ async def start_batch(
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             search_attributes=batch_search_attributes(inp.spec, batch, inp.schedule),
+            # What the batch pinned, for `episodes compare` (no workflow code reads it).
+            memo={MEMO_KEY: manifest_of(inp.spec)},
             # Handed down by the server to its episodes and their activities.
             priority=task_priority(inp.spec),
             static_summary=f"batch {batch} · {inp.spec.name} · {total_episodes(inp)} episodes",

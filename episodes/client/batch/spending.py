@@ -23,6 +23,8 @@ class Spending:
     model_tokens: int = 0
     model_calls: int = 0
     episode_seconds: float = 0.0
+    cost: float = 0.0
+    """USD, the results' `cost` summed (under the spec's `prices`)."""
     reached: BudgetName | None = None
     """The first budget reached (this stream's own: the client's `budget_exhausted`
     only reports it, so two batches run at once on one client never stop each other)."""
@@ -32,10 +34,12 @@ class Spending:
         self.model_tokens += result.model_tokens
         self.model_calls += result.model_calls
         self.episode_seconds += max(0.0, result.duration_s)
+        self.cost += result.cost.total if result.cost else 0.0
         self.reached = self.reached or exhausted(
             self.budget,
             model_tokens=self.model_tokens,
             model_calls=self.model_calls,
             episode_seconds=self.episode_seconds,
+            cost=self.cost,
         )
         return self.reached

@@ -36,10 +36,40 @@ function priorityCards(f) {
   }
   if (f.model_calls) out.push(card("model tokens", f.model_tokens, plural(f.model_calls, "call")));
   if (f.episode_seconds != null) out.push(card("episode time", dur(f.episode_seconds), "summed"));
+  if (f.cost) {
+    out.push(card("cost", usd(f.cost.model + f.cost.box),
+      `${plural(f.priced, "episode")} priced: models ${usd(f.cost.model)}, boxes ${usd(f.cost.box)}`));
+  }
   if (f.groups_zero_variance != null) {
     out.push(card("zero-variance groups", f.groups_zero_variance, "no GRPO signal"));
   }
   return out;
+}
+
+// The figures with their intervals, over tasks (`intervals`: episodes.evals.summary),
+// as pages.py's first view draws them.
+function interval(iv) {
+  return iv ? `[${num(iv[0], 3)}, ${num(iv[1], 3)}]` : "–";
+}
+
+function figures(iv) {
+  const rows = [["mean reward", iv.mean_reward],
+    [`pass rate (reward ≥ ${iv.threshold}, Wilson)`, iv.pass_rate]];
+  for (const [k, e] of Object.entries(iv.pass_at_k)) rows.push([`pass@${k}`, e]);
+  for (const [k, e] of Object.entries(iv.pass_hat_k)) if (k !== "1") rows.push([`pass^${k}`, e]);
+  return h("table", {}, h("tr", {}, ["", "value", "interval", "standard error"].map((c) => h("th", {}, c))),
+    rows.map(([label, e]) => h("tr", {}, h("td", {}, label),
+      h("td", { class: "num" }, num(e ? e.value : null, 3)),
+      h("td", { class: "num" }, interval(e ? e.interval : null)),
+      h("td", { class: "num" }, num(e ? e.standard_error : null, 3)))));
+}
+
+function compareForm(s) {
+  return h("form", { class: "filters", method: "get", action: "/compare-batches" },
+    h("input", { type: "hidden", name: "a", value: batchId }),
+    h("input", { type: "hidden", name: "threshold", value: String(s.threshold) }),
+    h("label", {}, "compare with batch ", h("input", { name: "b", required: "", size: 32 })), " ",
+    h("button", { type: "submit" }, "Compare"));
 }
 
 function terminations(s, rows) {
@@ -149,6 +179,9 @@ async function render() {
     h("div", { class: "muted small" }, `${data.episodes[0]?.env || ""} · pass threshold ${s.threshold}` +
       (data.truncated ? " · showing the first episodes only" : "")),
     cards(s, data.fleet),
+    h("h2", {}, "With their noise ", h("span", { class: "muted small" },
+      `${Math.round(s.intervals.level * 100)}% intervals, over tasks`)),
+    figures(s.intervals), compareForm(s),
     h("div", { class: "grid2" },
       h("div", {}, h("h2", {}, "Terminations"), terminations(s, data.episodes)),
       h("div", {}, h("h2", {}, "Search transcripts"), search_ui)),

@@ -44,6 +44,14 @@ function num(x, digits) {
   return x.toFixed(digits === undefined ? 3 : digits);
 }
 
+// An amount in US dollars (episodes/words.py's `usd`): `$12.35`, or `$0.000297`.
+function usd(x) {
+  if (x === 0) return "$0";
+  if (Math.abs(x) >= 1) return "$" + x.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  const decimals = Math.min(12, 3 - Math.floor(Math.log10(Math.abs(x))));  // four significant digits
+  return "$" + x.toFixed(decimals).replace(/0+$/, "").replace(/\.$/, "");
+}
+
 function signed(x) {
   if (x === null || x === undefined) return "–";
   return (x > 0 ? "+" : x < 0 ? "−" : "±") + Math.abs(x).toFixed(3);

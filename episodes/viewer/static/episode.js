@@ -7,6 +7,18 @@ let have = 0;      // turns shown
 let total = 0;     // turns the history holds (for a closed episode: all of them)
 let marks = restartMarks([]);
 
+// Usage as the upstream reported it and the cost under the spec's prices (pages.py's too).
+function usageText(u) {
+  return `${plural(u.calls, "call")}: ${u.input_tokens} in` +
+    (u.cached_tokens ? ` (${u.cached_tokens} cached)` : "") + `, ${u.output_tokens} out` +
+    (u.reasoning_tokens ? ` (${u.reasoning_tokens} reasoning)` : "");
+}
+
+function costText(c) {
+  return `${usd(c.model + c.box)} (models ${usd(c.model)}, boxes ${usd(c.box)})` +
+    (c.unpriced.length ? `; no price for ${c.unpriced.join(", ")}` : "");
+}
+
 function header(d) {
   const e = d.episode;
   const r = d.result;
@@ -33,6 +45,10 @@ function header(d) {
         `diverged ${r.replay_divergences}, re-run ${r.turns_rerun})`));
     }
     if (r.pool_hit !== null) kv.append(h("dt", {}, "pooled box"), h("dd", {}, r.pool_hit ? "hit" : "miss"));
+    for (const [m, u] of Object.entries(r.usage || {})) {
+      kv.append(h("dt", {}, `model ${m}`), h("dd", {}, usageText(u)));
+    }
+    if (r.cost) kv.append(h("dt", {}, "cost"), h("dd", {}, costText(r.cost)));
     parts.push(h("h2", {}, "Outcome"), kv);
     if (r.error.message) parts.push(h("div", { class: "who" }, "error"), block(r.error.message, "error"));
     if (r.error.stderr) parts.push(h("div", { class: "who" }, "harness stderr (tail)"), block(r.error.stderr, "error"));

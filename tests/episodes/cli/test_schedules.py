@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from pathlib import Path
@@ -88,6 +89,12 @@ async def test_create_trigger_find_pause_delete(tmp_path, dev_server, client, wo
 
     code, out, err = await episodes("schedule", "describe", name, *addr)
     assert code == 0 and batch.id in out, err + out
+    # A scheduled run keeps its manifest (its workflow's memo): compare finds it there.
+    code, out, err = await episodes("compare", batch.id, batch.id, "--json", *addr)
+    assert code == 0, err + out
+    verdict = json.loads(out)
+    assert verdict["manifests"]["a"]["runtime"] == "subprocess" and verdict["warnings"] == []
+    assert verdict["difference"] == 0.0 and verdict["p_value"] == 1.0
 
     code, out, err = await episodes("schedule", "pause", name, "--note", "maintenance", *addr)
     assert code == 0, err

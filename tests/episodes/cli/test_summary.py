@@ -98,3 +98,35 @@ def test_counts_take_the_noun_their_number_needs(monkeypatch) -> None:
     )
     text = out.export_text()
     assert "env_done after 1 turn, reward 1.0, 1.20 s" in text, text
+
+
+def test_the_summary_shows_usage_per_model_and_cost() -> None:
+    from episodes.types.cost import Cost, ModelUsage
+
+    used = {"m": ModelUsage(calls=2, input_tokens=900, cached_tokens=300, output_tokens=80)}
+    priced = _result("b.t.s0", "env_done", 1.0).model_copy(
+        update={"usage": used, "cost": Cost(model=0.0021, box=0.0004)}
+    )
+    unpriced = _result("b.t.s1", "env_done", 0.0)
+    console = Console(width=160, record=True)
+    console.print(summary_table([priced, unpriced]))
+    text = re.sub(r"[ │┃]+", " ", console.export_text())
+    assert " model m 2 calls: 900 in (300 cached), 80 out " in text
+    assert " cost $0.0025 (models $0.0021, boxes $0.0004), 1 of 2 episodes priced " in text
+
+
+def test_the_batch_table_shows_the_summed_cost() -> None:
+    from episodes.cli.batch import metrics_table
+    from episodes.types.cost import Cost
+    from episodes.types.metrics import MetricsAccumulator
+
+    acc = MetricsAccumulator()
+    acc.add("t", "env_done", 1.0, 2.0, cost=Cost(model=0.5, box=0.25, unpriced=["x"]))
+    acc.add("u", "env_done", 1.0, 2.0, cost=Cost(model=0.25))
+    acc.add("v", "env_done", 1.0, 2.0)
+    console = Console(width=160, record=True)
+    console.print(metrics_table(acc.summary()))
+    text = re.sub(r"[ │┃]+", " ", console.export_text())
+    assert (
+        " cost $1.00 (models $0.75, boxes $0.25), 2 of 3 episodes priced; no price for x " in text
+    )

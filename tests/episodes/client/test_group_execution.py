@@ -118,7 +118,11 @@ async def test_group_members_export_and_train_from_their_samples(
     up = ScriptedUpstream(policy=kv_policy, key=UPSTREAM_KEY, template=ChatTemplate())
     ec = EpisodesClient(client, task_queue=QUEUE)
     async with up:
-        s = parse_spec(_kv(up.base_url, {"k1": {"a": "1"}, "k2": {"b": "2"}}))
+        data = _kv(up.base_url, {"k1": {"a": "1"}, "k2": {"b": "2"}})
+        model = data["model"]["model"]
+        # Priced: each member's result holds its usage and cost (`member_result`).
+        data["prices"] = {"models": {model: {"input": 1.0, "output": 2.0}}}
+        s = parse_spec(data)
         groups = [
             g
             async for g in ec.run_batch(
@@ -126,6 +130,11 @@ async def test_group_members_export_and_train_from_their_samples(
             )
         ]
         assert len(groups) == 2
+        for r in (r for g in groups for r in g.results):
+            u = r.usage[model]
+            assert u.calls == r.model_calls > 0 and u.input_tokens > 0
+            assert r.cost is not None
+            assert r.cost.model == pytest.approx((u.input_tokens + 2 * u.output_tokens) / 1e6)
         for g in groups:
             samples = await g.samples()
             assert len(samples) == 2 and all(x.made_calls and x.complete for x in samples)
@@ -139,6 +148,7 @@ async def test_group_members_export_and_train_from_their_samples(
     ids = {r["episode_id"] for r in rows}
     assert ids == {f"{s.name}.{t}.g.s{i}" for t in ("k1", "k2") for i in range(2)}
     assert {r["group_id"] for r in rows} == {f"{s.name}/k1", f"{s.name}/k2"}
+    assert all(r["episode_cost"] > 0 and r["episode_input_tokens"] > 0 for r in rows)
 
 
 async def test_execution_is_checked_and_the_sync_client_passes_it(

@@ -134,3 +134,21 @@ async def test_a_group_leaves_its_diverged_members_samples_out() -> None:
     assert g.advantages(estimator="rloo") == [1.0, -1.0]
     assert [len(s.samples) for s in await g.samples()] == [1, 1]
     assert [len(s.samples) for s in await g.samples(include_diverged=False)] == [1, 0]
+
+
+def test_each_row_carries_its_episodes_usage_and_cost() -> None:
+    from episodes.types.cost import Cost, ModelUsage
+
+    used = {
+        "m": ModelUsage(calls=2, input_tokens=900, cached_tokens=300, output_tokens=80),
+        "n": ModelUsage(calls=1, input_tokens=100, output_tokens=20, reasoning_tokens=5),
+    }
+    priced = _result("a", 0, 1.0).model_copy(
+        update={"usage": used, "cost": Cost(model=0.25, box=0.5)}
+    )
+    plain = _result("a", 1, 0.0)
+    rows = export_rows("b", [(priced, _samples()), (plain, _samples())])
+    spent = [
+        tuple(r[c] for c in COLUMNS if c.startswith("episode_") and c != "episode_id") for r in rows
+    ]
+    assert spent == [(1000, 300, 100, 5, 0.75), (0, 0, 0, 0, None)]

@@ -34,8 +34,8 @@ async def _indexed(client, query: str, n: int) -> bool:  # type: ignore[no-untyp
     return (await client.count_workflows(query)).count == n
 
 
-async def _run_batch(client, name: str, samples: int = 2) -> list:  # type: ignore[no-untyped-def]
-    s = spec(name=name, tasks=_tasks())
+async def _run_batch(client, name: str, samples: int = 2, tasks=None) -> list:  # type: ignore[no-untyped-def]
+    s = spec(name=name, tasks=tasks or _tasks())
     ec = EpisodesClient(client, task_queue="episodes-test")
     results = await asyncio.gather(
         *(ec.run_episode(s, t, k, batch_id=name) for t in s.tasks for k in range(samples))
@@ -85,6 +85,45 @@ async def test_batches_batch_and_filters(client, worker, viewer) -> None:
     assert "quotes" in bad["error"]
     assert "number" in (await viewer.get("/api/batches", status=400, reward_min="lots"))["error"]
     assert "no episodes" in (await viewer.get("/api/batch", status=404, id="no-such"))["error"]
+
+
+async def test_batch_intervals_and_two_batches_compared(client, worker, viewer) -> None:
+    """The batch page's figures with their intervals, and the comparison page of two
+    batches: B solves the task A missed (the viewer reads visibility, as its batch page)."""
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"vc-a-{tag}", f"vc-b-{tag}"
+    await _run_batch(client, a)
+    solved_both = [
+        {**t, "data": {**t["data"], "expected": t["data"]["messages"]}} for t in _tasks()
+    ]
+    await _run_batch(client, b, tasks=solved_both)
+
+    iv = (await viewer.get("/api/batch", id=a))["stats"]["intervals"]
+    # Task means 1 and 0: mean 0.5, SE = stdev(1, 0) / sqrt(2) = 0.5; 2 of 4 passed.
+    assert iv["mean_reward"]["value"] == 0.5
+    assert iv["mean_reward"]["standard_error"] == pytest.approx(0.5)
+    assert iv["pass_rate"]["value"] == 0.5 and len(iv["pass_rate"]["interval"]) == 2
+    assert iv["pass_hat_k"]["2"]["value"] == 0.5
+    page = (await viewer.http.get(f"/batch/{a}")).text
+    assert "With their noise" in page and "pass rate (reward ≥ 1, Wilson)" in page
+    assert 'action="/compare-batches"' in page
+
+    d = await viewer.get("/api/compare-batches", a=a, b=b)
+    assert d["batches"] == {"a": a, "b": b}
+    # One paired difference of +1 (missed), one of 0: a single sign to flip, p = 1.
+    assert d["difference"] == 0.5 and d["p_value"] == 1.0 and d["significant"] is False
+    assert d["flipped"] == [{"task": "missed", "a": False, "b": True}]
+    assert d["warnings"] == []  # the same spec: the same pins
+    resp = await viewer.http.get("/compare-batches", params={"a": a, "b": b})
+    assert resp.status_code == 200
+    assert "within the noise" in resp.text and "Flipped tasks (1)" in resp.text
+    assert f"A: {a}" in resp.text and "+0.500" in resp.text
+    resp = await viewer.http.get("/compare-batches", params={"a": a})
+    assert resp.status_code == 400 and "two batches" in resp.text
+    assert (
+        "no episodes"
+        in (await viewer.get("/api/compare-batches", status=404, a=a, b="nope"))["error"]
+    )
 
 
 async def test_episode_pages_parts_and_the_ui_link(client, worker, viewer) -> None:
