@@ -26,9 +26,12 @@ PPO does; pi_behaviour is the *recorded* logprob. Before that, every recorded lo
 is checked against the policy's own: the weights that served the call recompute the
 logprob of the same token from the sample's own ids (`max_logprob_diff`).
 
-Each episode's transcript is read here (`client.transcript`) rather than through
-`group.samples()`: the same samples (`samples_of`), and beside them each call's
-recorded answer, which names the weights that served it.
+Each token is trained against the weights that sampled it: the spec's
+`policy_version_from` reads the version from each answer's `system_fingerprint`, and
+the samples carry it per token (`Sample.completion_policy_versions`). Each episode's
+transcript is read here (`client.transcript`) rather than through `group.samples()`:
+the same samples (`samples_of`), and beside them each recorded call, checked against
+the per-token versions.
 """
 
 from __future__ import annotations
@@ -99,7 +102,14 @@ def make_spec(cfg: Config, base_url: str, name: str) -> EpisodeSpec:
             "max_turns": cfg.budget + 1,
             "turn_timeout_s": 120,
             "harness": {"command": [sys.executable, str(HARNESS)], "ready_timeout_s": 120},
-            "model": {"base_url": base_url, "model": "learn-policy", "token_data": True},
+            "model": {
+                "base_url": base_url,
+                "model": "learn-policy",
+                "token_data": True,
+                # Each call records the weights that served it, read from its answer:
+                # the samples then carry a policy version per token.
+                "policy_version_from": {"fingerprint_regex": r"learn-policy-v(\d+)"},
+            },
         }
     )
 
@@ -201,8 +211,13 @@ class Trainer:
         runs = iter(answered)
         out: list[_Token] = []
         run: list[int] = []  # the current call's sampled ids not yet matched
-        version = 0
+        served: int | None = None  # the version the current call's answer names
         ids, mask, lps = sample.completion_ids, sample.completion_mask, sample.completion_logprobs
+        # The version of the weights that sampled each token (the spec's
+        # `policy_version_from` reads it from each answer's system_fingerprint).
+        versions = sample.completion_policy_versions
+        if versions is None:
+            raise TrainingDataError(f"sample {sample.index} carries no per-token versions")
         for j, (tok, sampled, lp) in enumerate(zip(ids, mask, lps, strict=True)):
             if not sampled:
                 if run:
@@ -213,16 +228,20 @@ class Trainer:
                 if call is None:
                     raise TrainingDataError(f"sample {sample.index}: more sampled runs than calls")
                 run = list(call.completion_ids or [])
-                served = served_version(call.response)
-                if served is None:
+                if call.policy_version_source != "upstream":
                     raise TrainingDataError(
                         "a recorded answer names no weights (system_fingerprint)"
                     )
-                version = served
-                if call.policy_version is not None and version != call.policy_version:
-                    self.mixed_calls += 1
+                if call.policy_version != call.dispatch_version:
+                    self.mixed_calls += 1  # served by weights newer than its dispatch
+                served = served_version(call.response)
             if run.pop(0) != tok:
                 raise TrainingDataError(f"sample {sample.index}: token {j} is not the call's")
+            version = versions[j]
+            if version is None or version != served:
+                raise TrainingDataError(
+                    f"sample {sample.index}: token {j}'s version {version} is not its answer's"
+                )
             out.append(_Token(sample.prompt_ids + ids[:j], tok, lp, version))
         if run or next(runs, None) is not None:
             raise TrainingDataError(f"sample {sample.index}: fewer sampled runs than calls")

@@ -51,7 +51,15 @@ def _episode(server: PolicyServer, turns: int) -> list[ModelCall]:
     for _ in range(turns):
         body = {"messages": messages, "logprobs": True, "return_token_ids": True}
         answer = json.loads(json.dumps(server.complete(body)))
-        calls.append(ModelCall.model_validate({"request": body, "response": answer}))
+        # The version as the proxy reads it with learn's `policy_version_from` rule.
+        record = {
+            "request": body,
+            "response": answer,
+            "policy_version": served_version(answer),
+            "policy_version_source": "upstream",
+            "dispatch_version": 0,
+        }
+        calls.append(ModelCall.model_validate(record))
         messages += [{"role": "assistant", "content": answer["choices"][0]["message"]["content"]}]
         messages += [_feedback("higher")]
     return calls
