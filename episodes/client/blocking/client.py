@@ -303,6 +303,12 @@ class SyncEpisodesClient:
         )
         return SyncInteractiveSession(self._loop, session)
 
+    def attach_session(self, workflow_id: str) -> SyncInteractiveSession | None:
+        """Re-attach to a running interactive session by id, starting none (None: no
+        such workflow; see `EpisodesClient.attach_session`)."""
+        session = self._loop.run(self.async_client.attach_session(workflow_id))
+        return None if session is None else SyncInteractiveSession(self._loop, session)
+
     def close(self) -> None:
         self._loop.stop()
 

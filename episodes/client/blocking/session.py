@@ -83,6 +83,10 @@ class SyncInteractiveSession:
     def step(self, message: Any, *, idempotency_key: str | None = None) -> StepReply:
         return self._loop.run(self.async_session.step(message, idempotency_key=idempotency_key))
 
+    def recorded(self, n: int) -> StepReply | None:
+        """Step `n`'s reply as recorded (see `InteractiveSession.recorded`)."""
+        return self._loop.run(self.async_session.recorded(n))
+
     def close(self) -> EpisodeResult:
         return self._loop.run(self.async_session.close())
 

@@ -50,10 +50,13 @@ CHANNEL_IN_BOX = "/run/episodes"
 # The worker's control execs (sweeps, signals) and the box's `sleep`; never a harness.
 CONTROL_USER = "0:0"
 
-# SIGKILLs every process in the box but pid 1 (docker's init), the box's own
-# `sleep infinity` (init's oldest child; execs have no parent inside the box) and
-# itself, until none is left (a process may fork meanwhile); exit 1 if some remain.
-BOX_SWEEPER = r"""k= t=
+def _sweeper(rounds: int, kill_if: str) -> str:
+    """A shell loop that SIGKILLs the box's processes matching `kill_if` (a test on
+    `$1`, the state, and `$2`, the parent pid, from /proc/PID/stat), never pid 1
+    (docker's init), the box's own `sleep infinity` (init's oldest child; execs have
+    no parent inside the box) or itself, for up to `rounds` rounds (a process may
+    fork meanwhile); exit 1 if some remain."""
+    return r"""k= t=
 for f in /proc/[0-9]*/stat; do
   read -r line <"$f" 2>/dev/null || continue
   set -- ${line##*") "}
@@ -61,51 +64,33 @@ for f in /proc/[0-9]*/stat; do
   if [ -z "$t" ] || [ "${20}" -lt "$t" ]; then k=${f#/proc/}; k=${k%/stat}; t=${20}; fi
 done
 n=0
-while [ "$n" -lt 5 ]; do
+while [ "$n" -lt ROUNDS ]; do
   v=
   for f in /proc/[0-9]*/stat; do
     p=${f#/proc/}; p=${p%/stat}
     [ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$k" ] && continue
     read -r line <"$f" 2>/dev/null || continue
     set -- ${line##*") "}
-    [ "$1" = Z ] || v="$v $p"
+    KILL_IF && v="$v $p"
   done
   [ -n "$v" ] || exit 0
   kill -9 $v 2>/dev/null
   n=$((n+1)); sleep 0.1
 done
 exit 1
-"""
+""".replace("ROUNDS", str(rounds)).replace("KILL_IF", kill_if)
 
-# SIGKILLs what the box's processes left behind and nothing else: every process whose
-# parent is pid 1 (docker's init adopts an orphan: a `cmd &` whose shell exited, a
-# daemon, a `setsid`/`nohup` leftover) but the box's own `sleep`, with the trees under
-# them (a killed parent's children are adopted next, so the next round finds them).
-# The execs (a live harness, the relay, this script) have no parent inside the box and
-# are spared with their own children. Exit 1 if some remain after the rounds.
-ORPHAN_SWEEPER = r"""k= t=
-for f in /proc/[0-9]*/stat; do
-  read -r line <"$f" 2>/dev/null || continue
-  set -- ${line##*") "}
-  [ "$2" = 1 ] || continue
-  if [ -z "$t" ] || [ "${20}" -lt "$t" ]; then k=${f#/proc/}; k=${k%/stat}; t=${20}; fi
-done
-n=0
-while [ "$n" -lt 10 ]; do
-  v=
-  for f in /proc/[0-9]*/stat; do
-    p=${f#/proc/}; p=${p%/stat}
-    [ "$p" = 1 ] || [ "$p" = $$ ] || [ "$p" = "$k" ] && continue
-    read -r line <"$f" 2>/dev/null || continue
-    set -- ${line##*") "}
-    [ "$2" = 1 ] && [ "$1" != Z ] && v="$v $p"
-  done
-  [ -n "$v" ] || exit 0
-  kill -9 $v 2>/dev/null
-  n=$((n+1)); sleep 0.1
-done
-exit 1
-"""
+
+# Every process in the box that is not a zombie (the pool's sweep before parking).
+BOX_SWEEPER = _sweeper(5, '[ "$1" != Z ]')
+
+# What the box's processes left behind and nothing else: every process whose parent is
+# pid 1 (docker's init adopts an orphan: a `cmd &` whose shell exited, a daemon, a
+# `setsid`/`nohup` leftover) but the box's own `sleep`, with the trees under them (a
+# killed parent's children are adopted next, so the next round finds them). The execs
+# (a live harness, the relay, this script) have no parent inside the box and are spared
+# with their own children.
+ORPHAN_SWEEPER = _sweeper(10, '[ "$2" = 1 ] && [ "$1" != Z ]')
 
 
 def _process_started() -> str:
