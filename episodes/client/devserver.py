@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,6 +166,7 @@ class DevServer:
             stderr=subprocess.STDOUT if self.log_file else subprocess.DEVNULL,
             stdin=subprocess.DEVNULL,
             start_new_session=True,  # Ctrl-C in a terminal goes to us; we stop it in order
+            env=server_env(os.environ),
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -198,3 +200,11 @@ class DevServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def server_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The dev server's environment: ours without `OTEL_*`. Those turn on this project's
+    traces (episodes.traces); the server reads them too and fails to start on a value
+    it does not know (`OTEL_TRACES_EXPORTER=console`), or would trace itself into the
+    same collector."""
+    return {k: v for k, v in environ.items() if not k.startswith("OTEL_")}

@@ -101,3 +101,13 @@ def test_traces_off_import_nothing_of_opentelemetry() -> None:
         [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_the_dev_server_we_start_does_not_read_our_otel_settings() -> None:
+    """Temporal's server reads OTEL_* too, and would not start on `console` (seen:
+    `episodes run` with OTEL_TRACES_EXPORTER=console exited 'unsupported OTEL
+    exporter')."""
+    from episodes.client.devserver import server_env
+
+    env = {"PATH": "/bin", "OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "x"}
+    assert server_env(env) == {"PATH": "/bin"}
