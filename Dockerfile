@@ -3,6 +3,7 @@
 #
 #   docker build -t episodes-worker:0.1.0 .
 #   docker run --init episodes-worker:0.1.0 --address temporal:7233 --namespace default
+#   (rlimits mode; `--user 0:0 --cap-add SYS_ADMIN` as compose does: cgroup mode)
 #
 # BASE is pinned to an exact tag; override it only to build from another image with
 # the same Python (tests/deploy builds from a local image where no registry answers).
@@ -44,10 +45,17 @@ RUN groupadd --system --gid 10001 episodes \
     && useradd --system --uid 10001 --gid episodes --create-home --home-dir /home/episodes \
         --shell /usr/sbin/nologin episodes
 COPY --from=build /opt/venv /opt/venv
+# The entrypoint: started as root (compose `user: "0:0"` with CAP_SYS_ADMIN), it gives
+# the worker a cgroup subtree of its own, so the sandbox's boxes are bounded by the
+# kernel (cgroup mode), then runs `episodes worker` as EPISODES_WORKER_USER with no
+# capabilities; started as that user (this image's default), it runs the worker as it
+# is, in rlimits mode. docs/operations/deploy.md#cgroups, docs/containment.md.
+COPY deploy/worker/entrypoint.sh /usr/local/bin/episodes-entrypoint
 # PYTHONUNBUFFERED: logs reach `docker logs` as they happen, not at exit.
 ENV PATH=/opt/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
-    PYTHONDONTWRITEBYTECODE=1
+    PYTHONDONTWRITEBYTECODE=1 \
+    EPISODES_WORKER_USER=10001
 # Numeric, so Kubernetes runAsNonRoot and host tooling can check it without /etc/passwd.
 USER 10001:10001
 WORKDIR /home/episodes
@@ -59,5 +67,5 @@ HEALTHCHECK NONE
 # SIGTERM (docker stop) stops polling and stops every live harness; run with an init
 # (`--init`, compose `init: true`) so orphaned harness children are reaped.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["episodes", "worker"]
+ENTRYPOINT ["episodes-entrypoint"]
 CMD ["--address", "temporal:7233", "--namespace", "default"]
