@@ -32,19 +32,27 @@ CG=/sys/fs/cgroup
 USER_ID=${EPISODES_WORKER_USER:-}
 
 say() { echo "episodes-entrypoint: $*" >&2; }
+first_line() { printf '%s\n' "$1" | head -n 1; }
 
 start_worker() {
     if [ -n "$USER_ID" ] && [ "$(id -u)" = 0 ]; then
         HOME=$(getent passwd "$USER_ID" | cut -d: -f6)
         export HOME="${HOME:-/}"
-        exec setpriv --reuid="$USER_ID" --regid="$USER_ID" --clear-groups \
+        # The container's supplementary groups but root's stay the worker's: compose's
+        # group_add (the engine socket's group, docker-compose.docker-runtime.yml).
+        groups=$(id -G | tr ' ' '\n' | grep -vx 0 | paste -sd, -)
+        keep=--clear-groups
+        if [ -n "$groups" ]; then keep=--groups=$groups; fi
+        exec setpriv --reuid="$USER_ID" --regid="$USER_ID" "$keep" \
             --inh-caps=-all --bounding-set=-all --no-new-privs -- episodes worker "$@"
     fi
     exec episodes worker "$@"
 }
 
+# not_delegated WHY [worker args...]
 not_delegated() {
-    export EPISODES_CGROUP_DELEGATION="not delegated: $*"
+    export EPISODES_CGROUP_DELEGATION="not delegated: $1"
+    shift
     say "$EPISODES_CGROUP_DELEGATION; the sandbox bounds its boxes by rlimits"
     start_worker "$@"
 }
@@ -87,7 +95,7 @@ done
 for h in $HIER; do
     if ! touch "$h/cgroup.procs" 2>/dev/null; then
         if ! err=$(mount -o remount,bind,rw "$h" 2>&1); then
-            not_delegated "$h is read-only and remounting it read-write failed ($err; it needs CAP_SYS_ADMIN: compose cap_add: [SYS_ADMIN])" "$@"
+            not_delegated "$h is read-only and remounting it read-write failed ($(first_line "$err"); it needs CAP_SYS_ADMIN: compose cap_add: [SYS_ADMIN])" "$@"
         fi
     fi
 done
@@ -110,12 +118,12 @@ prepare_v2() {
 
 if [ $VERSION = 2 ]; then
     if ! err=$(prepare_v2 2>&1); then
-        not_delegated "preparing $CG failed: $err" "$@"
+        not_delegated "preparing $CG failed: $(first_line "$err")" "$@"
     fi
 else
     for h in $HIER; do
         if ! err=$(chown "$USER_ID:$USER_ID" "$h" "$h/cgroup.procs" "$h/tasks" 2>&1); then
-            not_delegated "chown of $h failed: $err" "$@"
+            not_delegated "chown of $h failed: $(first_line "$err")" "$@"
         fi
     done
 fi
