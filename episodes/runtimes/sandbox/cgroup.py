@@ -204,6 +204,13 @@ def _why(e: OSError, path: Path) -> str:
     return f"{path}: {e.strerror or e}"
 
 
+def _unseen(d: Path) -> str:
+    return (
+        f"{d}, this worker's cgroup, is not in the mounted cgroupfs (a container sharing "
+        "the host's cgroup namespace)"
+    )
+
+
 def _writable(d: Path) -> None:
     """Raises the OSError a write in `d` would meet (read-only, not ours)."""
     if not os.access(d, os.W_OK):
@@ -232,6 +239,8 @@ def _v2_parent() -> Path:
     if own is None:
         raise NoCgroup("/proc/self/cgroup names no cgroup v2 path")
     here = ROOT / own.lstrip("/")
+    if not here.is_dir():
+        raise NoCgroup(_unseen(here))
     try:
         _writable(here)
         if not _enabled(here):
@@ -265,6 +274,8 @@ def _v1_parents() -> dict[str, Path]:
             raise NoCgroup(f"no cgroup v1 {controller} hierarchy at {where}")
         parents[controller] = where / own.lstrip("/")
     for controller in _NEEDED:
+        if not parents[controller].is_dir():
+            raise NoCgroup(_unseen(parents[controller]))
         try:
             _writable(parents[controller])
         except OSError as e:
