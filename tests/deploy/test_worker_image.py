@@ -13,9 +13,11 @@ engine or a failed build fails the test instead of skipping it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -70,13 +72,16 @@ def worker_image() -> str:
         subprocess.run(["docker", "info"], capture_output=True, timeout=30, check=True)
     except (OSError, subprocess.SubprocessError):
         _skip_or_fail("no Docker engine answers (scripts/start-docker.sh)")
-    built = subprocess.run(
-        ["bash", str(BUILD)],
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        env={**os.environ, "EPISODES_WORKER_IMAGE": IMAGE},
-    )
+    # One build at a time on this machine (pytest-xdist workers each get here).
+    with open(Path(tempfile.gettempdir()) / "episodes-worker-image.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = subprocess.run(
+            ["bash", str(BUILD)],
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            env={**os.environ, "EPISODES_WORKER_IMAGE": IMAGE},
+        )
     if built.returncode != 0:
         _skip_or_fail(f"building {IMAGE} failed: {built.stderr[-2000:]}")
     return IMAGE
