@@ -21,13 +21,15 @@ async def run_worker(cfg: Config) -> None:
     from activities.telemetry import MetricsServer, count_agent_call
     from episodes.cli.embedded import NO_SANDBOX_HINT, check_sandbox, warn_no_sandbox
     from episodes.client.connect import connect_config
+    from episodes.runtimes.sandbox import cgroup
     from episodes.session.services import AgentServices
     from episodes.traces import start_tracing, stop_tracing
     from workers.collector import tune_collector
     from workers.worker import EpisodeWorker, WorkerOptions
 
     s = cfg.settings
-    warn_no_sandbox(check_sandbox(s.require_sandbox, hint=NO_SANDBOX_HINT))
+    sandbox_problem = check_sandbox(s.require_sandbox, hint=NO_SANDBOX_HINT)
+    warn_no_sandbox(sandbox_problem)
     configure_logging(s.log_level, s.log_format)
     AgentServices.observer = count_agent_call
     metrics: MetricsServer | None = None
@@ -69,6 +71,11 @@ async def run_worker(cfg: Config) -> None:
             soft_wrap=True,
         )
         log.info("worker %s started (max %d sessions)", w.worker_id, s.max_sessions)
+        if sandbox_problem is None:
+            # Which mode bounds the sandbox's boxes, and why: one line (docs/containment.md).
+            mode = await asyncio.to_thread(cgroup.mode_line)
+            common.console.print(f"sandbox: {mode}", highlight=False, soft_wrap=True)
+            log.info("sandbox: %s", mode)
         tune_collector()  # start-up is done: what it made is never walked again
         await w.run()
         gone = f"; abandoned {len(w.abandoned)} session(s): {w.drain.why()}" if w.abandoned else ""

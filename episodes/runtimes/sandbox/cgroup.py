@@ -7,9 +7,11 @@ worker can end the episode naming the limit.
 
 Two layouts: cgroup v2 (one tree; the worker's own cgroup must have the memory and
 pids controllers delegated, as systemd's `Delegate=yes` or a container's private
-cgroup namespace gives) and cgroup v1 (a writable memory and pids hierarchy, as a
-root worker on a v1 host has). Neither: `make` returns None and the sandbox falls
-back to rlimits (see `sandbox.box_init`).
+cgroup namespace gives, or the worker runs in a leaf of such a subtree, as the worker
+image's entrypoint arranges: deploy/worker/entrypoint.sh) and cgroup v1 (a writable
+memory and pids hierarchy, as a root worker on a v1 host has, or the entrypoint's
+chowned one). Neither: `make` returns None and the sandbox falls back to rlimits (see
+`sandbox.box_init`); `mode_line` says which mode applies and why.
 
 A worker SIGKILLed with boxes open leaves their (empty) cgroups behind: named
 `episodes-<worker pid>-<box id>`, they are removed at the next worker start
@@ -19,6 +21,7 @@ A worker SIGKILLed with boxes open leaves their (empty) cgroups behind: named
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -33,6 +36,9 @@ log = logging.getLogger(__name__)
 
 ROOT = Path("/sys/fs/cgroup")
 PREFIX = "episodes-"
+# Set by the image's entrypoint (deploy/worker/entrypoint.sh): what it did to give the
+# worker a cgroup subtree, or why it could not.
+DELEGATION_ENV = "EPISODES_CGROUP_DELEGATION"
 _PERIOD_US = 100_000
 # Writes each cgroup.procs file named by "$1" of them, then execs the rest: the box's
 # bwrap is in its cgroup before it makes a single process.
@@ -93,6 +99,14 @@ class BoxCgroup:
             if n > self.base.get(which, 0):
                 return which
         return None
+
+    def pids(self) -> list[int]:
+        """The host pids of the processes in it (its pids cgroup's)."""
+        d = self.dirs.get("pids") or self.dirs.get("memory")
+        try:
+            return [int(p) for p in (d / "cgroup.procs").read_text().split()] if d else []
+        except (OSError, ValueError):
+            return []
 
     def empty(self) -> bool:
         """No process is left in it (each controller's cgroup.procs is empty)."""
@@ -166,35 +180,119 @@ def counter(d: Path | None, name: str, key: str) -> int:
     return 0
 
 
-def _v2_parent() -> Path | None:
-    if not (ROOT / "cgroup.controllers").exists():
-        return None
+class NoCgroup(Exception):
+    """Why this worker cannot give its boxes a cgroup (one line, for the start line and
+    `episodes doctor`)."""
+
+
+_NEEDED = ("memory", "pids")
+
+
+def _why(e: OSError, path: Path) -> str:
+    """An OSError met preparing `path`, said as what a deployer can act on."""
+    if e.errno == errno.EROFS:
+        return f"{path} is read-only (a container's cgroupfs)"
+    if e.errno in (errno.EACCES, errno.EPERM):
+        return f"{path} is not writable by uid {os.geteuid()} (not delegated to it)"
+    if e.errno == errno.EBUSY:
+        return (
+            f"{path} holds processes, so its children get no controllers "
+            "(the kernel's no-internal-processes rule: the worker must run in a leaf)"
+        )
+    if e.errno == errno.ENOENT:
+        return f"the memory or pids controller is not available to {path}"
+    return f"{path}: {e.strerror or e}"
+
+
+def _unseen(d: Path) -> str:
+    return (
+        f"{d}, this worker's cgroup, is not in the mounted cgroupfs (a container sharing "
+        "the host's cgroup namespace)"
+    )
+
+
+def _writable(d: Path) -> None:
+    """Raises the OSError a write in `d` would meet (read-only, not ours)."""
+    if not os.access(d, os.W_OK):
+        with contextlib.suppress(OSError):
+            if os.statvfs(d).f_flag & os.ST_RDONLY:
+                raise OSError(errno.EROFS, "read-only file system", str(d))
+        raise OSError(errno.EACCES, "permission denied", str(d))
+
+
+def _enabled(d: Path) -> bool:
+    try:
+        return set(_NEEDED) <= set((d / "cgroup.subtree_control").read_text().split())
+    except OSError:
+        return False
+
+
+def _v2_parent() -> Path:
+    """Where this worker makes its boxes' cgroups on cgroup v2 (raises NoCgroup).
+
+    Its own cgroup, with memory and pids enabled for its children (enabled here when
+    they are not); or, when the worker runs in a leaf of a delegated subtree (the
+    image's entrypoint puts it in `worker`, as systemd advises under `Delegate=yes`:
+    a cgroup that holds processes gives its children no controllers), that subtree's
+    root, beside the leaf, if it is the worker's to write."""
     own = _own("")
     if own is None:
-        return None
-    parent = ROOT / own.lstrip("/")
+        raise NoCgroup("/proc/self/cgroup names no cgroup v2 path")
+    here = ROOT / own.lstrip("/")
+    if not here.is_dir():
+        raise NoCgroup(_unseen(here))
     try:
-        enabled = (parent / "cgroup.subtree_control").read_text().split()
-        if not {"memory", "pids"} <= set(enabled):
-            _write(parent / "cgroup.subtree_control", "+memory +pids")
+        _writable(here)
+        if not _enabled(here):
+            _write(here / "cgroup.subtree_control", "+memory +pids")
             with contextlib.suppress(OSError):
-                _write(parent / "cgroup.subtree_control", "+cpu")
-    except OSError:
-        return None
-    return parent
+                _write(here / "cgroup.subtree_control", "+cpu")
+        return here
+    except OSError as e:
+        first = e
+    up = here.parent
+    if here != ROOT and _enabled(up):
+        try:
+            _writable(up)
+            _writable(up / "cgroup.procs")  # a box's bwrap moves from our leaf to its own
+            return up
+        except OSError:
+            pass
+    raise NoCgroup(_why(first, here))
 
 
-def _v1_parents() -> dict[str, Path] | None:
+def _v1_parents() -> dict[str, Path]:
+    """The worker's own memory, pids (and cpu, where there is one) cgroups on cgroup
+    v1, where its boxes' cgroups are made (raises NoCgroup)."""
     parents: dict[str, Path] = {}
-    for controller, mount in (("memory", "memory"), ("pids", "pids"), ("cpu", "cpu")):
+    for controller in ("memory", "pids", "cpu"):
         own = _own(controller)
-        where = ROOT / mount
+        where = ROOT / controller
         if own is None or not (where / "cgroup.procs").exists():
             if controller == "cpu":
                 continue
-            return None
+            raise NoCgroup(f"no cgroup v1 {controller} hierarchy at {where}")
         parents[controller] = where / own.lstrip("/")
+    for controller in _NEEDED:
+        if not parents[controller].is_dir():
+            raise NoCgroup(_unseen(parents[controller]))
+        try:
+            _writable(parents[controller])
+        except OSError as e:
+            raise NoCgroup(_why(e, parents[controller])) from None
+    if "cpu" in parents and not os.access(parents["cpu"], os.W_OK):
+        del parents["cpu"]  # memory and pids without a CPU quota, as a v2 cpu write can fail
     return parents
+
+
+def _parents() -> tuple[int, dict[str, Path]]:
+    """(cgroup version, {controller: where its box cgroups are made}); raises NoCgroup."""
+    if (ROOT / "cgroup.controllers").exists():
+        parent = _v2_parent()
+        return 2, dict.fromkeys(("memory", "pids", "cpu"), parent)
+    if not ROOT.exists():
+        raise NoCgroup(f"no cgroup filesystem at {ROOT}")
+    return 1, _v1_parents()
 
 
 def limits_key(limits: Limits) -> tuple[int, int, float]:
@@ -205,17 +303,19 @@ def limits_key(limits: Limits) -> tuple[int, int, float]:
 def make(name: str, limits: Limits) -> BoxCgroup | None:
     """A new cgroup for box `name` holding `limits`, or None where this worker cannot
     make one (no delegation, no write access, no memory or pids controller)."""
-    name = f"{PREFIX}{os.getpid()}-{name}"
     try:
-        parent = _v2_parent()
-        if parent is not None:
-            return _make_v2(parent / name, limits)
-        parents = _v1_parents()
-        if parents is not None:
-            return _make_v1(parents, name, limits)
-    except OSError as e:
+        return _make(name, limits)
+    except (NoCgroup, OSError) as e:
         log.debug("no cgroup for box %s: %s", name, e)
     return None
+
+
+def _make(name: str, limits: Limits) -> BoxCgroup:
+    name = f"{PREFIX}{os.getpid()}-{name}"
+    version, parents = _parents()
+    if version == 2:
+        return _make_v2(parents["memory"] / name, limits)
+    return _make_v1(parents, name, limits)
 
 
 def _make_v2(d: Path, limits: Limits) -> BoxCgroup:
@@ -255,13 +355,42 @@ def _make_v1(parents: dict[str, Path], name: str, limits: Limits) -> BoxCgroup:
     return box
 
 
+def probe() -> tuple[str | None, str]:
+    """("cgroup v2"/"cgroup v1", where) when this worker can give boxes a cgroup (one is
+    made and removed), else (None, why not)."""
+    try:
+        box = _make(f"probe-{os.urandom(3).hex()}", Limits())
+    except NoCgroup as e:
+        return None, str(e)
+    except OSError as e:
+        return None, _why(e, Path(e.filename or ROOT))
+    box.remove()
+    where = f"made under {box.dirs['memory'].parent}"
+    if box.version == 1 and "cpu" not in box.dirs:
+        where += "; no CPU quota: the cpu hierarchy is not writable"
+    return f"cgroup v{box.version}", where
+
+
 def available() -> str | None:
     """ "cgroup v2" / "cgroup v1" when this worker can give boxes a cgroup, else None."""
-    probe = make(f"probe-{os.urandom(3).hex()}", Limits())
-    if probe is None:
-        return None
-    probe.remove()
-    return f"cgroup v{probe.version}"
+    return probe()[0]
+
+
+def mode_line() -> str:
+    """One line: which mode bounds this worker's sandboxes, and why (the worker's start
+    line and `episodes doctor`; docs/containment.md#limits). The image's entrypoint
+    says in EPISODES_CGROUP_DELEGATION what it did or why it could not."""
+    how, detail = probe()
+    said = os.environ.get(DELEGATION_ENV, "").strip()
+    if how is not None:
+        why = f"{detail}; {said}" if said else detail
+        what = "memory and processes" if "no CPU quota" in detail else "memory, processes and CPU"
+        return f"cgroup mode ({how}): {what} bounded by the kernel per box ({why})"
+    why = said or detail
+    return (
+        f"rlimits mode: {why}; memory per process plus a watch of the box's shared "
+        "memory, processes by RLIMIT_NPROC, no CPU quota (docs/operations/deploy.md#cgroups)"
+    )
 
 
 def _writer_dead(d: Path) -> bool:
@@ -280,18 +409,10 @@ def _writer_dead(d: Path) -> bool:
 
 def parents() -> list[Path]:
     """Where this worker's boxes' cgroups are made (one per v1 controller)."""
-    parents: list[Path] = []
-    v2 = ROOT / "cgroup.controllers"
-    if v2.exists():
-        own = _own("")
-        if own is not None:
-            parents.append(ROOT / own.lstrip("/"))
-    else:
-        for controller in ("memory", "pids", "cpu"):
-            own = _own(controller)
-            if own is not None:
-                parents.append(ROOT / controller / own.lstrip("/"))
-    return parents
+    try:
+        return list(dict.fromkeys(_parents()[1].values()))
+    except (NoCgroup, OSError):
+        return []
 
 
 def reap_dead() -> int:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import psutil
 
+from episodes.runtimes.base import OPEN_FILES
 from episodes.runtimes.sandbox import cgroup_pool
 from episodes.runtimes.sandbox.cgroup import BoxCgroup
 from episodes.types.runtime import Limits
@@ -30,6 +31,9 @@ _FULL_BYTES = 256 * 1024
 # Processes in a box without a cgroup at this distance from the limit: at it (the rlimit
 # counts threads too, and the agent's own).
 _NPROC_SLACK = 4
+# A process holding this close to its RLIMIT_NOFILE is at it (the kernel refuses its
+# next opens; a harness retrying forever would hold its turn until it times out).
+_NOFILE_SLACK = 8
 _RELEASE_TRIES = 100
 
 
@@ -55,10 +59,16 @@ class LimitWatch:
     """Which limit a box went past; ends the box when it does."""
 
     def __init__(
-        self, box: Watched, limits: Limits, group: BoxCgroup | None, disk: int | None
+        self,
+        box: Watched,
+        limits: Limits,
+        group: BoxCgroup | None,
+        disk: int | None,
+        open_files: int = OPEN_FILES,
     ) -> None:
         self.box = box
         self.limits = limits
+        self.open_files = open_files
         self.group = group
         self.disk = disk
         self.hit: str | None = None
@@ -86,7 +96,7 @@ class LimitWatch:
         if self.hit is None:
             which = self._check()
             if which is not None:
-                self.hit = _message(which, self.limits, self.group is not None)
+                self.hit = _message(which, self.limits, self.group is not None, self.open_files)
         return self.hit
 
     def _check(self) -> str | None:
@@ -99,6 +109,9 @@ class LimitWatch:
             return None
         if self.disk is not None and _disk_full(root, self.disk):
             return "disk"
+        pids = self._pids()
+        if any(_at_open_files(p, self.open_files) for p in pids):
+            return "open files"
         if self.group is None:
             with contextlib.suppress(OSError):
                 n = sum(1 for p in os.listdir(root / "proc") if p.isdigit())
@@ -106,21 +119,22 @@ class LimitWatch:
                     return "processes"
             # RLIMIT_DATA bounds each process's private memory, not shared memory
             # (MAP_SHARED, System V): the box's proportional share of it all is summed.
-            if self._pss() >= self.limits.memory:
+            if sum(_pss_of(p) for p in pids) >= self.limits.memory:
                 return "memory"
         return None
 
-    def _pss(self) -> int:
-        """The box's processes' memory (PSS: shared pages split among their sharers,
-        shared memory included), in bytes; what cannot be read counts nothing."""
+    def _pids(self) -> list[int]:
+        """The host pids of the box's processes (its cgroup's, else bwrap's descendants);
+        what cannot be read is none."""
+        if self.group is not None:
+            return self.group.pids()
         pid = self.box.bwrap_pid
         if pid is None:
-            return 0
+            return []
         try:
-            pids = [p.pid for p in psutil.Process(pid).children(recursive=True)]
+            return [p.pid for p in psutil.Process(pid).children(recursive=True)]
         except psutil.Error:
-            return 0
-        return sum(_pss_of(p) for p in pids)
+            return []
 
     def _root(self) -> Path | None:
         """The box's root as the host sees it: through its pid 1, bwrap's child (found
@@ -170,6 +184,24 @@ def _pss_of(pid: int) -> int:
     return 0
 
 
+def _at_open_files(pid: int, limit: int) -> bool:
+    """Whether process `pid` holds (about) `limit` open files. Its fd table's size
+    (FDSize, a power of two that grows as higher fds are used) screens cheaply; only a
+    process whose table reached the limit has its fds counted."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"FDSize:"):
+                    if int(line.split()[1]) < limit:
+                        return False
+                    break
+            else:
+                return False
+        return len(os.listdir(f"/proc/{pid}/fd")) >= limit - _NOFILE_SLACK
+    except (OSError, ValueError, IndexError):
+        return False
+
+
 def _disk_full(root: Path, disk: int) -> bool:
     """The box's /tmp (its workdir in it) or /dev/shm is full, or both together hold
     its disk budget."""
@@ -183,7 +215,7 @@ def _disk_full(root: Path, disk: int) -> bool:
     return used >= disk - _FULL_BYTES
 
 
-def _message(which: str, limits: Limits, cgroup: bool) -> str:
+def _message(which: str, limits: Limits, cgroup: bool, open_files: int = OPEN_FILES) -> str:
     if which == "memory":
         how = (
             "the kernel killed a process of it"
@@ -199,6 +231,11 @@ def _message(which: str, limits: Limits, cgroup: bool) -> str:
         return (
             f"the box went past its process limit ({limits.processes}, "
             f"harness.runtime.limits.processes): {how}"
+        )
+    if which == "open files":
+        return (
+            f"the box went past its open-files limit ({open_files} per process, "
+            "RLIMIT_NOFILE): a process of it holds that many"
         )
     return (
         f"the box went past its disk limit ({size(limits.disk)} for its workdir, /tmp and /dev/shm, "

@@ -153,7 +153,8 @@ class SandboxRuntime(AgentChannel, Runtime):
         if not any(p == "/etc" or p.startswith("/etc/") for p in self.config.ro_paths):
             etc = box_etc.etc_binds(copy=False) or await asyncio.to_thread(box_etc.etc_binds)
         # Without a cgroup, rlimits (per process, but a fork bomb stops at nproc).
-        rlimits = f"nproc={limits.processes},fsize={limits.disk},nofile={_open_files()}"
+        nofile = _open_files()
+        rlimits = f"nproc={limits.processes},fsize={limits.disk},nofile={nofile}"
         if group is None:
             rlimits += f",data={limits.memory}"
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -181,7 +182,7 @@ class SandboxRuntime(AgentChannel, Runtime):
             command = [*prefix, *self.argv]
             if group is not None:
                 command = group.enter_argv(command)
-        self._watch = LimitWatch(self, limits, group, disk)
+        self._watch = LimitWatch(self, limits, group, disk, nofile)
         fds = (theirs.fileno(),) if filter_fd is None else (theirs.fileno(), filter_fd)
         try:
             self._bwrap = await asyncio.create_subprocess_exec(

@@ -15,7 +15,10 @@ Modes:
   hog                 echo; at turn 1 allocate (and touch) memory until killed
   fork-bomb           echo; at turn 1 every process forks forever (retrying on EAGAIN)
   fill path=P         echo; at turn 1 write files in P (default /tmp) forever (retrying on
-                      ENOSPC)
+                      ENOSPC); `fill path=/dev/shm` fills shared memory
+  shared-mmap         echo; at turn 1 map shared anonymous memory (mmap(-1, ...), which
+                      RLIMIT_DATA does not count) 8 MiB at a time, touched, forever
+  open-files          echo; at turn 1 open files forever (retrying on EMFILE)
   deaf                echo turn 0, then never read stdin again and never answer
   probe look=A,B look_s=S frontend=H:P outside=P1,P2
                       at turn 0, try to escape its box and reply with what it got:
@@ -73,6 +76,32 @@ def hog() -> None:
         hoard.append(block)
         sys.stderr.write(f"hog: holding {len(hoard) * 8} MiB\n")
         sys.stderr.flush()
+
+
+def shared_mmap() -> None:
+    import mmap
+
+    maps = []
+    while True:
+        try:
+            m = mmap.mmap(-1, 8 * MIB)  # MAP_SHARED | MAP_ANONYMOUS
+            for i in range(0, len(m), 4096):
+                m[i] = 1
+            maps.append(m)
+        except OSError:
+            time.sleep(0.05)
+            continue
+        sys.stderr.write(f"shared-mmap: holding {len(maps) * 8} MiB\n")
+        sys.stderr.flush()
+
+
+def open_files() -> None:
+    held = []
+    while True:
+        try:
+            held.append(open(os.devnull, "rb"))  # held open on purpose
+        except OSError:
+            time.sleep(0.05)  # the open-files limit: keep pressing
 
 
 def fork_bomb() -> None:
@@ -169,6 +198,9 @@ def probe(opts: dict[str, str]):
     return handle
 
 
+HOSTILE = {"hog": hog, "fork-bomb": fork_bomb, "shared-mmap": shared_mmap, "open-files": open_files}
+
+
 def main(argv: list[str]) -> None:
     mode = argv[0] if argv else "log"
     opts = dict(arg.split("=", 1) for arg in argv[1:])
@@ -180,8 +212,8 @@ def main(argv: list[str]) -> None:
     elif mode == "fill":
         path = opts.get("path", "/tmp")
         sdk.serve(lambda turn, message, emit: fill(path) if turn == 1 else message)
-    elif mode in ("hog", "fork-bomb"):
-        act = hog if mode == "hog" else fork_bomb
+    elif mode in HOSTILE:
+        act = HOSTILE[mode]
         sdk.serve(lambda turn, message, emit: act() if turn == 1 else message)
     elif mode == "deaf":
         # By hand, not sdk.serve: the SDK reads a whole turn before its handler runs.

@@ -185,6 +185,30 @@ async def test_open_files_are_bounded_whatever_the_worker_allows(mode):
         await box.stop()
 
 
+# Opens files until refused, then goes on trying: only the worker's watch can end it.
+FD_HOG = (
+    "import os, time\nheld = []\nwhile True:\n    try:\n"
+    "        held.append(os.open('/dev/null', os.O_RDONLY))\n"
+    "    except OSError:\n        time.sleep(0.01)\n"
+)
+
+
+async def test_a_box_holding_its_open_files_limit_is_ended_naming_it(mode):
+    """A process at its RLIMIT_NOFILE is refused every open and would retry forever: the
+    watch ends the box naming the open-files limit, as it names the others (issue 40:
+    every hog ends limit_exceeded naming its limit)."""
+    box, neighbour = await _box(), await _box()
+    try:
+        rc, _ = await _run(box, FD_HOG)
+        assert rc == -signal.SIGKILL
+        assert "open-files limit (4096" in (await box.limit_exceeded() or "")
+        assert await _run(neighbour, "print('fine')") == (0, "fine\n")
+        assert await neighbour.limit_exceeded() is None
+    finally:
+        await box.stop()
+        await neighbour.stop()
+
+
 async def test_the_workdir_and_tmp_share_the_disk_limit_and_nothing_lands_on_the_host():
     box = await _box(disk="8m")
     try:
