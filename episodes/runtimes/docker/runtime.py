@@ -50,6 +50,7 @@ CHANNEL_IN_BOX = "/run/episodes"
 # The worker's control execs (sweeps, signals) and the box's `sleep`; never a harness.
 CONTROL_USER = "0:0"
 
+
 def _sweeper(rounds: int, kill_if: str) -> str:
     """A shell loop that SIGKILLs the box's processes matching `kill_if` (a test on
     `$1`, the state, and `$2`, the parent pid, from /proc/PID/stat), never pid 1
