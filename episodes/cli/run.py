@@ -219,11 +219,16 @@ KEPT_LINE = (
 
 async def fresh_batch(client: Client, batch_id: str) -> str:
     """`--fresh`: a batch id no episode has yet, derived from `batch_id` (`name-2`,
-    `name-3`, ... after a `-N` it already ends with): the spec runs afresh, nothing of an
-    earlier run is reused. `batch_id` itself when nothing ran under it."""
+    `name-3`, ...; from `name-2` itself, `name-3` when `name` ran too): the spec runs
+    afresh, nothing of an earlier run is reused. `batch_id` itself when nothing ran
+    under it."""
     if not await _count(client, episodes_query(batch_id)):
         return batch_id
     root = re.sub(r"-\d+$", "", batch_id)
+    # A `-N` is a fresh run's suffix only when its root ran too: `run-2024`, or a name
+    # ending in a number of its own, stays whole (it became `run-2` before).
+    if root == batch_id or not await _count(client, episodes_query(root)):
+        root = batch_id
     for n in itertools.count(2):
         candidate = f"{root}-{n}"
         if not await _count(client, episodes_query(candidate)):
