@@ -12,6 +12,13 @@ wait in its backlog), then polled here by hand:
 The probe workflows are terminated afterwards. A queue with several partitions (a
 self-hosted cluster's default is 4) can mix the order up: a "not seen" there says
 to check the server's dynamic config (`matching.enableFairness`), not that it is off.
+
+Hazard: the backlog count rises when a task is written, a moment before the
+matcher has loaded it; a poll in that moment is served whatever is loaded (the
+priority-5 task alone). So the probe lets the backlog settle, and runs up to
+`ROUNDS` rounds on fresh queues: a first-come-first-served server can never serve
+`p1` or a `b` first, so one sighting is proof, and only a server that never does
+in every round is called first come, first served.
 """
 
 from __future__ import annotations
@@ -33,10 +40,30 @@ from temporalio.common import Priority
 
 PROBE_WORKFLOW = "episodes-doctor-fleet-probe"
 POLL_S = 10.0
+ROUNDS = 3
+SETTLE_S = 0.3
 
 
 async def probe_priority(client: Client) -> tuple[bool | None, bool | None]:
     """(priority honoured, fairness honoured); None: the probe could not tell."""
+    priority: bool | None = None
+    fairness: bool | None = None
+    for _ in range(ROUNDS):
+        p, f = await _probe_once(client)
+        priority, fairness = _seen(priority, p), _seen(fairness, f)
+        if priority and fairness:
+            break
+    return priority, fairness
+
+
+def _seen(so_far: bool | None, now: bool | None) -> bool | None:
+    """True once any round saw it; False when a round answered and none saw it."""
+    if so_far or now:
+        return True
+    return False if False in (so_far, now) else None
+
+
+async def _probe_once(client: Client) -> tuple[bool | None, bool | None]:
     queue = f"episodes-doctor-{uuid.uuid4().hex[:10]}"
     started: list[str] = []
 
@@ -102,6 +129,7 @@ async def _backlog(client: Client, queue: str, n: int) -> None:
             timeout=timedelta(seconds=POLL_S),
         )
         if resp.stats.approximate_backlog_count >= n:
+            await asyncio.sleep(SETTLE_S)  # counted on write, matched once loaded
             return
         await asyncio.sleep(0.1)
 
