@@ -218,19 +218,25 @@ async def open_session(
         if isinstance(e, RPCError) and not await _closed(handle, e):
             raise
         # It ended before answering (its harness failed to start, or it was cancelled).
-        result = await _result(handle)
-        session = InteractiveSession(
-            handle,
-            SessionOpened(
-                turns_done=result.turns,
-                done=True,
-                termination=result.termination,
-                error=result.error,
-            ),
-        )
-        session.result = result
-        return session
+        return await _ended(handle)
     return InteractiveSession(handle, opened)
+
+
+async def _ended(handle: WorkflowHandle[Any, EpisodeResult]) -> InteractiveSession:
+    """A session that has ended, as `open_session` and `attach_session` hand it back:
+    `done`, with its final result."""
+    result = await _result(handle)
+    session = InteractiveSession(
+        handle,
+        SessionOpened(
+            turns_done=result.turns,
+            done=True,
+            termination=result.termination,
+            error=result.error,
+        ),
+    )
+    session.result = result
+    return session
 
 
 async def attach_session(client: Client, workflow_id: str) -> InteractiveSession | None:
@@ -254,18 +260,7 @@ async def attach_session(client: Client, workflow_id: str) -> InteractiveSession
             ) from None
         if desc.status == WorkflowExecutionStatus.RUNNING:
             raise
-        result = await _result(handle)  # it has ended: its result is final
-        session = InteractiveSession(
-            handle,
-            SessionOpened(
-                turns_done=result.turns,
-                done=True,
-                termination=result.termination,
-                error=result.error,
-            ),
-        )
-        session.result = result
-        return session
+        return await _ended(handle)  # it has ended: its result is final
     session = InteractiveSession(handle, opened)
     if session.turn > 0:
         session.last = await session.recorded(session.turn - 1)
