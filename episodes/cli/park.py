@@ -10,6 +10,7 @@ import typer
 
 from episodes.cli import common
 from episodes.client.config import Config
+from episodes.words import plural
 
 _ID = Annotated[
     str | None,
@@ -63,7 +64,9 @@ async def signal_command(
             common.console.print(report.line(batch), highlight=False)
             return
         ids = await episodes.resume_batch(batch)
-        common.console.print(f"{what} asked of {len(ids)} running episode(s) of batch {batch}")
+        common.console.print(
+            f"{what} asked of {plural(len(ids), 'running episode')} of batch {batch}"
+        )
         return
     assert workflow_id is not None
     try:

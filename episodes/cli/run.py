@@ -128,7 +128,7 @@ async def run_spec(
             # end `cancelled`, boxes released). One line, not a traceback.
             await _settle(client, batch or spec.name)
             raise Interrupted(
-                f"interrupted: {total - len(results)} episode(s) cancelled, {len(results)} of "
+                f"interrupted: {plural(total - len(results), 'episode')} cancelled, {len(results)} of "
                 f"{total} finished; the same command runs the cancelled ones again"
             ) from None
         title = (
@@ -185,7 +185,7 @@ def groups_line(tally: Counter[str], skipped: int, budget: str | None = None) ->
         why = " (budget reached)" if budget else ""
         line += f"; {tally['not started']} not started{why}"
     if tally["cut"]:
-        line += f"; {tally['cut']} straggler episode(s) cut (cancelled, never exported)"
+        line += f"; {plural(tally['cut'], 'straggler episode')} cut (cancelled, never exported)"
     return line
 
 

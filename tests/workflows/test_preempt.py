@@ -227,7 +227,7 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
 
         code, out, err = await cli("park", "--batch", train.name, *flags)
         assert code == 0, out + err
-        assert "park asked of 2 running episode(s)" in out
+        assert "park asked of 2 running episodes" in out
         for wid in ids:
             assert await wait_until(lambda wid=wid: _status_is(client, wid, "parked"), timeout=60)
         assert await wait_until(lambda: not _harnesses(ECHO), timeout=30)
@@ -237,7 +237,7 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
         code, out, err = await cli("park", "--batch", train.name, *flags)
         assert code == 0, out + err
         said = " ".join(out.split())
-        assert "park asked of 0 running episode(s)" in said and "0 asked already, 2 parked" in said
+        assert "park asked of 0 running episodes" in said and "0 asked already, 2 parked" in said
         await client.get_workflow_handle(ids[0]).signal(contract.PARK)
         # The progress line and the viewer count them apart from live ones.
         figure = await live_figure(client, train.name)
@@ -267,7 +267,7 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
 
         code, out, err = await cli("resume", "--batch", train.name, *flags)
         assert code == 0, out + err
-        assert "resume asked of 2 running episode(s)" in out
+        assert "resume asked of 2 running episodes" in out
         result = await asyncio.wait_for(wait_batch(client, train_h), 180)
         assert result.metrics.terminations == {"max_turns": 2}
         for wid, p in zip(ids, parked, strict=True):
@@ -276,7 +276,7 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
             assert p is not None and r.turns_replayed == p.turns_done >= 2
         # Nothing running is left to ask.
         code, out, _ = await cli("park", "--batch", train.name, *flags)
-        assert code == 0 and "park asked of 0 running episode(s)" in out
+        assert code == 0 and "park asked of 0 running episodes" in out
         code, out, err = await cli("park", *flags)
         assert code == 2 and "give an episode's workflow id or --batch" in out + err
     finally:

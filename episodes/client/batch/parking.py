@@ -24,6 +24,7 @@ from episodes import contract
 from episodes.client.batch.server import episodes_query
 from episodes.errors import EpisodesError
 from episodes.types.io import EpisodeProgress
+from episodes.words import plural
 
 # How many signals are in flight at once (a training batch may have thousands running).
 SIGNAL_CONCURRENCY = 32
@@ -85,8 +86,8 @@ class ParkReport(list[str]):
         return len(self) + len(self.already_asked)
 
     def line(self, batch: str) -> str:
-        """`park asked of 3 running episode(s) of batch B; 2 asked already, 5 parked`."""
-        said = f"park asked of {len(self)} running episode(s) of batch {batch}"
+        """`park asked of 3 running episodes of batch B; 2 asked already, 5 parked`."""
+        said = f"park asked of {plural(len(self), 'running episode')} of batch {batch}"
         return f"{said}; {len(self.already_asked)} asked already, {len(self.parked)} parked"
 
 

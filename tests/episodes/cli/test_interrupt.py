@@ -95,7 +95,7 @@ async def test_ctrl_c_is_a_cancel(tmp_path, dev_server, client, worker) -> None:
         assert "Traceback" not in stdout + stderr
         lines = [line for line in stderr.splitlines() if line.strip()]
         assert len(lines) == 1 and "interrupted" in lines[0], stderr
-        assert "2 episode(s) cancelled" in lines[0], stderr
+        assert "2 episodes cancelled" in lines[0], stderr
         results = [await asyncio.wait_for(h.result(), 60) for h in handles]
         assert [r.termination for r in results] == ["cancelled", "cancelled"]
         # The worker's log: a cancel is not an error.

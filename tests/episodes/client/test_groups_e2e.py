@@ -357,7 +357,7 @@ async def test_run_oversample_streams_groups_and_says_what_it_cut(client, worker
         finally:
             release.set()
         assert code == 0, err + out
-        assert "groups: 1; 1 straggler episode(s) cut (cancelled, never exported)" in out
+        assert "groups: 1; 1 straggler episode cut (cancelled, never exported)" in out
         # The figures count what ran, and the bar counts groups: a group may hold more
         # than `samples` (members that ended together), so episodes read 9/8 in a run.
         assert f"{data['name']}: 2 episodes in 1 group" in out
