@@ -48,6 +48,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from episodes.client import EpisodesClient
+from episodes.client.group.staleness import OnStale
 from episodes.client.group.stream import Group
 from episodes.training.samples import Sample, samples_of
 from episodes.types.events import ModelCall
@@ -74,7 +75,7 @@ class Config:
     """PPO clip on the ratio: wide, as one Adam step moves this tiny policy far."""
     concurrency: int = 16
     max_staleness: int = 1
-    on_stale: str = "keep"
+    on_stale: OnStale = "keep"
     """`keep` (wait for a stale group, pace admission) or `requeue` (run it again)."""
     straggle_every: int = 10
     """The server holds one episode of every k-th task until the weights moved on twice

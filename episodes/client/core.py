@@ -16,9 +16,10 @@ from typing import Any, Literal, overload
 
 from temporalio.client import Client, WorkflowHandle
 from temporalio.converter import DataConverter
+from typing_extensions import Unpack
 
 from episodes.client.batch.dispatch import await_result
-from episodes.client.batch.options import BatchOptions, batch_id_arg
+from episodes.client.batch.options import BatchKeywords, BatchOptions, batch_id_arg
 from episodes.client.batch.priority import with_priority
 from episodes.client.batch.stream import stream_results
 from episodes.client.group.execution import run_group_execution
@@ -182,7 +183,7 @@ class EpisodesClient(ReplayMethods):
         *,
         options: None = None,
         groups: Literal[False] = False,
-        **kwargs: Any,
+        **kwargs: Unpack[BatchKeywords],
     ) -> AsyncGenerator[EpisodeResult, None]: ...
 
     @overload
@@ -192,12 +193,17 @@ class EpisodesClient(ReplayMethods):
         *,
         options: None = None,
         groups: Literal[True],
-        **kwargs: Any,
+        **kwargs: Unpack[BatchKeywords],
     ) -> AsyncGenerator[Group, None]: ...
 
     @overload
     def run_batch(
-        self, spec: EpisodeSpec | str | Path, *, options: BatchOptions, **kwargs: Any
+        self,
+        spec: EpisodeSpec | str | Path,
+        *,
+        options: BatchOptions,
+        groups: bool = ...,
+        **kwargs: Unpack[BatchKeywords],
     ) -> AsyncGenerator[EpisodeResult, None] | AsyncGenerator[Group, None]: ...
 
     def run_batch(

@@ -16,12 +16,34 @@ import dataclasses
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from episodes.client.group.staleness import OnStale
 from episodes.errors import EpisodesError
 from episodes.types.priority import BatchBudget
 from episodes.types.spec import Execution
+
+
+class BatchKeywords(TypedDict, total=False):
+    """`BatchOptions`' fields but `groups`, as `run_batch`'s typed keyword arguments
+    (`**kwargs: Unpack[BatchKeywords]`): a misspelt keyword is a type checker's error,
+    not only a `TypeError` at run time. `groups` is a parameter of its own (its value
+    chooses what the stream yields). tests/episodes/client/test_batch_keywords.py keeps
+    the two lists equal."""
+
+    concurrency: int | None
+    batch_id: str | None
+    policy_version: int | None
+    max_staleness: int | None
+    on_stale: OnStale | None
+    priority: int | None
+    fairness_key: str | None
+    fairness_weight: float | None
+    budget: BatchBudget | None
+    oversample: int | None
+    skip_zero_variance: bool | None
+    batch: str | None
+    execution: Execution | None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,8 +19,9 @@ from typing import Any, Literal, TypeVar, cast, overload
 
 from temporalio.client import WorkflowHandle
 from temporalio.converter import DataConverter
+from typing_extensions import Unpack
 
-from episodes.client.batch.options import BatchOptions, batch_id_arg
+from episodes.client.batch.options import BatchKeywords, BatchOptions, batch_id_arg
 from episodes.client.batch.parking import ParkReport
 from episodes.client.blocking.group import SyncGroup
 from episodes.client.blocking.session import LoopThread, SyncInteractiveSession
@@ -157,7 +158,7 @@ class SyncEpisodesClient:
         *,
         options: None = None,
         groups: Literal[False] = False,
-        **kwargs: Any,
+        **kwargs: Unpack[BatchKeywords],
     ) -> Iterator[EpisodeResult]: ...
 
     @overload
@@ -167,12 +168,17 @@ class SyncEpisodesClient:
         *,
         options: None = None,
         groups: Literal[True],
-        **kwargs: Any,
+        **kwargs: Unpack[BatchKeywords],
     ) -> Iterator[SyncGroup]: ...
 
     @overload
     def run_batch(
-        self, spec: EpisodeSpec | str | Path, *, options: BatchOptions, **kwargs: Any
+        self,
+        spec: EpisodeSpec | str | Path,
+        *,
+        options: BatchOptions,
+        groups: bool = ...,
+        **kwargs: Unpack[BatchKeywords],
     ) -> Iterator[EpisodeResult] | Iterator[SyncGroup]: ...
 
     def run_batch(
