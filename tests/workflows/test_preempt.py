@@ -22,7 +22,7 @@ from temporalio.client import Client
 from episodes import contract
 from episodes.client import EpisodesClient
 from episodes.client.batch.live import live_figure
-from episodes.client.batch.server import batch_input, start_batch, wait_batch
+from episodes.client.batch.server import batch_input, episodes_query, start_batch, wait_batch
 from episodes.model.scripted.server import ScriptedUpstream
 from episodes.types.io import EpisodeProgress
 from episodes.types.results import EpisodeResult
@@ -90,6 +90,13 @@ async def _progress(client: Client, wid: str) -> EpisodeProgress | None:
 async def _status_is(client: Client, wid: str, status: str) -> bool:
     p = await _progress(client, wid)
     return p is not None and p.status == status
+
+
+async def _listed_running(client: Client, batch: str, n: int) -> bool:
+    """The server's visibility lists n running episodes of the batch: what `park --batch`
+    and `resume --batch` ask (it lags the workflows themselves a moment, more under load)."""
+    query = f"{episodes_query(batch)} AND ExecutionStatus = 'Running'"
+    return (await client.count_workflows(query)).count == n
 
 
 async def _turned(client: Client, wid: str, n: int) -> bool:
@@ -224,10 +231,11 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
         ids = [contract.episode_id(train.name, f"t{i}", 0) for i in range(2)]
         for wid in ids:
             assert await wait_until(lambda wid=wid: _turned(client, wid, 2), timeout=60)
+        assert await wait_until(lambda: _listed_running(client, train.name, 2), timeout=60)
 
         code, out, err = await cli("park", "--batch", train.name, *flags)
         assert code == 0, out + err
-        assert "park asked of 2 running episodes" in out
+        assert "park asked of 2 running episodes" in " ".join(out.split())
         for wid in ids:
             assert await wait_until(lambda wid=wid: _status_is(client, wid, "parked"), timeout=60)
         assert await wait_until(lambda: not _harnesses(ECHO), timeout=30)
@@ -267,7 +275,7 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
 
         code, out, err = await cli("resume", "--batch", train.name, *flags)
         assert code == 0, out + err
-        assert "resume asked of 2 running episodes" in out
+        assert "resume asked of 2 running episodes" in " ".join(out.split())
         result = await asyncio.wait_for(wait_batch(client, train_h), 180)
         assert result.metrics.terminations == {"max_turns": 2}
         for wid, p in zip(ids, parked, strict=True):
@@ -275,8 +283,9 @@ async def test_park_batch_frees_the_fleet_for_an_eval_then_resume_batch(client, 
             assert (r.turns, r.restarts) == (40, 0)
             assert p is not None and r.turns_replayed == p.turns_done >= 2
         # Nothing running is left to ask.
+        assert await wait_until(lambda: _listed_running(client, train.name, 0), timeout=60)
         code, out, _ = await cli("park", "--batch", train.name, *flags)
-        assert code == 0 and "park asked of 0 running episodes" in out
+        assert code == 0 and "park asked of 0 running episodes" in " ".join(out.split())
         code, out, err = await cli("park", *flags)
         assert code == 2 and "give an episode's workflow id or --batch" in out + err
     finally:
