@@ -326,6 +326,10 @@ class Sandbox:
         self._status = status
         self._box.destroy()
 
+    def gone(self) -> bool:
+        """Every process of the sandbox is dead (a kill lands when the kernel runs it)."""
+        return not self._box.members()
+
 
 def _kill_quietly(proc: asyncio.subprocess.Process) -> None:
     if proc.returncode is None:

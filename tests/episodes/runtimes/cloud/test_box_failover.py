@@ -21,7 +21,7 @@ from episodes.runtimes.cloud.modal import ModalRuntime
 from episodes.types.io import EpisodeInput, EpisodeProgress
 from episodes.types.results import EpisodeResult
 from episodes.types.runtime import ModalConfig
-from tests.support.envs import ENDLESS
+from tests.support.envs import ENDLESS, gate
 from tests.support.fakes import modal_fake
 from tests.support.helpers import spec, wait_until
 
@@ -49,10 +49,11 @@ def boxes(monkeypatch: pytest.MonkeyPatch) -> tuple[list[ModalRuntime], Any]:
 
 
 def _spec(turn_mode: str) -> Any:
+    name = f"cloud-fo-{uuid.uuid4().hex[:6]}"
     return spec(
-        name=f"cloud-fo-{uuid.uuid4().hex[:6]}",
+        name=name,
         env=ENDLESS,
-        env_args={"delay_s": 0.3, "done_at": 8},
+        env_args={"done_at": 8, "gate": name, "gate_at": 4},
         max_turns=20,
         turn_timeout_s=60.0,
         turn_mode=turn_mode,
@@ -78,16 +79,24 @@ async def test_a_sandbox_terminated_mid_episode_fails_over_and_ends_env_done(
         result_type=EpisodeResult,
     )
 
-    async def far_enough() -> bool:
+    reached, opened = gate(s.name)
+    # Mid-episode: the env holds its step after turn 3's reply until the box is gone,
+    # and turns 0..2 are in the workflow's history (a drive records them every second).
+    assert await asyncio.to_thread(reached.wait, 120)
+
+    async def recorded() -> bool:
         try:
             p = await handle.query("progress", result_type=EpisodeProgress)
         except Exception:
             return False
         return p.turns_done >= 3
 
-    assert await wait_until(far_enough, timeout=120)
+    assert await wait_until(recorded, timeout=120)
     [first] = made
     await asyncio.to_thread(first.sandbox.simulate_death)  # Modal ended it: terminated
+    # Dead before the env goes on: a drive runs the remaining turns in milliseconds.
+    assert await wait_until(first.sandbox.gone, timeout=60)
+    opened.set()
     result = await asyncio.wait_for(handle.result(), 240)
 
     assert (result.termination, result.box_failovers, result.restarts) == ("env_done", 1, 0), (

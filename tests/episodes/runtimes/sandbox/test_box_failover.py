@@ -12,6 +12,7 @@ import signal
 import uuid
 from typing import Any
 
+import psutil
 import pytest
 
 import episodes.session.launch
@@ -20,7 +21,7 @@ from episodes.runtimes.base import Runtime
 from episodes.runtimes.sandbox.runtime import SandboxRuntime, bwrap_path
 from episodes.types.io import EpisodeInput, EpisodeProgress
 from episodes.types.results import EpisodeResult
-from tests.support.envs import ENDLESS
+from tests.support.envs import ENDLESS, gate
 from tests.support.helpers import spec, wait_until
 
 pytestmark = [
@@ -58,15 +59,23 @@ def boxes(monkeypatch: pytest.MonkeyPatch) -> list[Runtime]:
 
 
 def _spec(turn_mode: str, **harness: Any) -> Any:
+    name = f"sbx-fo-{uuid.uuid4().hex[:6]}"
     return spec(
-        name=f"sbx-fo-{uuid.uuid4().hex[:6]}",
+        name=name,
         env=ENDLESS,
-        env_args={"delay_s": 0.3, "done_at": 8},
+        env_args={"done_at": 8, "gate": name, "gate_at": 4},
         max_turns=20,
         turn_timeout_s=60.0,
         turn_mode=turn_mode,
         harness={"runtime": {"type": "subprocess"}, "ready_timeout_s": 60.0, **harness},
     )
+
+
+def _dead(p: psutil.Process) -> bool:
+    try:
+        return not p.is_running() or p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 async def _start(client, s) -> Any:  # type: ignore[no-untyped-def]
@@ -86,21 +95,33 @@ async def test_a_sandbox_killed_from_outside_mid_episode_fails_over_and_ends_env
     s = _spec(turn_mode)
     handle = await _start(client, s)
 
-    async def far_enough() -> bool:
+    reached, opened = gate(s.name)
+    # Mid-episode: the env holds its step after turn 3's reply until the box is gone,
+    # and turns 0..2 are in the workflow's history (a drive records them every second).
+    assert await asyncio.to_thread(reached.wait, 120)
+
+    async def recorded() -> bool:
         try:
             p = await handle.query("progress", result_type=EpisodeProgress)
         except Exception:
             return False
         return p.turns_done >= 3
 
-    assert await wait_until(far_enough, timeout=120)
+    assert await wait_until(recorded, timeout=120)
     [first] = boxes
     assert isinstance(first, SandboxRuntime) and first.bwrap_pid is not None
+    inside = psutil.Process(first.bwrap_pid).children(recursive=True)  # the harness too
     os.kill(first.bwrap_pid, signal.SIGKILL)  # from outside: not the harness, not a limit
+    # Dead before the env goes on: a drive runs the remaining turns in milliseconds,
+    # which a kill still landing on a loaded machine would otherwise let through.
+    assert await wait_until(lambda: all(_dead(p) for p in inside), timeout=60)
+    opened.set()
     result = await asyncio.wait_for(handle.result(), 240)
 
     assert (result.termination, result.box_failovers, result.restarts) == ("env_done", 1, 0), (
-        result.error
+        result.error,
+        result,
+        [(b.id, b.bwrap_pid, b.stopped) for b in boxes],  # type: ignore[attr-defined]
     )
     assert result.turns == 8 and result.turns_replayed >= 3
     # Every turn delivered once: the history holds turns 0..7, each message once, in order.
@@ -116,6 +137,7 @@ async def test_a_harness_that_ends_its_own_sandbox_stays_harness_crashed(
     client, worker, boxes
 ) -> None:
     s = _spec("drive", command=["{python}", "-c", KILLS_ITS_BOX])
+    gate(s.name)[1].set()  # nothing to wait for
     result = await asyncio.wait_for((await _start(client, s)).result(), 240)
     assert (result.termination, result.box_failovers) == ("harness_crashed", 0), result.error
     assert result.turns == 4 and len(boxes) == 1
