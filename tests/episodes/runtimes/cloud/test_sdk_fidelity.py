@@ -9,6 +9,7 @@ other keyword fails in the fake, so the self-check catches that side).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -259,3 +260,17 @@ def test_e2b_fake_properties_and_exceptions_are_the_sdks() -> None:
     assert {"exit_code"} <= set(inspect.signature(e2b.CommandExitException).parameters)
     assert issubclass(e2b.SandboxNotRunningException, e2b.SandboxException)
     assert "timeout" in inspect.signature(e2b.AsyncSandbox.create).parameters
+
+
+def test_the_names_box_lost_reads_exist_in_the_sdks() -> None:
+    """What the runtimes read to tell how a box ended (`RemoteBox._ended`), by the names
+    the fakes give them."""
+    modal = pytest.importorskip("modal")
+    for name in ("NotFoundError", "SandboxTerminatedError", "SandboxTimeoutError"):
+        assert getattr(modal.exception, name) is getattr(modal_fake, name), name
+    e2b = pytest.importorskip("e2b")
+    from tests.support.fakes import e2b_fake
+
+    assert e2b_fake.fake_sdk().SandboxNotFoundException is e2b.SandboxNotFoundException
+    assert "state" in {f.name for f in dataclasses.fields(e2b.SandboxInfo)}
+    assert str(e2b.SandboxState.RUNNING) == "running"
