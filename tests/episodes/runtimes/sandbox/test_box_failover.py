@@ -141,3 +141,41 @@ async def test_a_harness_that_ends_its_own_sandbox_stays_harness_crashed(
     result = await asyncio.wait_for((await _start(client, s)).result(), 240)
     assert (result.termination, result.box_failovers) == ("harness_crashed", 0), result.error
     assert result.turns == 4 and len(boxes) == 1
+
+
+async def test_an_interactive_session_whose_sandbox_is_killed_fails_over(
+    client, worker, boxes
+) -> None:
+    """The trainer's next step runs on a fresh box, after the replay of the recorded
+    turns; the trainer sees no failure, and the session ends as it would have."""
+    from episodes.client import EpisodesClient
+
+    s = spec(
+        name=f"sbx-fo-inter-{uuid.uuid4().hex[:6]}",
+        tasks=[{"id": "t0", "data": {"messages": ["a", "b", "c", "d"]}}],
+        harness={"runtime": {"type": "subprocess"}, "ready_timeout_s": 60.0},
+        turn_timeout_s=60.0,
+    )
+    session = await EpisodesClient(client, task_queue="episodes-test").open_session(s, s.tasks[0])
+    first_steps = [await session.step("a"), await session.step("b")]
+    assert [(r.reply, r.observation, r.done) for r in first_steps] == [
+        ("a", "b", False),
+        ("b", "c", False),
+    ]
+    [first] = boxes
+    assert isinstance(first, SandboxRuntime) and first.bwrap_pid is not None
+    inside = psutil.Process(first.bwrap_pid).children(recursive=True)
+    os.kill(first.bwrap_pid, signal.SIGKILL)  # from outside, between two steps
+    assert await wait_until(lambda: all(_dead(p) for p in inside), timeout=60)
+
+    third = await session.step("c")
+    assert (third.reply, third.observation, third.done, third.error) == ("c", "d", False, None)
+    last = await session.step("d")
+    assert last.done and last.termination == "env_done"
+    result = await session.close()
+    assert (result.termination, result.box_failovers, result.turns) == ("env_done", 1, 4), (
+        result.error
+    )
+    progress = await session.progress()
+    assert [t.message for t in progress.turns] == ["a", "b", "c", "d"]  # each once
+    assert len(boxes) == 2
