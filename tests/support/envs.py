@@ -15,7 +15,10 @@ class Endless(Environment):
 
     env_args: `delay_s`, a pause in each step (turns slower than an Update's round
     trip); `pad`, characters appended to every message (big turns); `done_at`, the
-    step count at which it says done after all (an episode that ends `env_done`).
+    step count at which it says done after all (an episode that ends `env_done`);
+    `gate` and `gate_at`: the step that reaches that count says so and waits until the
+    test opens the gate named `gate` (`gate(name)`: reached, open), so the test acts
+    mid-episode, not racing it (every later reset and replay passes the open gate).
     """
 
     def reset(self, task: Task) -> Any:
@@ -25,6 +28,10 @@ class Endless(Environment):
     async def step(self, reply: Any) -> StepOutcome:
         await asyncio.sleep(self.env_args.get("delay_s", 0))
         self.n += 1
+        if self.n == self.env_args.get("gate_at"):
+            reached, opened = gate(self.env_args["gate"])
+            reached.set()
+            await asyncio.to_thread(opened.wait, 120)
         done_at = self.env_args.get("done_at")
         return StepOutcome(message=self._message(), done=done_at is not None and self.n >= done_at)
 

@@ -4,7 +4,8 @@ reached through its SDK; boxes that may outlive their worker are kept in a ledge
     modal         ModalRuntime
     prime         PrimeRuntime
     e2b           E2BRuntime
-    remote_box    RemoteBox: what they share (start, stop, control commands, retries)
+    remote_box    RemoteBox: what they share (start, stop, control commands, retries,
+                  how a box ended: lost, past its memory, or there)
     remote_shell  RemoteShellProcess: one process, run through a wrapper shell
     ledger        the boxes a worker made, so that a later one destroys its leftovers
 """

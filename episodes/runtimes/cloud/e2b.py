@@ -20,6 +20,11 @@ Two things of E2B shape the process:
   of the command. The
   command's stream is bounded by `timeout` (60 s by default): harness processes pass 0.
 
+How a sandbox ended, after a harness process did, is E2B's record (`get_info`): a
+sandbox that runs is there (a process's own OOM kills that process, not the microVM);
+one E2B no longer knows (killed from outside, or past its `timeout_s`: the API's 404)
+or one paused is a lost box.
+
 A process sees the sandbox's environment (`config.env`) overlaid with the `env` it is
 given; nothing of the worker's environment reaches the box. The SDK is imported
 lazily; tests inject a fake of exactly the calls made here through `sdk=` (see
@@ -37,7 +42,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable
-from episodes.runtimes.cloud.remote_box import RemoteBox
+from episodes.runtimes.cloud.remote_box import Ended, RemoteBox
 from episodes.runtimes.cloud.remote_shell import CONTROL_TIMEOUT_S, WRAPPER, RemoteShellProcess
 from episodes.types.runtime import E2BConfig
 
@@ -199,6 +204,17 @@ class E2BRuntime(RemoteBox):
 
     async def _probe(self) -> bool:
         return bool(await self.sandbox.is_running())
+
+    async def _ended(self) -> Ended | None:
+        try:
+            info = await self.sandbox.get_info()
+        except self.sdk.SandboxNotFoundException:
+            return Ended(
+                f"is gone: killed from outside, or past its timeout (timeout_s "
+                f"{self.config.timeout_s:g})"
+            )
+        state = str(info.state)
+        return None if state == "running" else Ended(f"is {state}")
 
     async def _exec(
         self, argv: list[str], env: dict[str, str] | None, cwd: str | None

@@ -7,6 +7,12 @@ within a bound or that exec fails, the sandbox is terminated (fail closed, see
 `remote_shell`). Stdin EOF is the SDK's `write_eof`. The sandbox's lifecycle (start
 lock, leak-proof create, shielded stop) is `remote_box`'s.
 
+How a sandbox ended, after a harness process did: `poll()` is None while it runs;
+once it has finished, `wait(raise_on_termination=True)` raises SandboxTerminatedError
+(terminated: from outside, or by Modal) or SandboxTimeoutError (its `timeout_s`), a
+lost box either way. Any other end (its memory, Modal's eviction, a failure) is not
+told apart by the SDK's public calls: it stays the harness's crash.
+
 A process sees the sandbox's environment (image ENV plus `config.env`) overlaid
 with the `env` it is given; nothing of the worker's environment reaches the box.
 
@@ -19,7 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable
-from episodes.runtimes.cloud.remote_box import RemoteBox
+from episodes.runtimes.cloud.remote_box import Ended, RemoteBox
 from episodes.runtimes.cloud.remote_shell import WRAPPER, RemoteShellProcess
 from episodes.types.runtime import ModalConfig
 
@@ -97,6 +103,22 @@ class ModalRuntime(RemoteBox):
 
     async def _probe(self) -> bool:
         return await self.sandbox.poll.aio() is None
+
+    async def _ended(self) -> Ended | None:
+        errors = self.sdk.exception
+        try:
+            code = await self.sandbox.poll.aio()
+        except errors.NotFoundError:
+            return Ended("is gone (Modal does not know it)")
+        if code is None:
+            return None
+        try:
+            await self.sandbox.wait.aio(raise_on_termination=True)
+        except errors.SandboxTimeoutError:
+            return Ended(f"reached its timeout (timeout_s {self.config.timeout_s:g})")
+        except errors.SandboxTerminatedError:
+            return Ended("was terminated (from outside, or by Modal)")
+        return Ended(f"ended with exit code {code}", by="unknown")
 
     async def _exec(
         self, argv: list[str], env: dict[str, str] | None, cwd: str | None

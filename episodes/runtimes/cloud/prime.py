@@ -15,6 +15,9 @@ stdin end-of-file, so the wrapper runs in "relay" mode: close_stdin() ends a
 relay process once it passed on every byte written, and the program sees EOF.
 
 The VM's lifecycle (start lock, leak-proof create, shielded stop) is `remote_box`'s.
+How a VM ended, after a harness process did, is its record (`get`): RUNNING is there;
+OOM_KILLED (its `error_type`) went past its memory (`limit_exceeded`); TERMINATED,
+TIMEOUT, ERROR, PAUSED, or a 404 is a lost box.
 A process sees the VM's environment (`config.env` included) overlaid with the
 `env` it is given. The SDK is imported lazily; tests inject a fake of exactly the
 calls made here through `sdk=` (see tests/support/fakes/prime_fake.py).
@@ -29,7 +32,7 @@ import uuid
 from typing import Any
 
 from episodes.errors import RuntimeUnavailable, SpecError
-from episodes.runtimes.cloud.remote_box import RemoteBox, retrying
+from episodes.runtimes.cloud.remote_box import Ended, RemoteBox, retrying
 from episodes.runtimes.cloud.remote_shell import CONTROL_TIMEOUT_S, WRAPPER, RemoteShellProcess
 from episodes.types.runtime import PrimeConfig
 
@@ -59,6 +62,11 @@ def load_prime_sdk() -> Any:
 
 def _shell(argv: list[str]) -> str:
     return " ".join(shlex.quote(a) for a in argv)
+
+
+def not_found(e: BaseException) -> bool:
+    """An APIError that says "no such sandbox" (the SDK's own test for it)."""
+    return "HTTP 404" in str(e)
 
 
 def _check(response: Any, what: str) -> None:
@@ -155,6 +163,27 @@ class PrimeRuntime(RemoteBox):
     async def _probe(self) -> bool:
         return (await self.client.get(self.id)).status == "RUNNING"
 
+    async def _ended(self) -> Ended | None:
+        try:
+            vm = await self.client.get(self.id)
+        except self.sdk.APIError as e:
+            if not_found(e):
+                return Ended("is gone (Prime answers 404)")
+            raise  # a 5xx, a timeout: asked again
+        if vm.status == "RUNNING":
+            return None
+        said = [x for x in (vm.termination_reason, vm.error_type, vm.error_message) if x]
+        detail = f" ({'; '.join(dict.fromkeys(said))})" if said else ""
+        if vm.error_type == "OOM_KILLED":
+            return Ended(
+                f"went past its memory ({self.config.memory_gb} GiB, "
+                f"harness.runtime.limits.memory): Prime ended it{detail}",
+                by="memory",
+            )
+        if vm.status == "TIMEOUT" or vm.error_type == "TIMEOUT":
+            return Ended(f"reached its timeout (timeout_minutes {self.config.timeout_minutes})")
+        return Ended(f"is {vm.status}{detail}")
+
     async def _exec(
         self, argv: list[str], env: dict[str, str] | None, cwd: str | None
     ) -> PrimeProcess:
@@ -188,7 +217,7 @@ async def destroy_vm(sandbox_id: str, sdk: Any) -> None:
     try:
         await client.delete(sandbox_id)
     except sdk.APIError as e:
-        if "HTTP 404" not in str(e):  # the SDK's own test for "no such sandbox"
+        if not not_found(e):
             raise
     finally:
         with contextlib.suppress(Exception):

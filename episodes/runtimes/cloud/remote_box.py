@@ -12,9 +12,15 @@ every such box must do the same way, so a backend is only its SDK calls:
   closed) reports them killed with it, and sweep() can end what they left behind.
 - Destroying retries with backoff; if every attempt fails the box still ends at its
   platform timeout, which is why that is logged and not raised.
+- When a harness process ends unexpectedly, the platform is asked how the box is
+  (`_ended`): a box it terminated, preempted or timed out, one it no longer knows
+  (404), or a platform that keeps answering 5xx is a lost box (`box_lost`: the episode
+  fails over to a fresh box); a box that ran out of its own memory went past its limit
+  (`limit_exceeded`); a box that runs is the harness's own exit (docs/failures.md).
 
 A backend provides `KIND`, `_load_sdk`, `_provision`, `_adopt`, `_exists`, `_forget`,
-`_probe`, `_exec`, `run_control` and `_destroy_once` (and `_close`, optionally).
+`_probe`, `_ended`, `_exec`, `run_control` and `_destroy_once` (and `_close`,
+optionally).
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar
 
 from episodes.runtimes.base import Runtime, end_processes
 from episodes.runtimes.cloud import ledger
@@ -35,7 +42,30 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DESTROY_ATTEMPTS = 3
+# How often the platform is asked how a box is after a harness process ended (a 5xx or
+# a timeout is asked again, with backoff): a platform that never answers loses the box.
+ASK_ATTEMPTS = 3
 _CANCELLED_CREATE_WAIT_S = 60.0
+_LINE_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Ended:
+    """What the platform says of a box that no longer runs."""
+
+    #: How it ended, to follow "the <kind> box <id>": "was terminated", "is gone (404)".
+    why: str
+    #: Whose doing: "outside" (terminated, preempted, timed out, gone: the platform's or
+    #: an operator's, a box failover); "memory" (its own memory ran out: the harness's,
+    #: `limit_exceeded`); "unknown" (the platform does not say: the harness's crash).
+    by: Literal["outside", "memory", "unknown"] = "outside"
+
+
+def first_line(e: BaseException) -> str:
+    """An error as one bounded line (an SDK's message may span a response body)."""
+    text = str(e).strip()
+    line = text.splitlines()[0] if text else type(e).__name__
+    return line[:_LINE_CHARS]
 
 
 async def retrying(
@@ -68,7 +98,8 @@ class RemoteBox(Runtime):
     ) -> None:
         self.config = config or self.CONFIG()
         self.labels = dict(labels or {})
-        self._sdk = sdk
+        #: The SDK module (or a fake of it): given, else loaded by start().
+        self.sdk = sdk
         self._local_id = uuid.uuid4().hex[:12]
         self._procs: list[RemoteShellProcess] = []
         self._creating: asyncio.Future[Any] | None = None
@@ -103,6 +134,11 @@ class RemoteBox(Runtime):
         """Ask the platform whether the box runs."""
 
     @abc.abstractmethod
+    async def _ended(self) -> Ended | None:
+        """The platform's word on the box: None while it runs, else how it ended.
+        Raises when the platform does not answer (a 5xx, a timeout, the network)."""
+
+    @abc.abstractmethod
     async def _exec(
         self, argv: list[str], env: dict[str, str] | None, cwd: str | None
     ) -> RemoteShellProcess:
@@ -130,9 +166,10 @@ class RemoteBox(Runtime):
                 raise RuntimeError(f"{self._name} was stopped")
             if self._ready:
                 return
-            sdk = self._sdk if self._sdk is not None else self._load_sdk()
+            if self.sdk is None:
+                self.sdk = self._load_sdk()
             try:
-                await self._provision(sdk)
+                await self._provision(self.sdk)
             except BaseException:
                 # Cancelled or failed once the box may exist: do not leave it behind.
                 with contextlib.suppress(asyncio.CancelledError):
@@ -176,6 +213,42 @@ class RemoteBox(Runtime):
         except Exception as e:
             log.warning("%s: status check failed: %s", self._name, e)
             return False
+
+    async def _ask_ended(self) -> Ended | None:
+        return await retrying(
+            self._ended, attempts=ASK_ATTEMPTS, what=f"asking how {self._name} is"
+        )
+
+    def _ours(self) -> bool:
+        """Whatever became of the box, we did it (stopped, destroyed) or it never ran."""
+        return not self._ready or self._stopped or self._destroyed
+
+    async def limit_exceeded(self) -> str | None:
+        """The box ran out of its own memory, as the platform says (the harness's doing)."""
+        if self._ours():
+            return None
+        try:
+            ended = await self._ended()
+        except Exception:
+            return None  # box_lost, asked next, asks again
+        if ended is None or ended.by != "memory":
+            return None
+        return f"the {self.KIND} box {self.id} {ended.why}"
+
+    async def box_lost(self) -> str | None:
+        """The platform terminated, preempted or timed out the box, no longer knows it
+        (404), or did not answer while asked (5xx, timeouts: `ASK_ATTEMPTS` times). None
+        while the box runs (the harness's own exit), when it ran out of its own memory
+        (`limit_exceeded`), or when the platform does not say why it ended."""
+        if self._ours():
+            return None
+        try:
+            ended = await self._ask_ended()
+        except Exception as e:
+            return f"{self.KIND} did not answer how the box {self.id} is: {first_line(e)}"
+        if ended is None or ended.by != "outside":
+            return None
+        return f"the {self.KIND} box {self.id} {ended.why}"
 
     async def open_process(
         self,

@@ -14,6 +14,14 @@ the kernel ends every process of a pid namespace whose pid 1 dies, `setsid` daem
 included. bwrap itself dies with the worker (`--die-with-parent` again: the death
 signal of the event-loop thread that forked it, see `subprocess`).
 
+A box lost (`box_lost`, a failover) is one whose bwrap was killed by a signal while
+nobody here ended it (not stop(), not the limit watch): an operator, a supervisor,
+a kill of the worker's process group that spared the worker. No process of the box
+can signal bwrap (it is outside the box's pid namespace), and bwrap itself never dies
+of a signal by its own doing: when its pid 1 or the agent dies, it exits with 128+n.
+That exit is not told apart (a harness can kill the agent, its own box's pid 2), so it
+stays the harness's crash (docs/failures.md).
+
 The session's services reach the box as for Docker: Unix sockets in a private host
 directory bound read-only at /run/episodes, and an in-box relay per socket (the
 worker's `episodes/tunnel/relay.py`, bound where the Docker image keeps it).
@@ -213,6 +221,24 @@ class SandboxRuntime(AgentChannel, Runtime):
     async def limit_exceeded(self) -> str | None:
         return self._watch.exceeded() if self._watch is not None else None
 
+    async def box_lost(self) -> str | None:
+        """bwrap was killed by a signal, not by us (see the module docstring)."""
+        bwrap = self._bwrap
+        if self._stopped or bwrap is None:
+            return None
+        code = await _exit_status(bwrap)
+        if code is None or code >= 0:
+            return None  # it runs (the harness's own exit), or it exited by itself
+        if self._watch is not None and self._watch.exceeded() is not None:
+            return None  # the limit watch ended it: limit_exceeded
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return (
+            f"the sandbox {self.id} was killed from outside (its bwrap, pid {bwrap.pid}, by {name})"
+        )
+
     async def _bwrap_stderr(self) -> str:
         assert self._bwrap is not None and self._bwrap.stderr is not None
         with contextlib.suppress(Exception):
@@ -305,6 +331,32 @@ class SandboxRuntime(AgentChannel, Runtime):
                     os.rmdir(d)  # empty (a session without services): no thread hop
                 except OSError:
                     await asyncio.to_thread(shutil.rmtree, d, True)
+
+
+async def _exit_status(proc: asyncio.subprocess.Process) -> int | None:
+    """`proc`'s returncode, or None while it runs; without waiting for it to end.
+
+    The harness's streams end only once the box's pid 1 has died, after bwrap (its
+    parent: `--die-with-parent`): by then bwrap has exited, but asyncio may not have
+    reaped it yet. So the kernel is asked, leaving it for asyncio to reap (WNOWAIT);
+    one asyncio has reaped already reports its returncode at once."""
+    if proc.returncode is not None:
+        return proc.returncode
+    try:
+        return _peek(proc.pid)
+    except ChildProcessError:  # reaped by asyncio's watcher: its returncode is on its way
+        with contextlib.suppress(TimeoutError):
+            return await asyncio.wait_for(proc.wait(), _READY_TIMEOUT_S)
+        return None
+
+
+def _peek(pid: int) -> int | None:
+    """A child's exit status (negative: the signal that killed it), None while it runs;
+    it stays to be reaped (WNOWAIT), and this never blocks (WNOHANG)."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
 
 
 def _open_files() -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from episodes.runtimes.base import Runtime
 from episodes.runtimes.selfcheck.kit import (
     SLEEPER,
     Check,
@@ -16,6 +17,7 @@ from episodes.runtimes.selfcheck.kit import (
     equal,
     raises,
     read_line,
+    run,
     within,
 )
 
@@ -52,6 +54,30 @@ async def alive_is_false_after_the_box_died(s: Subject) -> None:
     await within(s.box.stop())  # stopping a dead box is fine
 
 
+async def a_box_killed_from_outside_is_lost_a_process_exit_is_not(s: Subject) -> None:
+    """`box_lost()` (docs/failures.md): None after a process exited by itself in a box
+    that is there (the harness's own crash); one line once the box was killed from
+    outside under a running process (a box failover); None again once we stopped it."""
+    if s.kill_box is None:
+        raise Skipped("a box cannot be killed from outside")
+    if type(s.box).box_lost is Runtime.box_lost:
+        raise Skipped("this runtime tells no lost box (Runtime.box_lost)")
+    rc, _, _ = await run(s, "import sys; sys.exit(3)")
+    equal(rc, 3, "exit code of a process that exits by itself")
+    equal(await within(s.box.box_lost()), None, "box_lost() after a process exited by itself")
+    proc = await within(s.box.open_process([*s.python, "-c", SLEEPER]))
+    equal(await read_line(proc.stdout), b"ready\n", "first line")
+    await asyncio.to_thread(s.kill_box, s.box)
+    # As the harness driver sees it: the process's stream ends, then the box is asked.
+    equal(await within(proc.stdout.read()), b"", "stdout of a process whose box was killed")
+    await within(proc.wait())
+    lost = await within(s.box.box_lost())
+    if not lost or "\n" in lost:
+        raise AssertionError(f"box_lost() of a box killed from outside: got {lost!r}, want a line")
+    await within(s.box.stop())
+    equal(await within(s.box.box_lost()), None, "box_lost() once we stopped the box")
+
+
 async def stop_is_finished_even_if_the_caller_is_cancelled(s: Subject) -> None:
     proc = await within(s.box.open_process([*s.python, "-c", SLEEPER]))
     equal(await read_line(proc.stdout), b"ready\n", "first line")
@@ -71,5 +97,6 @@ FRESH_CHECKS: list[Check] = [
     stop_twice,
     stop_ends_running_processes,
     alive_is_false_after_the_box_died,
+    a_box_killed_from_outside_is_lost_a_process_exit_is_not,
     stop_is_finished_even_if_the_caller_is_cancelled,
 ]

@@ -44,6 +44,7 @@ from episodes.runtimes.base import Runtime
 from episodes.runtimes.selfcheck.box import BOX_CHECKS
 from episodes.runtimes.selfcheck.fresh import (
     FRESH_CHECKS,
+    a_box_killed_from_outside_is_lost_a_process_exit_is_not,
     alive_is_false_after_the_box_died,
     stop_ends_running_processes,
     stop_is_finished_even_if_the_caller_is_cancelled,
@@ -74,6 +75,7 @@ __all__ = [
     "Check",
     "Skipped",
     "Subject",
+    "a_box_killed_from_outside_is_lost_a_process_exit_is_not",
     "alive_is_false_after_the_box_died",
     "run_checks",
     "stop_ends_running_processes",

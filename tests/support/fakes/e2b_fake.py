@@ -1,10 +1,12 @@
 """A fake of exactly the `e2b` SDK surface E2BRuntime calls, on local processes.
 
-Faked: `AsyncSandbox.create`, `AsyncSandbox.kill` (on an instance, and on the class
-with a sandbox id), `sandbox.is_running`, `sandbox.sandbox_id`, and
+Faked: `AsyncSandbox.create`, `AsyncSandbox.kill` and `AsyncSandbox.get_info` (each on
+an instance, and on the class with a sandbox id), `sandbox.is_running`,
+`sandbox.sandbox_id`, and
 `sandbox.commands.run` / `send_stdin` / `close_stdin` / `kill`; the command handle's
 `pid` and `wait`. The exceptions (`CommandExitException`, `SandboxNotRunningException`,
-`TimeoutException`, `SandboxException`) are the real SDK's. Signatures are checked
+`SandboxNotFoundException`, `TimeoutException`, `SandboxException`) and `SandboxInfo`
+are the real SDK's. Signatures are checked
 against the real SDK by tests/episodes/runtimes/cloud/test_sdk_fidelity.py.
 
 Faked at the SDK's call surface, as the Modal and Prime fakes are, and kept to what
@@ -19,16 +21,19 @@ the service does behind it (E2B's control plane and envd in the sandbox):
   reports -1 (Go's ExitCode(), which envd passes on);
 - envd's kill is SIGKILL to the pid it started, nothing else;
 - the sandbox dies at its `timeout` (300 s unless given) with every process in it;
-  afterwards commands raise SandboxNotRunningException, `is_running()` is False and a
-  kill by id answers False (the API's 404).
+  afterwards commands raise SandboxNotRunningException, `is_running()` is False, a
+  kill by id answers False and `get_info` raises SandboxNotFoundException (the API's
+  404: E2B forgets a killed sandbox); a live one's `get_info` says `state` running.
 
-Fault injection (fake-only, on `Cloud`): `create_delay_s`.
+Fault injection (fake-only, on `Cloud`): `create_delay_s`, `failing_infos` (the next
+N `get_info`s fail as the API's 5xx does); `AsyncSandbox.simulate_death`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import datetime
 import functools
 import inspect
 import types
@@ -39,7 +44,10 @@ from typing import Any
 from e2b import (
     CommandExitException,
     SandboxException,
+    SandboxInfo,
+    SandboxNotFoundException,
     SandboxNotRunningException,
+    SandboxState,
     TimeoutException,
 )
 from e2b.sandbox.commands.command_handle import CommandResult
@@ -57,6 +65,7 @@ class Cloud:
     def __init__(self) -> None:
         self.sandboxes: dict[str, AsyncSandbox] = {}
         self.create_delay_s = 0.0  # fake-only: how long a create takes (after the box exists)
+        self.failing_infos = 0  # fake-only: the next N get_infos fail (the API's 5xx)
 
     def live(self) -> list[str]:
         return [i for i, s in self.sandboxes.items() if not s._box.dead]
@@ -215,6 +224,8 @@ class AsyncSandbox:
         self._commands = Commands(self)
         self.metadata: dict[str, str] = {}
         self.create_args: dict[str, Any] = {}  # fake-only: what create was given
+        self._started = datetime.datetime.now(datetime.UTC)
+        self._end = self._started + datetime.timedelta(seconds=timeout)
         self._timer = asyncio.get_running_loop().call_later(timeout, self._die)
 
     @property
@@ -260,6 +271,36 @@ class AsyncSandbox:
 
     kill = _ClassOrInstance(_kill, "_cls_kill")
 
+    async def _get_info(self, **opts: Any) -> SandboxInfo:
+        return await type(self)._cls_get_info(self.sandbox_id)
+
+    @classmethod
+    async def _cls_get_info(cls, sandbox_id: str, **opts: Any) -> SandboxInfo:
+        cloud = cls.cloud
+        if cloud.failing_infos > 0:
+            cloud.failing_infos -= 1
+            error = SandboxException("500: (fake) internal server error")
+            error.status_code = 500  # type: ignore[attr-defined]  # as handle_api_exception sets it
+            raise error
+        sandbox = cloud.sandboxes.get(sandbox_id)
+        if sandbox is None or sandbox._box.dead:
+            raise SandboxNotFoundException(f"Sandbox {sandbox_id} not found")
+        return SandboxInfo(
+            sandbox_id=sandbox_id,
+            sandbox_domain=None,
+            template_id=sandbox.create_args.get("template", "base"),
+            name=None,
+            metadata=dict(sandbox.metadata),
+            started_at=sandbox._started,
+            end_at=sandbox._end,
+            state=SandboxState.RUNNING,
+            cpu_count=2,
+            memory_mb=512,
+            envd_version="0.2.0",
+        )
+
+    get_info = _ClassOrInstance(_get_info, "_cls_get_info")
+
     def _die(self) -> None:
         self._timer.cancel()
         self._box.destroy()
@@ -276,5 +317,6 @@ def fake_sdk(cloud: Cloud | None = None) -> types.SimpleNamespace:
     return types.SimpleNamespace(
         AsyncSandbox=type("AsyncSandbox", (AsyncSandbox,), {"cloud": cloud}),
         CommandExitException=CommandExitException,
+        SandboxNotFoundException=SandboxNotFoundException,
         cloud=cloud,
     )

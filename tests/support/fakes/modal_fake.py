@@ -2,18 +2,24 @@
 
 Faked: `App.lookup.aio`, `Image.from_registry`, `Sandbox.create.aio`,
 `Sandbox.from_id.aio`, `sandbox.exec.aio`, `sandbox.terminate.aio`, `sandbox.poll.aio`,
-`sandbox.object_id`, `exception.NotFoundError`, and on the exec's ContainerProcess:
+`sandbox.wait.aio`, `sandbox.object_id`, `exception.NotFoundError`,
+`SandboxTerminatedError`, `SandboxTimeoutError`, and on the exec's ContainerProcess:
 `wait.aio`, `stdout`/`stderr` (async iteration, `read.aio`),
 `stdin.write`/`write_eof`/`drain.aio`. Only the async (`.aio`) forms exist: a
 blocking call from the runtime fails here instead of stalling the event loop.
 Signatures are checked against the real SDK by tests/episodes/runtimes/cloud/test_sdk_fidelity.py.
 
-Fault injection (fake-only, on `Cloud`): `create_delay_s`.
+Fault injection (fake-only, on `Cloud`): `create_delay_s`, `failing_polls` (the
+next N polls fail as Modal's InternalError does); `Sandbox.simulate_death` (the
+platform ended it: terminated, or another status).
 
 Semantics kept from Modal: exec runs argv directly (no shell) with the sandbox's
 env overlaid by the exec's; a signalled exec reports 128+n; stdin writes are
 buffered until drain; a terminated sandbox kills everything in it and poll()
-returns its exit code.
+returns its exit code: 137 when terminated, 124 past its timeout (the SDK's
+`_result_returncode`); `wait(raise_on_termination=True)` of a finished sandbox raises
+SandboxTerminatedError or SandboxTimeoutError for those two, and returns for any other
+end (the SDK's `raise_for_wait_result`).
 """
 
 from __future__ import annotations
@@ -29,10 +35,22 @@ from typing import Any
 from tests.support.fakes._box import LocalBox
 
 try:
-    from modal.exception import InvalidError, NotFoundError, SandboxTerminatedError
+    from modal.exception import (
+        InternalError,
+        InvalidError,
+        NotFoundError,
+        SandboxTerminatedError,
+        SandboxTimeoutError,
+    )
 except ImportError:  # the fake works without the SDK; only fidelity needs it
 
     class SandboxTerminatedError(Exception):  # type: ignore[no-redef]
+        pass
+
+    class SandboxTimeoutError(TimeoutError):  # type: ignore[no-redef]
+        pass
+
+    class InternalError(Exception):  # type: ignore[no-redef]
         pass
 
     class InvalidError(Exception):  # type: ignore[no-redef]
@@ -72,6 +90,7 @@ class Cloud:
         self.sandboxes: list[Sandbox] = []
         self.apps: dict[str, App] = {}
         self.create_delay_s = 0.0  # fake-only: how long a create takes (after the box exists)
+        self.failing_polls = 0  # fake-only: the next N polls fail (the service's 5xx)
 
     def live(self) -> list[str]:
         return [s.object_id for s in self.sandboxes if not s._box.dead]
@@ -193,10 +212,15 @@ class Sandbox:
     def __init__(self, box: LocalBox, timeout: int | None) -> None:
         self._box = box
         self._exit_code: int | None = None
+        # How it ended, as the SDK's GenericResult status says it: "terminated",
+        # "timeout", or another ("kernel_oom_kill", "internal_failure", ...).
+        self._status: str | None = None
         self.tags: dict[str, str] = {}
         self.create_args: dict[str, Any] = {}  # fake-only: what create was given
         self._timer = (
-            asyncio.get_running_loop().call_later(timeout, self._die, 124) if timeout else None
+            asyncio.get_running_loop().call_later(timeout, self._die, 124, "timeout")
+            if timeout
+            else None
         )
 
     @property
@@ -262,29 +286,49 @@ class Sandbox:
     exec = _Aio(_exec)
 
     async def _terminate(self, *, wait: bool = False) -> int | None:
-        self._die(137)
+        self._die(137, "terminated")
         return self._exit_code if wait else None
 
     terminate = _Aio(_terminate)
 
     async def _poll(self) -> int | None:
+        if self.cloud.failing_polls > 0:
+            self.cloud.failing_polls -= 1
+            raise InternalError("(fake) the Modal server answered 503")
         if self._box.dead and self._exit_code is None:
             self._exit_code = 137  # destroyed from outside
+            self._status = self._status or "terminated"
         return self._exit_code
 
     poll = _Aio(_poll)
 
-    def _die(self, code: int) -> None:
+    async def _wait(self, raise_on_termination: bool = True) -> None:
+        while await self._poll() is None:
+            await asyncio.sleep(0.05)
+        if self._status == "timeout":
+            raise SandboxTimeoutError()
+        if self._status == "terminated" and raise_on_termination:
+            raise SandboxTerminatedError()
+
+    wait = _Aio(_wait)
+
+    def _die(self, code: int, status: str) -> None:
         if self._timer is not None:
             self._timer.cancel()
         if self._exit_code is None:
-            self._exit_code = code
+            self._exit_code, self._status = code, status
         self._box.destroy()
 
     # -- fake-only ----------------------------------------------------------------
-    def simulate_death(self) -> None:
-        """The platform killed the sandbox (timeout, eviction). Safe from any thread."""
+    def simulate_death(self, status: str = "terminated") -> None:
+        """The platform ended the sandbox: terminated it (from outside: an operator, a
+        preemption), or `status` (e.g. "kernel_oom_kill"). Safe from any thread."""
+        self._status = status
         self._box.destroy()
+
+    def gone(self) -> bool:
+        """Every process of the sandbox is dead (a kill lands when the kernel runs it)."""
+        return not self._box.members()
 
 
 def _kill_quietly(proc: asyncio.subprocess.Process) -> None:
@@ -299,6 +343,10 @@ def fake_sdk(cloud: Cloud | None = None) -> types.SimpleNamespace:
         App=type("App", (App,), {"cloud": cloud}),
         Image=Image,
         Sandbox=type("Sandbox", (Sandbox,), {"cloud": cloud}),
-        exception=types.SimpleNamespace(NotFoundError=NotFoundError),
+        exception=types.SimpleNamespace(
+            NotFoundError=NotFoundError,
+            SandboxTerminatedError=SandboxTerminatedError,
+            SandboxTimeoutError=SandboxTimeoutError,
+        ),
         cloud=cloud,
     )

@@ -11,8 +11,12 @@ Semantics kept from Prime: commands run as `/bin/bash -c command`; the create
 idempotency key returns the sandbox it made before; a sandbox is usable once
 `wait_for_creation` saw it RUNNING; stdin has no EOF; the daemon signals only the
 pid it started, and reports a signalled command as -1 (Go's ExitCode()).
+A VM that ended keeps its record: `get` answers its status (TERMINATED, TIMEOUT,
+...) with the `errorType` the platform gives (OOM_KILLED for its memory, as the SDK's
+own messages read it); an id it never made is `HTTP 404`.
 Fault injection (fake-only, on `Cloud`): `create_delay_s`, `creation_delay_s`,
-`lose_create_responses`.
+`lose_create_responses`, `failing_gets` (the next N `get`s answer HTTP 503);
+`simulate_death` (the platform ended the VM).
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class _Record:
         self.request = request
         self.box = box
         self.status = "PENDING"
+        self.ended_as = ("TERMINATED", None)  # (status, errorType) once the VM is gone
 
 
 class Cloud:
@@ -57,6 +62,7 @@ class Cloud:
         self.create_delay_s = 0.0  # the VM exists, the response is still on its way
         self.creation_delay_s = 0.0  # until wait_for_creation sees RUNNING
         self.lose_create_responses = 0  # the next N creates succeed but time out
+        self.failing_gets = 0  # the next N gets answer HTTP 503
 
     def live(self) -> list[str]:
         return [i for i, r in self.sandboxes.items() if not r.box.dead]
@@ -135,7 +141,7 @@ class AsyncSandboxClient:
         if record is None:
             raise APIError(f"HTTP 404: sandbox {sandbox_id} not found")
         if record.box.dead:
-            record.status = "TERMINATED"
+            record.status = record.ended_as[0]
         if record.status != "RUNNING":
             raise SandboxNotRunningError(sandbox_id, status=record.status)
         return record
@@ -174,6 +180,7 @@ class AsyncSandboxClient:
                 "gpuCount": r.gpu_count,
                 "vm": True,
                 "status": record.status,
+                "errorType": record.ended_as[1] if record.box.dead else None,
                 "timeoutMinutes": r.timeout_minutes,
                 "labels": r.labels,
                 "createdAt": now,
@@ -195,11 +202,14 @@ class AsyncSandboxClient:
         record.status = "RUNNING"
 
     async def get(self, sandbox_id: str) -> Sandbox:
+        if self.cloud.failing_gets > 0:
+            self.cloud.failing_gets -= 1
+            raise APIError("HTTP 503: (fake) service unavailable")
         record = self.cloud.sandboxes.get(sandbox_id)
         if record is None:
             raise APIError(f"HTTP 404: sandbox {sandbox_id} not found")
         if record.box.dead:
-            record.status = "TERMINATED"
+            record.status = record.ended_as[0]
         return self._model(sandbox_id)
 
     async def open_process(
@@ -252,9 +262,14 @@ class AsyncSandboxClient:
         self._closed = True
 
     # -- fake-only ----------------------------------------------------------------
-    def simulate_death(self, sandbox_id: str) -> None:
-        """The platform ended the VM (timeout, failure). Safe from any thread."""
-        self.cloud.sandboxes[sandbox_id].box.destroy()
+    def simulate_death(
+        self, sandbox_id: str, status: str = "TERMINATED", error_type: str | None = None
+    ) -> None:
+        """The platform ended the VM: terminated it (an operator, a host failure), or
+        `status` / `error_type` (TIMEOUT; OOM_KILLED). Safe from any thread."""
+        record = self.cloud.sandboxes[sandbox_id]
+        record.ended_as = (status, error_type)
+        record.box.destroy()
 
 
 def fake_sdk(cloud: Cloud | None = None) -> types.SimpleNamespace:

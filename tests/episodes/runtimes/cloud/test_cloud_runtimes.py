@@ -21,6 +21,7 @@ from episodes.runtimes.cloud import remote_shell
 from episodes.runtimes.cloud.e2b import E2BRuntime
 from episodes.runtimes.cloud.modal import ModalRuntime
 from episodes.runtimes.cloud.prime import PrimeRuntime
+from episodes.runtimes.selfcheck.kit import read_line
 from episodes.types.runtime import E2BConfig, ModalConfig, PrimeConfig
 from tests.support.fakes import modal_fake
 
@@ -422,3 +423,104 @@ async def test_e2b_without_credentials_is_unavailable(monkeypatch: pytest.Monkey
     monkeypatch.delenv("E2B_API_KEY", raising=False)
     with pytest.raises(RuntimeUnavailable, match="E2B_API_KEY"):
         await E2BRuntime(E2BConfig()).start()
+
+
+# -- how a box ended: lost (a failover), past its memory, or there (docs/failures.md) --
+def _kill(kind: str, runtime: Any, **how: Any) -> None:
+    """The platform ends the box under its processes, as its SDK will then report it."""
+    if kind == "prime":
+        runtime.client.simulate_death(runtime.id, **how)
+    else:
+        runtime.sandbox.simulate_death(**how)
+
+
+def _fail_asks(kind: str, cloud: Any, n: int) -> None:
+    """The next `n` questions about a box get the platform's 5xx."""
+    field = {"modal": "failing_polls", "prime": "failing_gets", "e2b": "failing_infos"}[kind]
+    setattr(cloud, field, n)
+
+
+async def _ended_under(runtime: Any, kind: str, **how: Any) -> None:
+    proc = await within(runtime.open_process([sys.executable, "-c", SLEEPER]))
+    assert await read_line(proc.stdout) == b"ready\n"
+    await asyncio.to_thread(_kill, kind, runtime, **how)
+    await within(proc.wait())
+
+
+@pytest.mark.parametrize("kind", ["modal", "prime", "e2b"])
+async def test_a_box_terminated_from_outside_is_lost(kind: str, tmp_path: Path) -> None:
+    runtime, _ = make(kind, tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        await _ended_under(runtime, kind)
+        lost = await within(runtime.box_lost())
+        assert lost is not None and runtime.id in lost and "\n" not in lost, lost
+        assert await within(runtime.limit_exceeded()) is None
+    assert await within(runtime.box_lost()) is None  # stopped by us
+
+
+@pytest.mark.parametrize("kind", ["modal", "prime", "e2b"])
+async def test_a_process_that_exits_by_itself_leaves_its_box_there(
+    kind: str, tmp_path: Path
+) -> None:
+    runtime, _ = make(kind, tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        proc = await within(runtime.open_process([sys.executable, "-c", "raise SystemExit(3)"]))
+        assert await within(proc.wait()) == 3
+        assert await within(runtime.box_lost()) is None
+        assert await within(runtime.limit_exceeded()) is None
+
+
+@pytest.mark.parametrize("kind", ["modal", "prime", "e2b"])
+async def test_a_platform_that_keeps_answering_5xx_loses_the_box(kind: str, tmp_path: Path) -> None:
+    runtime, cloud = make(kind, tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        _fail_asks(kind, cloud, 2)  # one 5xx, then an answer: the box runs
+        assert await within(runtime.box_lost()) is None
+        _fail_asks(kind, cloud, 100)  # every ask
+        lost = await within(runtime.box_lost(), 60)
+        assert lost is not None and "did not answer" in lost and "\n" not in lost, lost
+        _fail_asks(kind, cloud, 0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "how", "word"),
+    [
+        ("modal", {"status": "timeout"}, "timeout"),
+        ("prime", {"status": "TIMEOUT", "error_type": "TIMEOUT"}, "timeout"),
+        ("prime", {"status": "ERROR", "error_type": "HOST_FAILURE"}, "HOST_FAILURE"),
+    ],
+)
+async def test_a_box_past_its_platform_timeout_or_failed_is_lost(
+    kind: str, how: dict[str, Any], word: str, tmp_path: Path
+) -> None:
+    runtime, _ = make(kind, tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        await _ended_under(runtime, kind, **how)
+        lost = await within(runtime.box_lost())
+        assert lost is not None and word in lost, lost
+
+
+async def test_a_prime_vm_killed_for_its_memory_is_past_its_limit_not_lost(
+    tmp_path: Path,
+) -> None:
+    runtime, _ = make_prime(tmp_path)
+    async with stopping(runtime):
+        await within(runtime.start())
+        await _ended_under(runtime, "prime", error_type="OOM_KILLED")
+        over = await within(runtime.limit_exceeded())
+        assert over is not None and "memory" in over and "OOM_KILLED" in over, over
+        assert await within(runtime.box_lost()) is None
+
+
+async def test_a_modal_sandbox_that_ended_otherwise_is_not_called_lost() -> None:
+    """Modal's public calls tell terminated and timed out apart from any other end (its
+    memory, an eviction): that stays the harness's crash, not a guessed failover."""
+    runtime, _ = make_modal()
+    async with stopping(runtime):
+        await within(runtime.start())
+        await _ended_under(runtime, "modal", status="kernel_oom_kill")
+        assert await within(runtime.box_lost()) is None

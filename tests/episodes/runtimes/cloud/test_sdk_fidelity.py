@@ -9,6 +9,7 @@ other keyword fails in the fake, so the self-check catches that side).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from typing import Any
@@ -93,6 +94,7 @@ def _modal_pairs() -> list[tuple[str, Any, Any]]:
         ("Sandbox.exec.aio", f.Sandbox.exec.aio, modal.Sandbox.exec.aio),
         ("Sandbox.terminate.aio", f.Sandbox.terminate.aio, modal.Sandbox.terminate.aio),
         ("Sandbox.poll.aio", f.Sandbox.poll.aio, modal.Sandbox.poll.aio),
+        ("Sandbox.wait.aio", f.Sandbox.wait.aio, modal.Sandbox.wait.aio),
         ("ContainerProcess.wait.aio", f.ContainerProcess.wait.aio, ContainerProcess.wait.aio),
         ("StreamReader.read.aio", f.StreamReader.read.aio, StreamReader.read.aio),
         ("StreamReader.__aiter__", f.StreamReader.__aiter__, StreamReader.__aiter__),
@@ -118,6 +120,26 @@ def test_modal_fake_properties_exist_in_the_sdk() -> None:
         (ContainerProcess, "stdin"),
     ]:
         assert isinstance(inspect.getattr_static(cls, name), property), (cls, name)
+
+
+def test_modal_fake_tells_a_finished_sandbox_as_the_sdk_does() -> None:
+    """What poll() and wait() say of a sandbox that ended: the SDK's own mapping."""
+    pytest.importorskip("modal")
+    from modal.exception import SandboxTerminatedError, SandboxTimeoutError
+    from modal.sandbox import _common
+    from modal_proto import api_pb2
+
+    status = api_pb2.GenericResult
+    terminated = status(status=status.GENERIC_STATUS_TERMINATED)
+    timed_out = status(status=status.GENERIC_STATUS_TIMEOUT)
+    assert _common._result_returncode(terminated) == 137  # the fake's, terminated
+    assert _common._result_returncode(timed_out) == 124  # the fake's, past its timeout
+    with pytest.raises(SandboxTerminatedError):
+        _common.raise_for_wait_result("sb", terminated, raise_on_termination=True)
+    with pytest.raises(SandboxTimeoutError):
+        _common.raise_for_wait_result("sb", timed_out, raise_on_termination=True)
+    oom = status(status=status.GENERIC_STATUS_KERNEL_OOM_KILL, exitcode=137)
+    _common.raise_for_wait_result("sb", oom, raise_on_termination=True)  # returns: no word
 
 
 # -- Prime -------------------------------------------------------------------------
@@ -176,7 +198,9 @@ def test_prime_process_handle_shape_matches_the_sdk() -> None:
 def test_prime_models_the_runtime_reads_have_those_fields() -> None:
     ps = pytest.importorskip("prime_sandboxes")
 
-    assert {"id", "status"} <= set(ps.Sandbox.model_fields)
+    assert {"id", "status", "error_type", "termination_reason", "error_message"} <= set(
+        ps.Sandbox.model_fields
+    )
     assert {"exit_code", "stdout", "stderr"} <= set(ps.CommandResponse.model_fields)
     assert {"idempotency_key", "labels", "environment_vars", "docker_image"} <= set(
         ps.CreateSandboxRequest.model_fields
@@ -203,6 +227,12 @@ def _e2b_pairs() -> list[tuple[str, Any, Any]]:
             inspect.getattr_static(sandbox, "kill").method,
         ),
         ("AsyncSandbox.kill (class)", fsandbox._cls_kill, sandbox._cls_kill),
+        (
+            "AsyncSandbox.get_info (instance)",
+            f.AsyncSandbox._get_info,
+            inspect.getattr_static(sandbox, "get_info").method,
+        ),
+        ("AsyncSandbox.get_info (class)", fsandbox._cls_get_info, sandbox._cls_get_info),
         *[
             (f"Commands.{m}", getattr(f.Commands, m), getattr(Commands, m))
             for m in ("run", "send_stdin", "close_stdin", "kill")
@@ -230,3 +260,17 @@ def test_e2b_fake_properties_and_exceptions_are_the_sdks() -> None:
     assert {"exit_code"} <= set(inspect.signature(e2b.CommandExitException).parameters)
     assert issubclass(e2b.SandboxNotRunningException, e2b.SandboxException)
     assert "timeout" in inspect.signature(e2b.AsyncSandbox.create).parameters
+
+
+def test_the_names_box_lost_reads_exist_in_the_sdks() -> None:
+    """What the runtimes read to tell how a box ended (`RemoteBox._ended`), by the names
+    the fakes give them."""
+    modal = pytest.importorskip("modal")
+    for name in ("NotFoundError", "SandboxTerminatedError", "SandboxTimeoutError"):
+        assert getattr(modal.exception, name) is getattr(modal_fake, name), name
+    e2b = pytest.importorskip("e2b")
+    from tests.support.fakes import e2b_fake
+
+    assert e2b_fake.fake_sdk().SandboxNotFoundException is e2b.SandboxNotFoundException
+    assert "state" in {f.name for f in dataclasses.fields(e2b.SandboxInfo)}
+    assert str(e2b.SandboxState.RUNNING) == "running"

@@ -16,7 +16,7 @@ from episodes.types.io import EpisodeInput, EpisodeProgress
 from episodes.types.results import RERUN_TERMINATIONS, EpisodeResult
 from tests.support.backends import docker as backend
 from tests.support.backends import require
-from tests.support.envs import ENDLESS
+from tests.support.envs import ENDLESS, gate
 from tests.support.helpers import spec, wait_until
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(300)]
@@ -28,10 +28,12 @@ def _engine() -> None:
 
 
 def _spec(**over):  # type: ignore[no-untyped-def]
+    name = f"fo-{uuid.uuid4().hex[:6]}"
     return spec(
-        name=f"fo-{uuid.uuid4().hex[:6]}",
+        name=name,
         env=ENDLESS,
-        env_args={"delay_s": 0.3, "done_at": 8},
+        # The env holds its step after turn 3's reply until the test opens the gate.
+        env_args={"done_at": 8, "gate": name, "gate_at": 4},
         max_turns=20,
         turn_timeout_s=60.0,
         harness={
@@ -43,8 +45,11 @@ def _spec(**over):  # type: ignore[no-untyped-def]
 
 
 async def _remove_its_container(client, wid: str, after_turns: int) -> str:
-    """Once the episode has recorded `after_turns` turns, remove its box from outside."""
+    """Once the episode holds at its gate with `after_turns` turns recorded, remove its
+    box from outside (the removal returns once the container is gone), then let it go on."""
     handle = client.get_workflow_handle(wid)
+    reached, opened = gate(wid)
+    assert await asyncio.to_thread(reached.wait, 120)
 
     async def far_enough() -> bool:
         try:
@@ -57,6 +62,7 @@ async def _remove_its_container(client, wid: str, after_turns: int) -> str:
     label = f"episodes.workflow={wid}"
     [box] = backend.client().containers.list(filters={"label": label})
     await asyncio.to_thread(box.remove, force=True)
+    opened.set()
     return box.name
 
 

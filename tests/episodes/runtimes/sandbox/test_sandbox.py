@@ -4,8 +4,10 @@ bwrap."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -141,3 +143,47 @@ def test_doctor_says_whether_the_sandbox_works_here(monkeypatch, tmp_path):
     broken = check_runtime("subprocess", True)
     assert not broken.ok
     assert "apt-get install bubblewrap" in broken.line() and "isolation: none" in broken.line()
+
+
+# -- whose end a box's end is (box failover, docs/failures.md) --------------------------
+KILL_ITS_AGENT = "import os, signal; print(os.getpid(), flush=True); os.kill(2, signal.SIGKILL)"
+
+
+async def test_a_box_whose_bwrap_was_killed_from_outside_is_lost():
+    box = SandboxRuntime()
+    await box.start()
+    try:
+        proc = await box.open_process([sys.executable, "-c", "import time; time.sleep(600)"], {})
+        assert box.bwrap_pid is not None
+        os.kill(box.bwrap_pid, signal.SIGKILL)  # an operator, a supervisor
+        assert await asyncio.wait_for(proc.wait(), 60) == -signal.SIGKILL
+        lost = await box.box_lost()
+        assert lost is not None and "from outside" in lost and "SIGKILL" in lost, lost
+        assert await box.limit_exceeded() is None
+    finally:
+        await box.stop()
+    assert await box.box_lost() is None  # stopped by us
+
+
+async def test_a_harness_that_kills_its_own_boxs_agent_is_not_a_lost_box():
+    """Its box ends (the agent is the box's pid 2: bwrap exits 137, by itself), but a
+    harness can do that, so it stays the harness's crash: not a failover."""
+    box = SandboxRuntime()
+    await box.start()
+    try:
+        rc, out = await _run(box, KILL_ITS_AGENT)
+        assert rc == -signal.SIGKILL and out.strip().isdigit(), (rc, out)
+        assert await asyncio.wait_for(box._bwrap.wait(), 60) == 137  # type: ignore[union-attr]
+        assert await box.box_lost() is None
+    finally:
+        await box.stop()
+
+
+async def test_a_process_that_exits_by_itself_leaves_the_box_there():
+    box = SandboxRuntime()
+    await box.start()
+    try:
+        assert await _run(box, "raise SystemExit(3)") == (3, "")
+        assert await box.box_lost() is None and await box.alive()
+    finally:
+        await box.stop()

@@ -84,6 +84,7 @@ async def test_a_box_past_a_limit_is_ended_naming_it_and_its_neighbour_goes_on(m
         assert rc == -signal.SIGKILL  # the worker ended the box: the harness would not stop
         assert time.monotonic() - started < 30
         assert limit in (await box.limit_exceeded() or "")
+        assert await box.box_lost() is None  # the watch killed its bwrap: not a failover
         assert not await box.alive()
         assert await _run(neighbour, "print('fine')") == (0, "fine\n")
         assert await neighbour.limit_exceeded() is None
@@ -100,6 +101,7 @@ async def test_a_memory_hog_is_killed_at_the_box_limit_with_a_cgroup():
         rc, _ = await _run(box, HOG)
         assert rc == -signal.SIGKILL  # the kernel's OOM kill, in the box's cgroup
         assert "memory limit (64 MiB" in (await box.limit_exceeded() or "")
+        assert await box.box_lost() is None
     finally:
         await box.stop()
     group = box._watch.group  # type: ignore[union-attr]
@@ -143,6 +145,7 @@ async def test_shared_memory_counts_against_the_memory_limit(mode):
         rc, _ = await _run(box, SHARED_HOG, timeout_s=30)
         assert rc == -signal.SIGKILL
         assert "memory limit (64 MiB" in (await box.limit_exceeded() or "")
+        assert await box.box_lost() is None  # a memory hog is never a lost box
     finally:
         await box.stop()
 
