@@ -194,6 +194,7 @@ class GroupActivities:
             m.sample,
             f"{wid}:{uuid.uuid4().hex[:10]}",
             warm=self.pools.warm_boxes(spec.pool) if self.pools is not None else None,
+            caps=self.pools.caps if self.pools is not None else None,
             labels={"worker": self.worker_id, "workflow": wid},
             history_limit_bytes=self.history_limit_bytes,
         )
