@@ -76,3 +76,20 @@ def test_a_bad_list_is_one_line_naming_the_entry(
 def test_a_list_and_spillover_together_are_refused() -> None:
     with pytest.raises(Exception, match="write the list only"):
         spec(harness={"runtime": ["docker", "modal"], "spillover": ["e2b"]})
+
+
+def test_a_spec_without_spillover_keeps_the_hash_it_had() -> None:
+    """Manifests compare runs by `spec_hash`: the new field must not change the hash of a
+    spec that does not use it (runs from before it stay comparable)."""
+    import hashlib
+    import json
+
+    from episodes.evals.manifest import UNPINNED, spec_hash
+
+    s = spec()
+    before = s.model_dump(mode="json", exclude=set(UNPINNED))
+    before["harness"].pop("spillover")
+    text = json.dumps(before, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert spec_hash(s) == hashlib.sha256(text.encode()).hexdigest()
+    spilling = spec(harness={"runtime": ["subprocess", "docker"]})
+    assert spec_hash(spilling) != spec_hash(s)
