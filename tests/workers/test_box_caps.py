@@ -78,6 +78,26 @@ def _held(base_url: str, n: int, **harness: Any) -> EpisodeSpec:
     )
 
 
+async def test_a_worker_takes_no_provision_while_one_waits_at_its_caps() -> None:
+    """The slot supplier's side alone: room until a provision waits at a cap, room
+    again once it has its box (whatever the runtime: the next provision's is unknown)."""
+    from episodes.runtimes.caps import BoxCaps
+    from episodes.session.registry import SessionRegistry
+    from workers.backpressure import SessionSlots
+
+    caps = BoxCaps({"docker": BoxCap(running=1)})
+    slots = SessionSlots(SessionRegistry(max_sessions=8), box_wait=lambda: caps.waiting > 0)
+    held, _ = await caps.acquire(["docker"])
+    assert slots._has_room(), "a full runtime alone does not stop the worker"
+    waiter = asyncio.ensure_future(caps.acquire(["docker"]))
+    assert await wait_until(lambda: caps.waiting == 1)
+    assert not slots._has_room()
+    held.release()
+    slot, _ = await waiter
+    assert slots._has_room()
+    slot.release()
+
+
 async def test_past_the_cap_an_episode_waits_for_a_box_and_runs_when_one_is_given_back(
     client,
 ) -> None:
