@@ -203,6 +203,7 @@ class GroupActivities:
         try:
             try:
                 m.first_message = await session.open()
+                m.runtime = session.runtime_type
                 if restart:
                     m.restarts += 1
                     if m.turns:
