@@ -115,6 +115,9 @@ class EpisodeWorker:
         self.groups.room = self.slots.has_room_for_member
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(self.live_sessions)
         telemetry.MAX_SESSIONS.labels(worker=self.worker_id).set(opts.max_sessions)
+        telemetry.BOX_WAITS.labels(worker=self.worker_id).set_function(
+            lambda: float(self.pools.caps.waiting)
+        )
         telemetry.PROVISIONS_PAUSED.labels(worker=self.worker_id).set_function(
             lambda: float(self._provisions_paused())
         )

@@ -17,7 +17,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
+from activities import telemetry
 from episodes.client import EpisodesClient
 from episodes.client.batch.live import LiveFigure, live_figure
 from episodes.model.scripted.server import ScriptedUpstream, echo_policy
@@ -129,8 +131,10 @@ async def test_past_the_cap_an_episode_waits_for_a_box_and_runs_when_one_is_give
             ), (len(up.chat_requests), caps.counts())
             assert caps.counts()["subprocess"]["running"] == 1
             assert len(worker.registry) == 1
-            # ...and no longer polling for provisions meanwhile.
+            # ...and no longer polling for provisions meanwhile, which its metrics say.
             assert not worker.slots._has_room()
+            series = f'episodes_box_waits{{worker="{worker.worker_id}"}} 1.0'.encode()
+            assert series in generate_latest(telemetry.REGISTRY)
             waiting = LiveFigure(running=2, waiting=1)
             ok = await wait_until(lambda: _figure(client, batch.name, waiting), timeout=60)
             assert ok, await live_figure(client, batch.name)
