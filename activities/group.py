@@ -194,6 +194,7 @@ class GroupActivities:
             m.sample,
             f"{wid}:{uuid.uuid4().hex[:10]}",
             warm=self.pools.warm_boxes(spec.pool) if self.pools is not None else None,
+            caps=self.pools.caps if self.pools is not None else None,
             labels={"worker": self.worker_id, "workflow": wid},
             history_limit_bytes=self.history_limit_bytes,
         )
@@ -202,6 +203,7 @@ class GroupActivities:
         try:
             try:
                 m.first_message = await session.open()
+                m.runtime = session.runtime_type
                 if restart:
                     m.restarts += 1
                     if m.turns:

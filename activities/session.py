@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import telemetry
+from activities.box_wait import beat_box_wait, box_wait_s
 from activities.fleet_wait import wait_for_fleet
 from activities.logs import bind
 from activities.outcomes import (
@@ -91,14 +92,22 @@ class SessionActivities:
         await wait_for_fleet()  # a provision taken just as the model fleet filled
         # A box and a harness can take a while to start: beat, so a worker killed
         # mid-provision is noticed after the heartbeat timeout, not the start-to-close.
-        beat = asyncio.create_task(heartbeat_until_cancelled(eager=False))
+        # While it waits for room under the worker's box caps its beats say so.
+        session: LiveSession | None = None
+
+        def details() -> str | None:
+            return contract.BOX_WAIT if session is not None and session.box_waiting else None
+
+        beat = asyncio.create_task(heartbeat_until_cancelled(details, eager=False))
         try:
             pool = warm = None
             if self.pools is not None:
                 if inp.spec.reuse_key:
                     pool = await self.pools.get(inp.spec.pool)
                 warm = self.pools.warm_boxes(inp.spec.pool)
-            session = self._new_session(inp.spec, inp.task, inp.sample, inp.workflow_id, pool, warm)
+            session = self._new_session(
+                inp.spec, inp.task, inp.sample, inp.workflow_id, pool, warm, waits=True
+            )
             with cancel_is_a_cancel("provision", None):
                 first = await opened(session)
         except BaseException as e:
@@ -164,7 +173,10 @@ class SessionActivities:
         workflow_id: str,
         pool: Any = None,
         warm: Any = None,
+        *,
+        waits: bool = False,
     ) -> LiveSession:
+        """`waits`: a provision's, whose wait for room under the box caps is marked."""
         session_id = f"{workflow_id}:{uuid.uuid4().hex[:10]}"
         bind(workflow_id=workflow_id, session_id=session_id)
         return LiveSession(
@@ -174,6 +186,9 @@ class SessionActivities:
             session_id,
             pool=pool,
             warm=warm,
+            caps=self.pools.caps if self.pools is not None else None,
+            on_box_wait=beat_box_wait if waits else None,
+            box_wait_s=box_wait_s(spec),
             labels={"worker": self.worker_id, "workflow": workflow_id},
             history_limit_bytes=self.history_limit_bytes,
         )
@@ -185,6 +200,7 @@ class SessionActivities:
             worker_id=self.worker_id,
             first_message=first,
             pool_hit=session.pool_hit,
+            runtime=session.runtime_type,
         )
 
     def _session(self, session_id: str) -> LiveSession:

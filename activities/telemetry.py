@@ -35,6 +35,13 @@ PROVISIONS_PAUSED = Gauge(
     ["worker"],
     registry=REGISTRY,
 )
+BOX_WAITS = Gauge(
+    "episodes_box_waits",
+    "Provisions on this worker waiting for room under its box caps (it takes no "
+    "provisions meanwhile).",
+    ["worker"],
+    registry=REGISTRY,
+)
 BOX_FAILOVERS = Counter(
     "episodes_box_failovers",
     "Sessions whose box died under them (not by the harness's doing) and were dropped "

@@ -64,6 +64,9 @@ RESUME = "resume"  # EpisodeWorkflow (signal): a parked episode re-provisions an
 # A provision's heartbeat while it waits for its worker's saturated model fleet
 # (activities/fleet_wait.py); `episodes.client.batch.live` counts such an episode as waiting.
 FLEET_WAIT = "waiting for the model fleet"
+# A provision's heartbeat while it waits for room under its worker's box caps
+# (activities/box_wait.py); `episodes.client.batch.live` counts it as waiting too.
+BOX_WAIT = "waiting for room for a box"
 CUT = "cut"  # EpisodeWorkflow (signal): why the cancel that follows cuts it (EpisodeResult.cut)
 METRICS = "metrics"  # EvalBatchWorkflow: the metrics so far
 ACK = "ack"  # BatchReceiptsWorkflow (signal): the trainer consumed a group

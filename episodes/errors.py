@@ -70,6 +70,12 @@ class ImageMissing(RuntimeUnavailable):
     the worker is broken: see episodes/breaker.py)."""
 
 
+class BoxCapacity(EpisodesError):
+    """The runtime refused a box as one too many (E2B's 429, Modal's limit on starting
+    sandboxes): no fault of the spec or the worker. A spec with spillover runtimes tries
+    the next (`episodes.runtimes.caps.is_capacity_error` also reads the SDKs' own)."""
+
+
 class PoolClosed(EpisodesError):
     """A lease was requested from a pool that is closed."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
@@ -14,6 +14,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, WorkerDeploymentConfig,
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 
 from episodes.envs.base import DEFAULT_ENV_THREADS
+from episodes.types.runtime import BoxCap
 from episodes.types.tuning import DEFAULT_TASK_QUEUE
 
 log = logging.getLogger("episodes.worker")
@@ -47,6 +48,10 @@ class WorkerOptions:
     pool_ttl_s: float | None = None
     pool_max_idle: int | None = None
     pool_max_warm: int | None = None
+    # Per runtime type: the most boxes starting and held at once (over DEFAULT_BOX_CAPS;
+    # episodes/runtimes/caps.py). Past one a provision waits, and the worker stops
+    # taking provisions while one does.
+    box_caps: dict[str, BoxCap] = field(default_factory=dict)
     # Worker Versioning (both or neither): docs/operations/drain.md.
     deployment_name: str | None = None
     build_id: str | None = None

@@ -78,7 +78,10 @@ class EpisodeWorker:
         self.registry = SessionRegistry(opts.max_sessions)
         set_env_threads(opts.env_threads)
         self.pools = WorkerPools(
-            max_ttl_s=opts.pool_ttl_s, max_idle=opts.pool_max_idle, max_warm=opts.pool_max_warm
+            max_ttl_s=opts.pool_ttl_s,
+            max_idle=opts.pool_max_idle,
+            max_warm=opts.pool_max_warm,
+            box_caps=opts.box_caps,
         )
         self.breaker = (
             ProvisionBreaker(opts.provision_breaker_after, name=f"worker {self.worker_id}")
@@ -107,10 +110,14 @@ class EpisodeWorker:
             self.breaker,
             extra=self.groups.beyond_permits,
             placed=self.groups.placed_beyond,
+            box_wait=lambda: self.pools.caps.waiting > 0,
         )
         self.groups.room = self.slots.has_room_for_member
         telemetry.LIVE_SESSIONS.labels(worker=self.worker_id).set_function(self.live_sessions)
         telemetry.MAX_SESSIONS.labels(worker=self.worker_id).set(opts.max_sessions)
+        telemetry.BOX_WAITS.labels(worker=self.worker_id).set_function(
+            lambda: float(self.pools.caps.waiting)
+        )
         telemetry.PROVISIONS_PAUSED.labels(worker=self.worker_id).set_function(
             lambda: float(self._provisions_paused())
         )
@@ -329,4 +336,5 @@ class EpisodeWorker:
         }
         stats["pool"] = self.pools.stats.model_dump()
         stats["warm"] = self.pools.warm_stats.model_dump()
+        stats["boxes"] = self.pools.caps.counts()
         return stats

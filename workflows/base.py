@@ -81,6 +81,8 @@ class EpisodeBase(Scoring):
 
     def __init__(self) -> None:
         self._status: EpisodeStatus = "provisioning"
+        # The runtime type its latest box ran on, as the provision or restore said.
+        self._ran_on: str | None = None
         self._ref: SessionRef | None = None
         self._turns: list[TurnRecord] = []  # this run's; `_first_turn` came before
         self._first_turn = 0
@@ -113,6 +115,7 @@ class EpisodeBase(Scoring):
     def _adopt(self, carry: EpisodeCarry) -> None:
         """A continued run: the live session and the counters of the runs before."""
         self._ref, self._first_turn, self._runs = carry.session, carry.turns_done, carry.runs
+        self._ran_on = carry.session.runtime
         self._opened = True
         self._restarts, self._turns_replayed = carry.restarts, carry.turns_replayed
         self._box_failovers = carry.box_failovers
@@ -190,6 +193,7 @@ class EpisodeBase(Scoring):
         outcome (`_termination`, and the error returned), not a workflow failure."""
         try:
             self._ref = await self._provision(inp)
+            self._ran_on = self._ref.runtime
             self._opened = True
         except ActivityError as e:
             kind = provision_failure(e)
@@ -335,6 +339,7 @@ class EpisodeBase(Scoring):
             )
             return f"{what} failed: {failure_message(e)}"
         self._ref = restored.session
+        self._ran_on = restored.session.runtime or self._ran_on
         self._turns_replayed += restored.turns_replayed
         self._divergences += restored.divergences
         self._status = "running"
@@ -383,7 +388,9 @@ class EpisodeBase(Scoring):
         if workflow.patched(USAGE_PATCH):
             usage = self._usage()
             prices = inp.spec.prices
-            runtime = inp.spec.harness.runtime.type
+            # The runtime the box ran on (a spillover one, maybe); activity results only,
+            # so replay is unchanged.
+            runtime = self._runtime(inp)
             spent = {
                 "usage": usage,
                 "cost": episode_cost(usage, duration_s, runtime, prices) if prices else None,
@@ -401,6 +408,7 @@ class EpisodeBase(Scoring):
             score_details=score.details,
             duration_s=duration_s,
             pool_hit=self._ref.pool_hit if self._ref else None,
+            runtime=self._ran_on,
             restarts=self._restarts,
             turns_replayed=self._turns_replayed,
             replay_divergences=self._divergences,
@@ -413,6 +421,11 @@ class EpisodeBase(Scoring):
             cut=self._cut if termination == "cancelled" else None,
             **spent,
         )
+
+    def _runtime(self, inp: EpisodeInput) -> str:
+        """The type of the runtime the session's box runs on: as its provision said, or
+        the spec's first (a session from before provisions said it)."""
+        return self._ran_on or inp.spec.harness.runtime.type
 
     def _set_details(self) -> None:
         workflow.set_current_details(

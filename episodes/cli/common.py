@@ -340,6 +340,14 @@ CONFIG_OPTIONS: dict[str, Any] = {
         int | None,
         typer.Option(help="Most warm boxes per box config on a worker.", rich_help_panel=_SET),
     ],
+    "box_caps": Annotated[
+        str | None,
+        typer.Option(
+            help="Per runtime, the most boxes a worker starts and holds at once: "
+            "modal.starting=64,docker.running=32 (none lifts one).",
+            rich_help_panel=_SET,
+        ),
+    ],
     "log_level": Annotated[
         str | None, typer.Option(help="DEBUG, INFO, WARNING or ERROR.", rich_help_panel=_SET)
     ],

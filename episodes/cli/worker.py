@@ -53,6 +53,7 @@ async def run_worker(cfg: Config) -> None:
                 pool_ttl_s=s.pool_ttl_s,
                 pool_max_idle=s.pool_max_idle,
                 pool_max_warm=s.pool_max_warm,
+                box_caps=dict(s.box_caps),
                 deployment_name=s.deployment_name,
                 build_id=s.build_id,
                 workflow_sandbox=s.workflow_sandbox,

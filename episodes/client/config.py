@@ -22,13 +22,21 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from temporalio.envconfig import ClientConfigProfile, ClientConfigTLS, ClientConnectConfig
 
 from episodes.envs.base import DEFAULT_ENV_THREADS
 from episodes.errors import ConfigError
+from episodes.types.runtime import BoxCap, parse_box_caps
 from episodes.types.tuning import DEFAULT_TASK_QUEUE
 
 LOCAL_FILE = Path("episodes.toml")
@@ -59,6 +67,13 @@ class Settings(BaseModel):
     pool_max_warm: int = Field(16, ge=0)
     """The most warm boxes (a spec's `pool.warm`) this worker keeps per box config (a
     cap; 0: none)."""
+    box_caps: Annotated[dict[str, BoxCap], BeforeValidator(parse_box_caps)] = Field(
+        default_factory=dict
+    )
+    """Per runtime type, the most boxes this worker starts at once (`starting`) and
+    holds at once (`running`): `modal.starting=64,docker.running=32`, or a table
+    (`box_caps = {docker = {running = 32}}`). Over the defaults (Modal: 128 starting);
+    `none` lifts one. Past a cap a provision waits (docs/runtimes.md, "Caps")."""
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_format: Literal["text", "json"] = "text"
     metrics_port: int | None = Field(None, ge=0, le=65535)

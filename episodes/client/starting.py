@@ -125,7 +125,8 @@ async def start_episode(
         details=(
             f"**spec** `{spec.name}` · **batch** `{batch}`\n\n"
             f"harness: `{' '.join(spec.harness.command)}` "
-            f"on `{spec.harness.runtime.type}` · max turns {spec.max_turns}"
+            f"on `{' or '.join(r.type for r in spec.harness.runtimes)}` · "
+            f"max turns {spec.max_turns}"
         ),
         eager=True,
     )

@@ -59,15 +59,22 @@ PINNED = ("spec_hash", "runtime", "images", "image_digests", "model", "package",
 def spec_hash(spec: EpisodeSpec) -> str:
     """sha256 of the spec's pinned fields as canonical JSON (sorted keys)."""
     data = spec.model_dump(mode="json", exclude=set(UNPINNED))
+    if not data["harness"].get("spillover"):
+        # Added after hashes were recorded: a spec without it hashes as it always did.
+        data["harness"].pop("spillover", None)
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
 
 def images(spec: EpisodeSpec) -> list[str]:
-    """The image references the spec's runtime names (none for a subprocess)."""
-    runtime = spec.harness.runtime
-    ref = getattr(runtime, "image", None) or getattr(runtime, "docker_image", None)
-    return [ref] if isinstance(ref, str) and ref else []
+    """The image references the spec's runtimes name (none for a subprocess), its
+    spillover runtimes' after the first's."""
+    refs: list[str] = []
+    for runtime in spec.harness.runtimes:
+        ref = getattr(runtime, "image", None) or getattr(runtime, "docker_image", None)
+        if isinstance(ref, str) and ref and ref not in refs:
+            refs.append(ref)
+    return refs
 
 
 @functools.cache

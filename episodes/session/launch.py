@@ -5,18 +5,23 @@ scrub. Functions of the spec, for `LiveSession.open`."""
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import sys
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from episodes.model.proxy import read_upstream_key
 from episodes.runtimes import Runtime, make_runtime
+from episodes.runtimes.caps import BoxCaps, is_capacity_error
 from episodes.secret_values import resolve_secrets
 from episodes.types.results import Task
 from episodes.types.runtime import RuntimeConfig, SubprocessConfig
 from episodes.types.spec import EpisodeSpec
+
+log = logging.getLogger("episodes.session")
 
 if TYPE_CHECKING:
     from episodes.runtimes.pool.runtime_pool import RuntimePool
@@ -64,10 +69,11 @@ def upstream_key(spec: EpisodeSpec) -> str | None:
         return None
 
 
-def box_config(spec: EpisodeSpec) -> RuntimeConfig:
-    """The spec's runtime config; a sandbox also gets the harness command's own files
-    bound read-only (a script named by its path), so a spec need not repeat them."""
-    config = spec.harness.runtime
+def box_config(spec: EpisodeSpec, config: RuntimeConfig | None = None) -> RuntimeConfig:
+    """The spec's runtime config (or `config`, one of its spillover runtimes); a sandbox
+    also gets the harness command's own files bound read-only (a script named by its
+    path), so a spec need not repeat them."""
+    config = spec.harness.runtime if config is None else config
     if not isinstance(config, SubprocessConfig) or config.isolation != "sandbox":
         return config
     from episodes.runtimes.sandbox.runtime import command_files
@@ -109,3 +115,57 @@ async def acquire_runtime(
     box.push_async_callback(runtime.stop)
     await runtime.start()
     return runtime, None
+
+
+async def open_box(
+    box: AsyncExitStack,
+    spec: EpisodeSpec,
+    task: Task,
+    sample: int,
+    labels: dict[str, str],
+    *,
+    prepare: Callable[[RuntimeConfig], Awaitable[RuntimeConfig]],
+    pool: RuntimePool | None = None,
+    warm: WarmBoxes | None = None,
+    caps: BoxCaps | None = None,
+    on_wait: Callable[[], None] | None = None,
+    max_wait_s: float | None = None,
+) -> tuple[Runtime, bool | None, RuntimeConfig]:
+    """The episode's box on the first of the spec's runtimes (`harness.runtimes`) with
+    room under the worker's `caps` (waiting for room when none has it: `on_wait` is told
+    once), entered into `box`; the box's place is freed when `box` closes. A box the
+    runtime refuses as one too many (`is_capacity_error`) tries the spec's next runtime.
+    `prepare` turns a runtime config into the box's (the env's `box_config`). Returns
+    the box, whether it came from the reuse pool, and its config."""
+    candidates = [box_config(spec, c) for c in spec.harness.runtimes]
+    while True:
+        if caps is None:
+            slot, i = None, 0
+        else:
+            names = [c.type for c in candidates]
+            slot, i = await caps.acquire(names, on_wait=on_wait, max_wait_s=max_wait_s)
+        attempt = AsyncExitStack()
+        try:
+            config = await prepare(candidates[i])
+            runtime, hit = await acquire_runtime(
+                attempt, config, pool, spec, task, sample, labels, warm
+            )
+        except BaseException as e:
+            await attempt.aclose()  # a box that failed half-way is stopped
+            if slot is not None:
+                slot.release()
+            if isinstance(e, Exception) and is_capacity_error(e) and i + 1 < len(candidates):
+                log.warning(
+                    "%s refused the box as one too many (%s): trying %s",
+                    candidates[i].type,
+                    str(e).splitlines()[0] if str(e) else type(e).__name__,
+                    candidates[i + 1].type,
+                )
+                candidates = candidates[i + 1 :]
+                continue
+            raise
+        if slot is not None:
+            slot.started()
+            box.callback(slot.release)  # after the box is stopped or parked (LIFO)
+        await box.enter_async_context(attempt)
+        return runtime, hit, config

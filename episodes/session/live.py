@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import TYPE_CHECKING, Any
 
@@ -24,12 +25,12 @@ from episodes.harness.budget import StreamBudget
 from episodes.harness.driver import EventCallback, HarnessDriver, make_driver
 from episodes.runtimes import Runtime
 from episodes.runtimes.box import Box
+from episodes.runtimes.caps import BoxCaps
 from episodes.secret_values import Scrubber, resolve_secrets
 from episodes.session.launch import (
-    acquire_runtime,
-    box_config,
     harness_argv,
     harness_env,
+    open_box,
     upstream_key,
 )
 from episodes.session.restore import restore_session
@@ -46,6 +47,7 @@ from episodes.types.results import (
     TurnRecord,
     TurnResult,
 )
+from episodes.types.runtime import RuntimeConfig
 from episodes.types.spec import EpisodeSpec
 
 if TYPE_CHECKING:
@@ -67,11 +69,16 @@ class LiveSession:
         *,
         pool: RuntimePool | None = None,
         warm: WarmBoxes | None = None,
+        caps: BoxCaps | None = None,
+        on_box_wait: Callable[[], None] | None = None,
+        box_wait_s: float | None = None,
         labels: dict[str, str] | None = None,
         history_limit_bytes: int | None = None,
     ) -> None:
         """`history_limit_bytes`: the most one turn may take in the history when it is
-        recorded whole (no external storage); None: no limit (storage on, or no history)."""
+        recorded whole (no external storage); None: no limit (storage on, or no history).
+        `caps`: the worker's caps on its boxes; past them the box waits (`box_waiting`,
+        and `on_box_wait()` once), at most `box_wait_s` (episodes/runtimes/caps.py)."""
         self.spec = spec
         self.task = task
         self.sample = sample
@@ -79,6 +86,11 @@ class LiveSession:
         self.labels = {"session": session_id, **(labels or {})}
         self._pool = pool
         self._warm = warm
+        self._caps = caps
+        self._on_box_wait = on_box_wait
+        self._box_wait_s = box_wait_s
+        # True while the box waits for room under the worker's caps.
+        self.box_waiting = False
         self.history_limit_bytes = history_limit_bytes
         # Known secret values (the spec's secrets, the model's upstream key), set by open():
         # scrubbed from every record, error and stderr tail the episode keeps.
@@ -87,6 +99,9 @@ class LiveSession:
         self._box = AsyncExitStack()
         self.pool_hit: bool | None = None
         self.runtime: Runtime | None = None
+        # Where the box runs: the type of the spec's runtime it got (a spillover one
+        # when the first had no room).
+        self.runtime_type: str | None = None
         self.harness: HarnessDriver | None = None
         self.services: AgentServices | None = None  # the env's tools, the model proxy
         self.env: Environment | None = None
@@ -125,23 +140,39 @@ class LiveSession:
         try:
             secrets = resolve_secrets(self.spec)
             self.scrubber = Scrubber([*secrets.values(), upstream_key(self.spec)])
+
+            async def prepare(config: RuntimeConfig) -> RuntimeConfig:
+                try:
+                    # The env may say what box its task needs (a Harbor task's image).
+                    chosen: RuntimeConfig = await self.env_calls(env.box_config, self.task, config)
+                    return chosen
+                except SpecError:
+                    raise
+                except Exception as e:
+                    raise EnvironmentFailed("box_config", e) from e
+
+            def waiting() -> None:
+                self.box_waiting = True
+                if self._on_box_wait is not None:
+                    self._on_box_wait()
+
             try:
-                # The env may say what box its task needs (a Harbor task's image).
-                config = await self.env_calls(env.box_config, self.task, box_config(self.spec))
-            except SpecError:
-                raise
-            except Exception as e:
-                raise EnvironmentFailed("box_config", e) from e
-            self.runtime, self.pool_hit = await acquire_runtime(
-                self._box,
-                config,
-                self._pool,
-                self.spec,
-                self.task,
-                self.sample,
-                self.labels,
-                self._warm,
-            )
+                self.runtime, self.pool_hit, config = await open_box(
+                    self._box,
+                    self.spec,
+                    self.task,
+                    self.sample,
+                    self.labels,
+                    prepare=prepare,
+                    pool=self._pool,
+                    warm=self._warm,
+                    caps=self._caps,
+                    on_wait=waiting,
+                    max_wait_s=self._box_wait_s,
+                )
+            finally:
+                self.box_waiting = False
+            self.runtime_type = config.type
             env.box = Box(self.runtime)
             span.event("box started")
             try:

@@ -79,6 +79,8 @@ class MemberState(Model):
     restarts: int = 0
     turns_replayed: int = 0
     replay_divergences: int = 0
+    runtime: str | None = None
+    """The runtime type its box ran on (a spillover one when the first had no room)."""
 
 
 class GroupProgress(Model):
@@ -116,7 +118,7 @@ def member_result(
     workflows and the client share."""
     tokens, calls = records_usage(t.record for t in m.turns)
     usage = usage_by_model(e for t in m.turns for e in t.record.events)
-    prices, runtime = spec.prices, spec.harness.runtime.type
+    prices, runtime = spec.prices, m.runtime or spec.harness.runtime.type
     return EpisodeResult(
         workflow_id=member_id(group_workflow_id, m.sample),
         task_id=task_id,
@@ -132,6 +134,7 @@ def member_result(
         restarts=m.restarts,
         turns_replayed=m.turns_replayed,
         replay_divergences=m.replay_divergences,
+        runtime=m.runtime,
         model_calls=calls,
         model_tokens=tokens,
         usage=usage,

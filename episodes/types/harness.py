@@ -16,12 +16,19 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    TypeAdapter,
+    ValidationError,
     field_validator,
     model_validator,
 )
 
 from episodes.types.base import Model, Seconds
-from episodes.types.runtime import RuntimeConfig, SubprocessConfig
+from episodes.types.runtime import (
+    RUNTIME_TYPES,
+    RuntimeConfig,
+    SubprocessConfig,
+    named_runtime,
+)
 from episodes.types.tuning import DEFAULT_MAX_PACKET_BYTES
 
 
@@ -132,7 +139,14 @@ class HarnessSpec(Model):
     """The harness's working directory in its box (None: the box's own)."""
     runtime: RuntimeConfig = Field(default_factory=SubprocessConfig)
     """Where the harness runs (a discriminated union on `type`: subprocess, docker,
-    modal, prime; docs/runtimes.md)."""
+    modal, prime, e2b; docs/runtimes.md); a bare name (`docker`) is that runtime with
+    its defaults. A list (`[docker, modal]`) names runtimes in order of preference: the
+    first is this field, the others go to `spillover`."""
+    spillover: list[RuntimeConfig] = Field(default_factory=list)
+    """Where the harness runs when `runtime` has no room on the worker (its cap is
+    full, or the cloud refused the box as too many), in order: the episode runs on the
+    first with room and its result's `runtime` says which (docs/runtimes.md,
+    "Spillover"). Usually written as `runtime: [first, then, ...]`."""
     ready_timeout_s: Seconds = 30.0
     """How long the harness has to say `ready` after it starts; past it the episode
     ends `harness_start_failed`."""
@@ -149,6 +163,36 @@ class HarnessSpec(Model):
     """ACP only: the answer to the agent's permission requests."""
     limits: HarnessLimits = Field(default_factory=HarnessLimits)
     """Budgets on what the harness streams (see HarnessLimits)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _runtime_list(cls, data: Any) -> Any:
+        """`runtime: [a, b, ...]` as `runtime: a` and `spillover: [b, ...]`; bare names
+        as their configs. Each entry is checked here, so an error names its place
+        (`runtime[1]`)."""
+        if not isinstance(data, dict):
+            return data
+        runtime = data.get("runtime")
+        if isinstance(runtime, str):
+            return {**data, "runtime": named_runtime(runtime)}
+        if not isinstance(runtime, list | tuple):
+            return data
+        if not runtime:
+            raise ValueError("runtime: an empty list names no runtime")
+        if data.get("spillover"):
+            raise ValueError("runtime is a list and spillover is set: write the list only")
+        configs = []
+        for i, entry in enumerate(runtime):
+            try:
+                configs.append(_RUNTIME.validate_python(named_runtime(entry)))
+            except ValueError as e:  # pydantic's ValidationError is one
+                raise ValueError(f"runtime[{i}]: {_first_error(e)}") from None
+        return {**data, "runtime": configs[0], "spillover": configs[1:]}
+
+    @property
+    def runtimes(self) -> list[RuntimeConfig]:
+        """Every runtime the spec names, in order: `runtime`, then `spillover`."""
+        return [self.runtime, *self.spillover]
 
     @field_validator("command", mode="before")
     @classmethod
@@ -173,6 +217,19 @@ class HarnessSpec(Model):
         if both:
             raise ValueError(f"{', '.join(both)}: set in both env and secrets; keep only secrets")
         return self
+
+
+_RUNTIME: TypeAdapter[RuntimeConfig] = TypeAdapter(RuntimeConfig)
+
+
+def _first_error(e: ValueError) -> str:
+    """A runtime entry's first problem, on one line: where in the entry, and what."""
+    if isinstance(e, ValidationError):
+        err = e.errors()[0]
+        where = ".".join(str(p) for p in err["loc"] if p not in RUNTIME_TYPES)
+        msg = err["msg"].removeprefix("Value error, ")
+        return f"{where}: {msg}" if where else msg
+    return str(e).splitlines()[0]
 
 
 # Harnesses named by a bare word (`harness: oracle`), stdlib-only programs run with the

@@ -50,6 +50,9 @@ class SessionRef(Model):
     worker_id: str
     first_message: Any = None
     pool_hit: bool | None = None
+    runtime: str | None = None
+    """The type of the runtime the session's box runs on (one of the spec's runtimes:
+    a spillover one when the first had no room); None in histories from before."""
 
 
 class EpisodeCarry(Model):

@@ -228,6 +228,10 @@ class EpisodeResult(Model):
     pool_hit: bool | None = None
     """Whether provision reused a parked box (spec.reuse_key), None when no pool was
     asked for."""
+    runtime: str | None = None
+    """Where the episode's box ran: the type of the spec's runtime it got (a spillover
+    runtime when the first had no room; the last box's after a failover). None when it
+    never got one, and in results from before it was recorded."""
     restarts: int = 0
     """`on_worker_lost: restart`: sessions restored on another worker, the recorded
     turns replayed into them, the replayed turns whose reply differed from the

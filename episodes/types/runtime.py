@@ -286,3 +286,60 @@ RuntimeConfig = Annotated[
     SubprocessConfig | DockerConfig | ModalConfig | PrimeConfig | E2BConfig,
     Field(discriminator="type"),
 ]
+
+# The runtime types, in the union's order: a runtime's name wherever one is named (a
+# worker's `box_caps`, `EpisodeResult.runtime`, `prices.box_second`).
+RUNTIME_TYPES: tuple[str, ...] = ("subprocess", "docker", "modal", "prime", "e2b")
+
+
+def named_runtime(value: Any) -> Any:
+    """A runtime named by its type alone (`docker`) as its config with every default
+    (`{type: docker}`); anything else as it is."""
+    if isinstance(value, str):
+        if value not in RUNTIME_TYPES:
+            raise ValueError(f"{value!r} is not a runtime (one of {', '.join(RUNTIME_TYPES)})")
+        return {"type": value}
+    return value
+
+
+class BoxCap(_Config):
+    """A worker's cap on one runtime's boxes (its `box_caps` setting): how many may be
+    starting at once and how many it may hold at once (starting ones included); None:
+    no cap. Past either, a provision waits for room (docs/runtimes.md, "Caps")."""
+
+    starting: int | None = Field(default=None, ge=1)
+    running: int | None = Field(default=None, ge=1)
+
+
+# The caps a worker has unless its `box_caps` says otherwise for that runtime: Modal
+# fails boxes past ~128 starting at once ("Runtime did not start within 299s";
+# verl-project/uni-agent #47 capped STARTING at 128). The others are bounded by the
+# worker's `max_sessions` alone.
+DEFAULT_BOX_CAPS: dict[str, BoxCap] = {"modal": BoxCap(starting=128)}
+
+
+def parse_box_caps(value: Any) -> Any:
+    """`box_caps` from its one-line form, `modal.starting=64,docker.running=32` (a value
+    `none` lifts that cap), as the environment and the command line give it; a mapping
+    (a config file's table) as it is. Each runtime named must be one."""
+    if isinstance(value, str):
+        caps: dict[str, dict[str, int | None]] = {}
+        for item in filter(None, (p.strip() for p in value.split(","))):
+            key, eq, number = item.partition("=")
+            runtime, dot, kind = key.strip().partition(".")
+            if not eq or not dot or kind not in ("starting", "running"):
+                raise ValueError(
+                    f"{item!r}: write a cap as RUNTIME.starting=N or RUNTIME.running=N"
+                )
+            raw = number.strip().lower()
+            if raw != "none" and not raw.isdigit():
+                raise ValueError(f"{item!r}: a cap is a whole number (or none)")
+            caps.setdefault(runtime, {})[kind] = None if raw == "none" else int(raw)
+        value = caps
+    if isinstance(value, dict):
+        for runtime in value:
+            if runtime not in RUNTIME_TYPES:
+                raise ValueError(
+                    f"box_caps: {runtime!r} is not a runtime (one of {', '.join(RUNTIME_TYPES)})"
+                )
+    return value

@@ -254,7 +254,7 @@ class EpisodeSpec(Model):
                 "give exactly one of 'tasks' (inline), 'dataset' (a JSONL path) or "
                 "'harbor' (a Harbor task directory)"
             )
-        if self.harbor is not None and self.harness.runtime.type != "docker":
+        if self.harbor is not None and any(r.type != "docker" for r in self.harness.runtimes):
             raise ValueError("harbor tasks run on the docker runtime (harness.runtime.type)")
         if self.tasks is not None and not self.tasks:
             raise ValueError("'tasks' is empty")
@@ -447,8 +447,9 @@ def trust_warnings(spec: EpisodeSpec, source: str = "<spec>") -> list[str]:
     """One line if an unsandboxed harness is handed credentials: with `isolation: none` it
     runs as the worker's user, so it can read the worker's upstream key and other
     sessions' tokens from /proc, not only the ones it is given (docs/containment.md)."""
-    runtime = spec.harness.runtime
-    if not isinstance(runtime, SubprocessConfig) or runtime.isolation != "none":
+    if not any(
+        isinstance(r, SubprocessConfig) and r.isolation == "none" for r in spec.harness.runtimes
+    ):
         return []
     given = [name for name, on in (("model", spec.model), ("secrets", spec.harness.secrets)) if on]
     if not given:

@@ -4,7 +4,8 @@ many wait for one: the figure beside `concurrency`, which is only a ceiling.
 A batch (the client's `run_batch` or the batch workflow) keeps up to `concurrency`
 episodes in flight, but a worker takes an episode's `provision` only while it has
 room (`max_sessions`), its provision breaker is closed, and its sessions are not
-mostly waiting on a saturated model fleet (workers/backpressure.py). Until then the
+mostly waiting on a saturated model fleet, and no provision there waits for room under
+its box caps (workers/backpressure.py). Until then the
 provision stays scheduled on the server: the episode holds no box and starts none,
 it waits. So a batch whose episodes mostly wait on a saturated fleet starts no new
 boxes, whoever drives it; this module only measures it.
@@ -40,8 +41,8 @@ class LiveFigure:
     """The batch's episodes whose workflow is running."""
     waiting: int
     """Of those, the ones whose `provision` no worker has taken yet, or a worker took
-    and holds until its saturated model fleet has room (activities/fleet_wait.py): no
-    box either way."""
+    and holds until its saturated model fleet has room (activities/fleet_wait.py) or
+    its box caps have room (activities/box_wait.py): no box either way."""
     parked: int = 0
     """Of those, the parked ones (`episodes park`): a running workflow, no box."""
 
@@ -78,10 +79,9 @@ async def live_figure(client: Client, batch: str, *, limit: int = 1000) -> LiveF
                     if a.state == PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED:
                         return "waiting"  # no worker took it
                     details = a.heartbeat_details.payloads
-                    if details and contract.FLEET_WAIT in await client.data_converter.decode(
-                        details
-                    ):
-                        return "waiting"  # a worker took it and waits for its fleet
+                    said = await client.data_converter.decode(details) if details else []
+                    if contract.FLEET_WAIT in said or contract.BOX_WAIT in said:
+                        return "waiting"  # a worker took it and waits for its fleet or caps
                 if not pending:
                     # No activity: parked, or between two (its progress says which).
                     progress = await handle.query(

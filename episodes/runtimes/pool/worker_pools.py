@@ -4,6 +4,7 @@ WarmPool per box config whose specs ask for warm boxes (`pool.warm`).
 Reuse is per worker: an episode that lands on a worker without a parked box for
 its key simply provisions a fresh one (a miss), it never waits for another worker.
 Warm boxes are per worker too: a worker keeps them for the configs it has served.
+The worker's caps on the boxes its episodes hold (`box_caps`) are here too, as `caps`.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Mapping
 
+from episodes.runtimes.caps import BoxCaps
 from episodes.runtimes.pool.runtime_pool import PoolStats, RuntimePool, RuntimePoolConfig
 from episodes.runtimes.pool.warm import WarmBoxes, WarmPool, WarmStats
-from episodes.types.runtime import RuntimeConfig
+from episodes.types.runtime import BoxCap, RuntimeConfig
 from episodes.types.spec import PoolSpec
 
 log = logging.getLogger("episodes.worker")
@@ -27,12 +30,15 @@ class WorkerPools:
         max_ttl_s: float | None = None,
         max_idle: int | None = None,
         max_warm: int | None = None,
+        box_caps: Mapping[str, BoxCap] | None = None,
     ) -> None:
         # The worker's caps (settings pool_ttl_s, pool_max_idle, pool_max_warm) on what
         # a spec asks for.
         self.max_ttl_s = max_ttl_s
         self.max_idle = max_idle
         self.max_warm = max_warm
+        # Per runtime: boxes starting and held at once (setting box_caps).
+        self.caps = BoxCaps(box_caps)
         self._pools: dict[PoolSpec, RuntimePool] = {}
         self._warm: dict[str, WarmPool] = {}  # by the box config (its JSON)
         self._lock = asyncio.Lock()

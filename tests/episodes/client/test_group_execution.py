@@ -67,6 +67,8 @@ async def test_groups_run_as_one_workflow_each_and_members_are_addressable(
     a, b = groups
     assert {(r.termination, r.turns, r.reward) for r in a.results} == {("env_done", 2, 1.0)}
     assert {(r.termination, r.turns, r.reward) for r in b.results} == {("env_done", 1, 0.0)}
+    # Each member's result says where its box ran, as an episode's does.
+    assert {r.runtime for r in (*a.results, *b.results)} == {"subprocess"}
     # One workflow per group, none per episode; findable by batch and task.
     found = [
         wf
