@@ -381,14 +381,14 @@ def describe_validation(
     parts = []
     for err in e.errors():
         loc = ".".join(str(p) for p in err["loc"])
-        msg = err["msg"]
+        msg = err["msg"].removeprefix("Value error, ")  # pydantic's, for a validator's
         if err["type"] == "extra_forbidden":
             msg = unknown
             if model is not None and err["loc"]:
                 msg += did_you_mean(str(err["loc"][-1]), _siblings(model, err["loc"]))
         # A check across fields (a model validator) has no location: its message names
         # the fields itself.
-        part = f"{loc}: {msg}" if loc else msg.removeprefix("Value error, ")
+        part = f"{loc}: {msg}" if loc else msg
         place = where(err["loc"]) if where is not None and err["loc"] else None
         parts.append(f"{place}: {part}" if place else part)
     return "; ".join(parts)

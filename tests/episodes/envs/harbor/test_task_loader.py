@@ -36,7 +36,7 @@ def test_the_test_dataset_loads() -> None:
     ("toml", "named"),
     [
         ("[environment]\nmcp_servers = []\n", "environment.mcp_servers: not supported"),
-        ("[environment]\ngpus = 1\n", "environment.gpus: Value error, GPUs are not supported"),
+        ("[environment]\ngpus = 1\n", "environment.gpus: GPUs are not supported"),
         ("[environment]\nmemory = 'lots'\n", "environment.memory: 'lots' is not a size"),
         ("artifacts = ['/app']\n", "artifacts: not supported"),
         ("[agent]\nsetup_timeout_sec = 5\n", "agent.setup_timeout_sec: not supported"),
