@@ -15,8 +15,10 @@ N), and opens the gate once N markers are there. Then all N take their turns.
 
 Measured per size:
 - the server's CPU (the dev server process, user + system) over the ramp (N starts
-  up to N live) and over the turns (gate opened to all N done): per episode and per
-  turn; the workers' CPU the same way;
+  up to N live), over `idle_s` with all N live and idle at the barrier (per session
+  per second: what holding a session costs), and over the turns (gate opened to all N
+  done; each episode's end included): per episode and per turn; the workers' CPU the
+  same way;
 - worker RSS per session: the W workers' RSS summed with N live, minus the same
   after warm-up, over N; beside it the boxes' own memory (every process under the
   workers: bwrap, the box's init, the harness), PSS and USS per box, and their count;
@@ -82,10 +84,11 @@ class Settings:
     starting: int = 8  # episodes between their start and the barrier, at most
     warmup: int = 2  # short episodes per worker before the baseline
     stall_s: float = 300.0  # no new live session for this long: stop the ramp
+    idle_s: float = 10.0  # all N live and idle at the barrier: measured this long
 
     @classmethod
     def from_env(cls, quick: bool) -> Settings:
-        s = cls(sizes=(4, 8), workers=2, turns=3, think_ms=50.0) if quick else cls()
+        s = cls(sizes=(4, 8), workers=2, turns=3, think_ms=50.0, idle_s=1.0) if quick else cls()
         env = os.environ
         if "BENCH_SCALE_SIZES" in env:
             s.sizes = tuple(int(n) for n in env["BENCH_SCALE_SIZES"].split(","))
@@ -105,6 +108,7 @@ class Size:
     live: int = 0
     stopped: str | None = None  # why the ramp stopped short of `asked`
     ramp_s: float = 0.0
+    idle_s: float = 0.0
     turns_s: float = 0.0
     cpu: dict[str, float] = field(default_factory=dict)
     memory: dict[str, float] = field(default_factory=dict)
@@ -323,8 +327,14 @@ async def _size(s: Settings, n: int, say: Any) -> Size:
             say(
                 f"  {out.live} live: workers RSS {base['worker_rss'] / MIB:.0f} -> "
                 f"{at_n['worker_rss'] / MIB:.0f} MiB, boxes {at_n['box_procs']} processes, "
-                f"PSS {at_n['box_pss'] / MIB:.0f} MiB; opening the gate"
+                f"PSS {at_n['box_pss'] / MIB:.0f} MiB; {s.idle_s:.0f} s idle, then the gate"
             )
+            # All N live and idle at the barrier: what holding them costs (the workers'
+            # per-box limit watches, the SDK's polls), before any turn.
+            t_idle = time.monotonic()
+            await asyncio.sleep(s.idle_s)
+            out.idle_s = time.monotonic() - t_idle
+            cpu_idle = (_cpu(server_procs), _cpu(worker_procs))
             t0 = time.monotonic()
             (tmp / "gate").touch()
             limit = s.turns * s.think_ms / 1000 * 1.5 * 3 + 600
@@ -333,9 +343,11 @@ async def _size(s: Settings, n: int, say: Any) -> Size:
             cpu2 = (_cpu(server_procs), _cpu(worker_procs))
             out.cpu = {
                 "server_ramp": cpu1[0] - cpu0[0],
-                "server_turns": cpu2[0] - cpu1[0],
+                "server_idle": cpu_idle[0] - cpu1[0],
+                "server_turns": cpu2[0] - cpu_idle[0],
                 "workers_ramp": cpu1[1] - cpu0[1],
-                "workers_turns": cpu2[1] - cpu1[1],
+                "workers_idle": cpu_idle[1] - cpu1[1],
+                "workers_turns": cpu2[1] - cpu_idle[1],
             }
             for r in done:
                 if isinstance(r, BaseException):
@@ -437,6 +449,8 @@ def figures(s: Settings, run: Size) -> dict[str, Any]:
         "server_cpu_ms_per_start": 1e3 * cpu.get("server_ramp", 0) / n,
         "server_cpu_ms_per_turn": 1e3 * cpu.get("server_turns", 0) / turns_after_gate,
         "workers_cpu_ms_per_start": 1e3 * cpu.get("workers_ramp", 0) / n,
+        "server_idle_cpu_ms_per_session_s": _per_session_s(cpu.get("server_idle", 0), run),
+        "workers_idle_cpu_ms_per_session_s": _per_session_s(cpu.get("workers_idle", 0), run),
         "workers_cpu_ms_per_turn": 1e3 * cpu.get("workers_turns", 0) / turns_after_gate,
         "worker_rss_base_mib": mem.get("worker_rss_base", 0) / MIB,
         "worker_rss_mib": mem.get("worker_rss", 0) / MIB,
@@ -458,6 +472,11 @@ def figures(s: Settings, run: Size) -> dict[str, Any]:
     }
 
 
+def _per_session_s(cpu_s: float, run: Size) -> float:
+    """CPU ms per live session per second of the idle window."""
+    return 1e3 * cpu_s / (run.live * run.idle_s) if run.live and run.idle_s else float("nan")
+
+
 def _quantiles(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
@@ -475,7 +494,9 @@ ROWS = [
     ("server CPU ms / episode", "server_cpu_ms_per_episode", None, "", 1),
     ("server CPU ms / start", "server_cpu_ms_per_start", None, "", 1),
     ("server CPU ms / turn (+ ends)", "server_cpu_ms_per_turn", None, "", 2),
+    ("server CPU ms / session-s idle", "server_idle_cpu_ms_per_session_s", None, "", 3),
     ("workers CPU ms / start", "workers_cpu_ms_per_start", None, "", 1),
+    ("workers CPU ms / session-s idle", "workers_idle_cpu_ms_per_session_s", None, "", 3),
     ("workers CPU ms / turn (+ ends)", "workers_cpu_ms_per_turn", None, "", 2),
     ("worker RSS MiB / session", "worker_rss_per_session_mib", None, "", 3),
     ("box PSS MiB / session", "box_pss_per_session_mib", None, "", 2),
