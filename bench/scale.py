@@ -541,7 +541,10 @@ def report(by_size: dict[int, dict[str, Any]], rat: dict[str, float]) -> str:
         row = [label, *[f"{_value(by_size[n], key, sub):.{digits}f}" for n in sizes]]
         if rat:
             r = rat.get(f"{key}.{sub}" if sub else key)
-            row.append(f"{r:.2f}x" if r is not None else f"{sizes[-1] / sizes[0]:.0f}x (N)")
+            if r is None:
+                row.append(f"{sizes[-1] / sizes[0]:.0f}x (N)")
+            else:  # NaN: nothing to compare against (a zero at the smallest size)
+                row.append(f"{r:.2f}x" if math.isfinite(r) else "n/a")
         rows.append(row)
     return table(rows, header)
 
