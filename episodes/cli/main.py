@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import inspect
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -464,6 +466,8 @@ def reflow_help(group: typer.Typer) -> None:
 
 
 def main() -> None:
+    # `kill -USR1 PID` prints where every thread of a command is (one that seems stuck).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     reflow_help(app)
     _one_line_spec_warnings()
     # `env: my_envs:MyEnv` in a spec should find my_envs.py where the user runs us.

@@ -65,6 +65,9 @@ async def _exit_within(proc: asyncio.subprocess.Process, hang_s: float) -> tuple
     talk = asyncio.ensure_future(proc.communicate())
     done, _ = await asyncio.wait({talk}, timeout=hang_s)
     if not done:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGUSR1)  # the command prints its threads' stacks
+            await asyncio.sleep(2)
         proc.kill()
         out, err = await talk
         pytest.fail(
@@ -103,7 +106,7 @@ async def test_ctrl_c_is_a_cancel(tmp_path, dev_server, client, worker) -> None:
         else:
             pytest.fail("the episodes never started")
         proc.send_signal(signal.SIGINT)
-        out, err = await _exit_within(proc, 300)
+        out, err = await _exit_within(proc, 120)
         stdout, stderr = out.decode(), err.decode()
         assert proc.returncode == 130, stdout + stderr
         assert "Traceback" not in stdout + stderr
