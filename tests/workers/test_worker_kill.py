@@ -182,7 +182,7 @@ async def test_sigkill_mid_provision_retries_the_provision_on_another_worker(
     """A worker killed while its harnesses start: the provisions stop heartbeating, are
     retried on the other worker after `worker_lost_timeout_s`, and the episodes complete
     (before, they waited out the provision's start-to-close: ready_timeout_s + 300 s)."""
-    queue, tag, start_s, n = f"kill-{uuid.uuid4().hex[:6]}", new_tag(), 6.0, 3
+    queue, tag, start_s, n = f"kill-{uuid.uuid4().hex[:6]}", new_tag(), 30.0, 3
     command = ["{python}", str(HARNESS), "log", f"start={start_s}", f"tag={tag}"]
     tasks = {f"p{i}": turns(f"p{i}", 2) for i in range(n)}
     spec = script_spec(f"kill-prov-{uuid.uuid4().hex[:6]}", tasks, command)

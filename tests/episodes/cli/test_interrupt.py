@@ -59,6 +59,14 @@ def _tracebacks(records: list[logging.LogRecord]) -> list[str]:
     return found
 
 
+def _ctrl_c_as_at_a_terminal() -> None:
+    """The command's SIGINT as a terminal's foreground job has it. A suite started in
+    the background by a shell without job control (`make test &`, `nohup ... &`) has
+    SIGINT ignored, every child inherits that, and Python then keeps it ignored: the
+    Ctrl-C never arrived and the test waited out its guard (seen in three such runs)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 async def _exit_within(proc: asyncio.subprocess.Process, hang_s: float) -> tuple[bytes, bytes]:
     """What the command printed once it exited; a hang guard (not a timing verdict: a
     loaded machine takes long), failing with what it had printed by then."""
@@ -92,6 +100,7 @@ async def test_ctrl_c_is_a_cancel(tmp_path, dev_server, client, worker) -> None:
             cwd=ROOT,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_ctrl_c_as_at_a_terminal,
         )
         # Both episodes started and turning before the user presses Ctrl-C.
         handles = []
