@@ -182,11 +182,14 @@ async def test_sigkill_mid_provision_retries_the_provision_on_another_worker(
     """A worker killed while its harnesses start: the provisions stop heartbeating, are
     retried on the other worker after `worker_lost_timeout_s`, and the episodes complete
     (before, they waited out the provision's start-to-close: ready_timeout_s + 300 s)."""
-    queue, tag, start_s, n = f"kill-{uuid.uuid4().hex[:6]}", new_tag(), 30.0, 3
+    queue, tag, start_s, n = f"kill-{uuid.uuid4().hex[:6]}", new_tag(), 20.0, 3
     command = ["{python}", str(HARNESS), "log", f"start={start_s}", f"tag={tag}"]
     tasks = {f"p{i}": turns(f"p{i}", 2) for i in range(n)}
     spec = script_spec(f"kill-prov-{uuid.uuid4().hex[:6]}", tasks, command)
-    spec = spec.model_copy(update={"worker_lost_timeout_s": LOST_S})
+    # The slow start outlasts B's own start (it took over 6 s under load), so the kill
+    # lands while A's harnesses still start.
+    harness = spec.harness.model_copy(update={"ready_timeout_s": 120.0})
+    spec = spec.model_copy(update={"worker_lost_timeout_s": LOST_S, "harness": harness})
     a = WorkerProc(chaos_server.address, queue, tmp_path / "a.log").start()
     b = WorkerProc(chaos_server.address, queue, tmp_path / "b.log")
     try:
