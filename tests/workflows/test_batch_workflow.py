@@ -150,7 +150,9 @@ async def test_300_episodes_continue_as_new_metrics_by_hand(can_client, can_work
     assert len(can_worker.registry) == 0  # every session released
 
     # Every run of the chain replays deterministically from its recorded history.
-    replayer = Replayer(workflows=[EvalBatchWorkflow], data_converter=configured_data_converter())
+    replayer = Replayer(
+        workflows=[EvalBatchWorkflow], data_converter=configured_data_converter(), debug_mode=True
+    )
     async for wf in can_client.list_workflows(f"WorkflowId = '{handle.id}'"):
         history = await can_client.get_workflow_handle(wf.id, run_id=wf.run_id).fetch_history()
         await replayer.replay_workflow(history)

@@ -216,7 +216,9 @@ async def test_session_histories_replay_deterministically(client, worker) -> Non
     await idle.step("m0")
     await idle.handle.result()
 
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=configured_data_converter())
+    replayer = Replayer(
+        workflows=WORKFLOWS, data_converter=configured_data_converter(), debug_mode=True
+    )
     for handle in (session.handle, idle.handle):
         history = await handle.fetch_history()
         await replayer.replay_workflow(history)  # raises on any nondeterminism

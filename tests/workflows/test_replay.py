@@ -42,7 +42,9 @@ def _converter(kind: str, tmp_path: Path) -> DataConverter:
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_saved_history_replays(path: Path, kind: str, tmp_path: Path) -> None:
     saved = json.loads(path.read_text())
-    replayer = Replayer(workflows=WORKFLOWS, data_converter=_converter(kind, tmp_path))
+    replayer = Replayer(
+        workflows=WORKFLOWS, data_converter=_converter(kind, tmp_path), debug_mode=True
+    )
     for run in saved["runs"]:
         history = WorkflowHistory.from_json(saved["workflow_id"], run)
         await replayer.replay_workflow(history)

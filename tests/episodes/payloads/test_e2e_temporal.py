@@ -130,9 +130,9 @@ async def test_big_strings_round_trip_encrypted_and_offloaded(
     assert blobs and all(MARKER.encode() not in b.read_bytes() for b in blobs)
 
     # The history replays with the same converter (stored payloads are fetched again).
-    replay = await Replayer(workflows=[BigPayloadWorkflow], data_converter=dc).replay_workflow(
-        history
-    )
+    replay = await Replayer(
+        workflows=[BigPayloadWorkflow], data_converter=dc, debug_mode=True
+    ).replay_workflow(history)
     assert replay.replay_failure is None
 
 

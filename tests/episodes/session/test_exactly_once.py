@@ -151,7 +151,9 @@ async def _assert_each_turn_sent_once(handle: WorkflowHandle, turns: int = 3) ->
     assert [t.reply["message"] for t in progress.turns] == [f"m{i}" for i in range(turns)]
     assert len({t.reply["proc"] for t in progress.turns}) == 1  # one live harness
     # The history with its retried drive (and repeated Updates) replays deterministically.
-    replayer = Replayer(workflows=[EpisodeWorkflow], data_converter=configured_data_converter())
+    replayer = Replayer(
+        workflows=[EpisodeWorkflow], data_converter=configured_data_converter(), debug_mode=True
+    )
     await replayer.replay_workflow(await handle.fetch_history())
 
 
